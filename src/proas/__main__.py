@@ -1,0 +1,5 @@
+import sys
+
+from proas.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+"""Environments: one protocol (``base.Env``); each env brings its own abstraction, oracle and task sets."""
+
+from proas.envs.base import REQUIRED_INFO_KEYS, Env, EnvCheckError, check_env, check_info
+
+__all__ = ["REQUIRED_INFO_KEYS", "Env", "EnvCheckError", "check_env", "check_info"]
