@@ -15,6 +15,7 @@ from proas.errors import ProasError
 
 COMMAND_MODULES = [
     "proas.credit.cli",
+    "proas.tasksets_cli",
 ]
 
 

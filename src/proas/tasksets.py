@@ -1,0 +1,396 @@
+"""Fixed, hash-checked task sets: training schedules and validation sets (env-agnostic).
+
+The paper fixes, before training, which tasks each RL step sees and which 128 tasks validation
+uses, so that runs of different methods and seeds are comparable. This module writes and reads
+those files for any environment; it only ever sees lists of task ids (strings).
+
+Layout under a data root (``proas/data`` for the shipped sets)::
+
+    fixed_val_set/{env}.jsonl                 one {"task_id": ...} per line
+    fixed_val_set/{env}.manifest.json         how it was made + sha256 of the jsonl
+    fixed_train_set/seed{N}/{env}/schedule.jsonl   one {"step": k, "tasks": [...]} per step
+    fixed_train_set/seed{N}/{env}/manifest.json    how it was made, sha256 of every file,
+                                                   the disjointness check against the val set
+    fix_train_set_ppo/seed{N}/{env}/...            the same for PPO (128 task slots a step)
+
+Every file is written atomically. Loading verifies the hashes, the structure and the
+disjointness of a schedule from its validation set; anything wrong is a ``ProasError`` with one
+line saying what and where.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from proas.errors import ProasError
+from proas.fileio import atomic_write_json, atomic_write_jsonl, sha256_file
+
+__all__ = [
+    "GENERATOR_VERSION",
+    "Schedule",
+    "ValSet",
+    "default_root",
+    "draw_schedule",
+    "load_schedule",
+    "load_val_set",
+    "make_schedule",
+    "make_val_set",
+    "schedule_dir",
+    "val_set_path",
+]
+
+#: bump when the way schedules are drawn changes (recorded in every manifest)
+GENERATOR_VERSION = 1
+GRPO_DIR = "fixed_train_set"
+PPO_DIR = "fix_train_set_ppo"
+VAL_DIR = "fixed_val_set"
+SCHEDULE_FILE = "schedule.jsonl"
+MANIFEST_FILE = "manifest.json"
+
+
+def default_root() -> Path:
+    """The data root shipped inside the package (``proas/data``)."""
+    return Path(__file__).resolve().parent / "data"
+
+
+def val_set_path(env: str, root: str | Path | None = None) -> Path:
+    return Path(root if root is not None else default_root()) / VAL_DIR / f"{env}.jsonl"
+
+
+def _val_manifest_path(val_path: Path) -> Path:
+    return val_path.with_name(val_path.name[: -len(".jsonl")] + ".manifest.json")
+
+
+def schedule_dir(env: str, seed: int, root: str | Path | None = None, ppo: bool = False) -> Path:
+    base = Path(root if root is not None else default_root())
+    return base / (PPO_DIR if ppo else GRPO_DIR) / f"seed{seed}" / env
+
+
+@dataclass(frozen=True)
+class ValSet:
+    """A loaded, verified validation set."""
+
+    env: str
+    task_ids: list[str]
+    path: Path
+    sha256: str
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A loaded, verified training schedule: ``steps[k]`` is the task list of RL step ``k``."""
+
+    env: str
+    seed: int
+    steps: list[list[str]]
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def per_step(self) -> int:
+        return len(self.steps[0]) if self.steps else 0
+
+    def tasks_at(self, step: int) -> list[str]:
+        """The tasks of RL step ``step``; past the end the schedule wraps around."""
+        return list(self.steps[step % len(self.steps)])
+
+
+# --------------------------------------------------------------------------- validation sets
+
+
+def _check_ids(ids: Sequence[str], what: str) -> list[str]:
+    ids = list(ids)
+    bad = [t for t in ids if not isinstance(t, str) or not t]
+    if bad:
+        raise ProasError(f"{what}: task ids must be non-empty strings, got {bad[0]!r}")
+    return ids
+
+
+def make_val_set(
+    env: str,
+    task_ids: Sequence[str],
+    root: str | Path | None = None,
+    source: str = "",
+) -> Path:
+    """Write the validation set ``task_ids`` (unique, in this order) for ``env``; return its path."""
+    ids = _check_ids(task_ids, f"validation set of {env}")
+    if not ids:
+        raise ProasError(f"validation set of {env}: no task ids given")
+    dup = _first_duplicate(ids)
+    if dup is not None:
+        raise ProasError(f"validation set of {env}: task {dup!r} appears twice; tasks must be unique")
+    path = val_set_path(env, root)
+    atomic_write_jsonl(path, ({"task_id": t} for t in ids))
+    manifest = {
+        "kind": "fixed_val_set",
+        "env": env,
+        "size": len(ids),
+        "generator_version": GENERATOR_VERSION,
+        "source": source,
+        "files": {path.name: sha256_file(path)},
+    }
+    atomic_write_json(_val_manifest_path(path), manifest)
+    return path
+
+
+def load_val_set(env: str | None = None, root: str | Path | None = None, path: str | Path | None = None) -> ValSet:
+    """Load and verify a validation set, by ``env`` (under ``root``) or by explicit ``path``."""
+    if path is None:
+        if env is None:
+            raise ProasError("load_val_set: give an env name or a path")
+        path = val_set_path(env, root)
+    path = Path(path)
+    if path.is_dir():
+        if env is None:
+            raise ProasError(f"{path}: is a directory; give the env name or the .jsonl file")
+        path = path / f"{env}.jsonl"
+    if not path.name.endswith(".jsonl"):
+        raise ProasError(f"{path}: a validation set is a .jsonl file")
+    manifest = _read_manifest(_val_manifest_path(path))
+    digest = _verify_files(path.parent, manifest, [path.name])
+    rows = _read_jsonl(path)
+    ids = []
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
+            raise ProasError(f"{path}:{n}: expected an object with a string 'task_id'")
+        ids.append(row["task_id"])
+    dup = _first_duplicate(ids)
+    if dup is not None:
+        raise ProasError(f"{path}: task {dup!r} appears twice; a validation set holds unique tasks")
+    if manifest.get("size") != len(ids):
+        raise ProasError(f"{path}: holds {len(ids)} tasks but its manifest says {manifest.get('size')}")
+    return ValSet(
+        env=str(manifest.get("env", env)),
+        task_ids=ids,
+        path=path,
+        sha256=digest[path.name],
+        manifest=manifest,
+    )
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def draw_schedule(train_ids: Sequence[str], steps: int, per_step: int, seed: int) -> list[list[str]]:
+    """Draw ``steps`` batches of ``per_step`` tasks from ``train_ids``, deterministic in ``seed``.
+
+    Like a shuffling data loader: the pool is shuffled, consumed in order, and reshuffled when it
+    runs out, so every task is seen once before any is seen twice. A batch never holds the same
+    task twice while the pool is at least ``per_step`` large (a task split across an epoch
+    boundary is swapped for a fresh one from the next epoch).
+    """
+    pool = sorted(set(_check_ids(train_ids, "training pool")))
+    if not pool:
+        raise ProasError("training pool is empty")
+    if steps <= 0 or per_step <= 0:
+        raise ProasError(f"steps and per_step must be positive, got {steps} and {per_step}")
+    rng = random.Random(f"proas-schedule:{seed}")
+
+    def epoch() -> list[str]:
+        fresh = pool[:]
+        rng.shuffle(fresh)
+        return fresh
+
+    order: list[str] = []  # a stack: the next task is order[-1]
+    out: list[list[str]] = []
+    for _ in range(steps):
+        batch: list[str] = []
+        in_batch: set[str] = set()
+        while len(batch) < per_step:
+            if not order:
+                order = epoch()
+            task = order.pop()
+            if task in in_batch and len(pool) >= per_step:
+                idx = next((i for i in range(len(order) - 1, -1, -1) if order[i] not in in_batch), None)
+                if idx is None:
+                    order = epoch() + order  # the next epoch, drawn after what is left
+                    idx = next(i for i in range(len(order) - 1, -1, -1) if order[i] not in in_batch)
+                swap = order.pop(idx)
+                order.append(task)  # the repeated task opens the next batch instead
+                task = swap
+            batch.append(task)
+            in_batch.add(task)
+        out.append(batch)
+    return out
+
+
+def make_schedule(
+    env: str,
+    train_ids: Sequence[str],
+    seed: int,
+    steps: int = 150,
+    per_step: int = 16,
+    ppo: bool = False,
+    root: str | Path | None = None,
+    val_ids: Sequence[str] | None = None,
+    source: str = "",
+) -> Path:
+    """Draw and write a training schedule; return its directory.
+
+    The validation set of ``env`` must already exist under ``root`` (``make_val_set``) unless
+    ``val_ids`` is given, in which case it is written first. The schedule is drawn from
+    ``train_ids`` minus the validation tasks; the manifest records the validation set's hash and
+    the (empty) overlap, and ``load_schedule`` checks both again.
+    """
+    if val_ids is not None:
+        make_val_set(env, val_ids, root, source=source)
+    val = load_val_set(env, root)
+    val_set = set(val.task_ids)
+    pool = [t for t in _check_ids(train_ids, f"training pool of {env}") if t not in val_set]
+    batches = draw_schedule(pool, steps, per_step, seed)
+    overlap = sorted({t for b in batches for t in b} & val_set)
+    if overlap:  # pragma: no cover - the pool excludes them; kept as a guard for future draws
+        raise ProasError(f"schedule for {env} seed {seed} shares task {overlap[0]!r} with the validation set")
+    out_dir = schedule_dir(env, seed, root, ppo)
+    sched_path = out_dir / SCHEDULE_FILE
+    atomic_write_jsonl(sched_path, ({"step": k, "tasks": b} for k, b in enumerate(batches)))
+    base = Path(root if root is not None else default_root())
+    manifest = {
+        "kind": "fix_train_set_ppo" if ppo else "fixed_train_set",
+        "env": env,
+        "seed": seed,
+        "steps": steps,
+        "per_step": per_step,
+        "generator_version": GENERATOR_VERSION,
+        "draw": "shuffled epochs over the training pool, python random.Random('proas-schedule:<seed>')",
+        "source": source,
+        "pool_size": len(set(pool)),
+        "files": {SCHEDULE_FILE: sha256_file(sched_path)},
+        "val_set": {
+            "path": str(val.path.relative_to(base)) if _is_under(val.path, base) else str(val.path),
+            "sha256": val.sha256,
+            "size": len(val.task_ids),
+        },
+        "disjoint_from_val": {"checked": True, "overlap": len(overlap)},
+    }
+    atomic_write_json(out_dir / MANIFEST_FILE, manifest)
+    return out_dir
+
+
+def load_schedule(path: str | Path, val_path: str | Path | None = None) -> Schedule:
+    """Load and verify a schedule directory (or its ``schedule.jsonl``).
+
+    Checks the sha256 of every file listed in the manifest, the structure (steps 0..n-1 in
+    order, ``per_step`` tasks each), and that no task is in the validation set: the one at
+    ``val_path`` if given, else the one the manifest names, found relative to the data root the
+    schedule lies in. The validation set's hash must match the one recorded at make time.
+    """
+    path = Path(path)
+    sched_dir = path.parent if path.name == SCHEDULE_FILE else path
+    if not sched_dir.is_dir():
+        raise ProasError(f"{sched_dir}: no such schedule directory")
+    manifest = _read_manifest(sched_dir / MANIFEST_FILE)
+    _verify_files(sched_dir, manifest, [SCHEDULE_FILE])
+    env = manifest.get("env")
+    if not isinstance(env, str):
+        raise ProasError(f"{sched_dir / MANIFEST_FILE}: manifest lacks the env name")
+    rows = _read_jsonl(sched_dir / SCHEDULE_FILE)
+    steps: list[list[str]] = []
+    for n, row in enumerate(rows, 1):
+        where = f"{sched_dir / SCHEDULE_FILE}:{n}"
+        if not isinstance(row, dict) or row.get("step") != n - 1:
+            raise ProasError(f"{where}: expected {{\"step\": {n - 1}, \"tasks\": [...]}}")
+        tasks = row.get("tasks")
+        if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t for t in tasks):
+            raise ProasError(f"{where}: 'tasks' must be a non-empty list of task-id strings")
+        steps.append(tasks)
+    if manifest.get("steps") != len(steps):
+        raise ProasError(f"{sched_dir}: {len(steps)} steps in the file, {manifest.get('steps')} in the manifest")
+    per_step = manifest.get("per_step")
+    bad = next((k for k, b in enumerate(steps) if len(b) != per_step), None)
+    if bad is not None:
+        raise ProasError(f"{sched_dir}: step {bad} has {len(steps[bad])} tasks, the manifest says {per_step}")
+    val_info = manifest.get("val_set")
+    if not isinstance(val_info, dict):
+        raise ProasError(f"{sched_dir / MANIFEST_FILE}: manifest lacks the validation-set record")
+    if val_path is None:
+        rel = Path(str(val_info.get("path", "")))
+        val_path = rel if rel.is_absolute() else _root_of(sched_dir) / rel
+    val = load_val_set(env, path=val_path)
+    if val.sha256 != val_info.get("sha256"):
+        raise ProasError(
+            f"{sched_dir}: validation set {val.path} changed since the schedule was made "
+            f"(sha256 {val.sha256[:12]}..., manifest records {str(val_info.get('sha256'))[:12]}...)"
+        )
+    val_ids = set(val.task_ids)
+    shared = next((t for b in steps for t in b if t in val_ids), None)
+    if shared is not None:
+        raise ProasError(f"{sched_dir}: task {shared!r} is in both the schedule and the validation set")
+    return Schedule(env=env, seed=int(manifest.get("seed", -1)), steps=steps, path=sched_dir, manifest=manifest)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _root_of(sched_dir: Path) -> Path:
+    # <root>/<fixed_train_set|fix_train_set_ppo>/seed{N}/{env}
+    return sched_dir.resolve().parents[2]
+
+
+def _is_under(path: Path, base: Path) -> bool:
+    try:
+        path.resolve().relative_to(base.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _first_duplicate(ids: Sequence[str]) -> str | None:
+    seen: set[str] = set()
+    for t in ids:
+        if t in seen:
+            return t
+        seen.add(t)
+    return None
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ProasError(f"{path}: manifest is missing")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProasError(f"{path}: manifest is not valid JSON ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("files"), dict):
+        raise ProasError(f"{path}: manifest must be an object with a 'files' map of sha256 digests")
+    return obj
+
+
+def _verify_files(directory: Path, manifest: dict[str, Any], required: list[str]) -> dict[str, str]:
+    files: dict[str, Any] = manifest["files"]
+    for name in required:
+        if name not in files:
+            raise ProasError(f"{directory}: manifest records no hash for {name}")
+    digests = {}
+    for name, want in files.items():
+        fpath = directory / name
+        if not fpath.is_file():
+            raise ProasError(f"{fpath}: file is missing")
+        got = sha256_file(fpath)
+        if got != want:
+            raise ProasError(f"{fpath}: sha256 mismatch (file {got[:12]}..., manifest {str(want)[:12]}...); the file was changed")
+        digests[name] = got
+    return digests
+
+
+def _read_jsonl(path: Path) -> list[Any]:
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ProasError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    except OSError as exc:
+        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ProasError(f"{path}: not UTF-8 text") from None
+    return rows

@@ -1,0 +1,92 @@
+"""`proas schedule make` and `proas schedule verify`: the fixed task sets from the command line.
+
+The env is found by name in ``ENV_FACTORIES`` ("module:function", imported only when used).
+A factory returns an object with ``task_ids(split)`` (the env protocol); ``"train"`` is the pool
+schedules are drawn from and ``"valid"`` the fixed validation set. An optional attribute
+``taskset_source`` (str) says where the ids come from and is recorded in the manifests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from proas import tasksets
+from proas.errors import ProasError
+
+ENV_FACTORIES: dict[str, str] = {
+    "household": "proas.envs.household:make_household_env",
+    "shop": "proas.envs.shop:make_shop_env",
+}
+
+
+def resolve_env(name: str) -> Any:
+    """Build the env called ``name`` through its lazily imported factory."""
+    if name not in ENV_FACTORIES:
+        raise ProasError(f"unknown env {name!r}; choose one of {sorted(ENV_FACTORIES)}")
+    module_name, _, func_name = ENV_FACTORIES[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ProasError(f"env {name!r} is not available ({exc})") from None
+    factory = getattr(module, func_name, None)
+    if factory is None:
+        raise ProasError(f"env {name!r}: {module_name} has no factory {func_name!r}")
+    return factory()
+
+
+def cmd_make(args: argparse.Namespace) -> int:
+    env = resolve_env(args.env)
+    source = str(getattr(env, "taskset_source", f"{args.env}.task_ids"))
+    val_ids = list(env.task_ids("valid"))
+    train_ids = list(env.task_ids("train"))
+    per_step = args.per_step if args.per_step is not None else (128 if args.ppo else 16)
+    val_path = tasksets.make_val_set(args.env, val_ids, args.out, source=source)
+    out_dir = tasksets.make_schedule(
+        args.env,
+        train_ids,
+        seed=args.seed,
+        steps=args.steps,
+        per_step=per_step,
+        ppo=args.ppo,
+        root=args.out,
+        source=source,
+    )
+    sched = tasksets.load_schedule(out_dir)
+    print(f"validation set: {val_path} ({len(val_ids)} tasks)")
+    print(f"schedule: {out_dir} ({len(sched.steps)} steps x {sched.per_step} tasks, seed {args.seed}); verified")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if path.is_file() and path.name.endswith(".jsonl") and path.name != tasksets.SCHEDULE_FILE:
+        val = tasksets.load_val_set(path=path)
+        print(f"ok: validation set {val.path}: {len(val.task_ids)} unique tasks, sha256 {val.sha256}")
+        return 0
+    sched = tasksets.load_schedule(path)
+    m = sched.manifest
+    print(
+        f"ok: schedule {sched.path}: env {sched.env}, seed {sched.seed}, {len(sched.steps)} steps x "
+        f"{sched.per_step} tasks; hashes match; disjoint from {m['val_set']['path']}"
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("schedule", help="make or verify fixed training schedules and validation sets")
+    ssub = p.add_subparsers(dest="schedule_command", metavar="ACTION")
+    ssub.required = True
+    mk = ssub.add_parser("make", help="write the validation set and a training schedule for one env and seed")
+    mk.add_argument("--env", required=True, help=f"environment: {', '.join(ENV_FACTORIES)}")
+    mk.add_argument("--seed", type=int, required=True, help="schedule seed (the paper uses 0, 1, 2)")
+    mk.add_argument("--ppo", action="store_true", help="PPO schedule: 128 task slots a step, under fix_train_set_ppo/")
+    mk.add_argument("--steps", type=int, default=150, help="RL steps (default 150)")
+    mk.add_argument("--per-step", type=int, default=None, help="tasks a step (default 16, or 128 with --ppo)")
+    mk.add_argument("--out", default=None, help="data root to write under (default: the package's shipped data)")
+    mk.set_defaults(func=cmd_make)
+    vf = ssub.add_parser("verify", help="check a schedule directory or a validation .jsonl (hashes, disjointness)")
+    vf.add_argument("path")
+    vf.set_defaults(func=cmd_verify)

@@ -1,0 +1,145 @@
+"""Fixed task sets: schedules and validation sets round-trip, and tampering is caught."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from proas import cli, tasksets, tasksets_cli
+from proas.errors import ProasError
+
+TRAIN = [f"t{i:03d}" for i in range(40)]
+VAL = ["v0", "v1", "v2", "v3"]
+
+
+def _make(root, **kw):
+    args = dict(env="toy", train_ids=TRAIN, seed=0, steps=6, per_step=8, root=root, val_ids=VAL, source="unit test")
+    args.update(kw)
+    return tasksets.make_schedule(**args)
+
+
+def test_round_trip_gives_back_the_drawn_schedule(tmp_path):
+    out = _make(tmp_path)
+    assert out == tmp_path / "fixed_train_set" / "seed0" / "toy"
+    sched = tasksets.load_schedule(out)
+    assert sched.steps == tasksets.draw_schedule(TRAIN, 6, 8, 0)
+    assert sched.env == "toy" and sched.seed == 0 and sched.per_step == 8
+    lines = (out / "schedule.jsonl").read_text().splitlines()
+    assert json.loads(lines[2])["step"] == 2 and len(json.loads(lines[2])["tasks"]) == 8
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["disjoint_from_val"] == {"checked": True, "overlap": 0}
+    assert man["val_set"]["path"] == "fixed_val_set/toy.jsonl"
+    assert man["val_set"]["sha256"] == tasksets.load_val_set("toy", tmp_path).sha256
+    assert man["source"] == "unit test" and man["generator_version"] == tasksets.GENERATOR_VERSION
+    val = tasksets.load_val_set("toy", tmp_path)
+    assert val.task_ids == VAL
+
+
+def test_ppo_schedule_goes_under_its_own_directory(tmp_path):
+    out = _make(tmp_path, per_step=32, ppo=True)
+    assert out == tmp_path / "fix_train_set_ppo" / "seed0" / "toy"
+    assert tasksets.load_schedule(out / "schedule.jsonl").per_step == 32
+
+
+def test_draw_is_deterministic_and_seed_dependent():
+    a = tasksets.draw_schedule(TRAIN, 10, 16, 1)
+    assert a == tasksets.draw_schedule(TRAIN, 10, 16, 1)
+    assert a != tasksets.draw_schedule(TRAIN, 10, 16, 2)
+
+
+def test_draw_covers_the_pool_evenly_and_batches_hold_no_repeats():
+    # 20 tasks, 10 steps of 16: 160 slots = exactly 8 epochs, so each task 8 times
+    batches = tasksets.draw_schedule([str(i) for i in range(20)], 10, 16, 0)
+    assert all(len(set(b)) == 16 for b in batches)
+    assert set(Counter(t for b in batches for t in b).values()) == {8}
+
+
+def test_validation_tasks_are_left_out_of_the_schedule(tmp_path):
+    out = _make(tmp_path, train_ids=TRAIN + VAL)
+    sched = tasksets.load_schedule(out)
+    assert not {t for b in sched.steps for t in b} & set(VAL)
+
+
+def test_tampered_schedule_byte_is_a_clear_error(tmp_path):
+    out = _make(tmp_path)
+    path = out / "schedule.jsonl"
+    data = bytearray(path.read_bytes())
+    i = data.index(b"t0")
+    data[i + 1] = ord("9")
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProasError, match="sha256 mismatch"):
+        tasksets.load_schedule(out)
+
+
+def test_tampered_val_set_is_a_clear_error(tmp_path):
+    out = _make(tmp_path)
+    vpath = tmp_path / "fixed_val_set" / "toy.jsonl"
+    vpath.write_text(vpath.read_text().replace("v3", "v9"))
+    with pytest.raises(ProasError, match="sha256 mismatch"):
+        tasksets.load_schedule(out)
+
+
+def test_val_set_remade_differently_breaks_the_schedule(tmp_path):
+    out = _make(tmp_path)
+    tasksets.make_val_set("toy", ["v0", "v1"], tmp_path)
+    with pytest.raises(ProasError, match="changed since the schedule was made"):
+        tasksets.load_schedule(out)
+
+
+def test_overlap_with_validation_is_a_clear_error(tmp_path):
+    out = _make(tmp_path)
+    sched = tasksets.load_schedule(out)
+    # a hand-edited schedule whose manifest hash was updated too: only the overlap check can see it
+    path = out / "schedule.jsonl"
+    path.write_text(path.read_text().replace(f'"{sched.steps[3][5]}"', '"v2"'))
+    man = json.loads((out / "manifest.json").read_text())
+    man["files"]["schedule.jsonl"] = tasksets.sha256_file(path)
+    (out / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ProasError, match="task 'v2' is in both the schedule and the validation set"):
+        tasksets.load_schedule(out)
+
+
+def test_missing_and_corrupt_files_are_clear_errors(tmp_path):
+    out = _make(tmp_path)
+    (out / "manifest.json").write_text("{not json")
+    with pytest.raises(ProasError, match="manifest is not valid JSON"):
+        tasksets.load_schedule(out)
+    with pytest.raises(ProasError, match="no such schedule directory"):
+        tasksets.load_schedule(tmp_path / "nowhere")
+    out2 = _make(tmp_path, seed=1)
+    (out2 / "schedule.jsonl").unlink()
+    with pytest.raises(ProasError, match="file is missing"):
+        tasksets.load_schedule(out2)
+
+
+def test_duplicate_validation_tasks_are_refused(tmp_path):
+    with pytest.raises(ProasError, match="appears twice"):
+        tasksets.make_val_set("toy", ["a", "b", "a"], tmp_path)
+
+
+class _ToyEnv:
+    taskset_source = "toy ids"
+
+    def task_ids(self, split):
+        return {"train": TRAIN, "valid": VAL}[split]
+
+
+def test_cli_make_and_verify(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tasksets_cli, "resolve_env", lambda name: _ToyEnv())
+    rc = cli.main(["schedule", "make", "--env", "toy", "--seed", "2", "--steps", "5", "--out", str(tmp_path)])
+    assert rc == 0
+    out = tmp_path / "fixed_train_set" / "seed2" / "toy"
+    assert tasksets.load_schedule(out).steps == tasksets.draw_schedule(TRAIN, 5, 16, 2)
+    assert cli.main(["schedule", "verify", str(out)]) == 0
+    assert "ok: schedule" in capsys.readouterr().out
+    (out / "schedule.jsonl").write_text((out / "schedule.jsonl").read_text() + "\n{}")
+    assert cli.main(["schedule", "verify", str(out)]) == 2
+    assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def test_cli_unknown_env_is_one_line_error(capsys):
+    assert cli.main(["schedule", "make", "--env", "nope", "--seed", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("proas: error: unknown env 'nope'") and "\n" not in err
