@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create (or reuse) a separate virtual environment with the real verl 0.9.1 for tests/test_verl_*.py.
+#
+#   bash .ci/verl_env.sh VENV_DIR        # then: VENV_DIR/bin/python -m pytest -q tests/test_verl_*.py
+#
+# verl needs numpy>=2 and transformers>=5.5, which the project's main interpreter must not get,
+# hence a venv of its own. The CPU build of torch is installed first and pinned in the verl
+# install, so tensordict never pulls a CUDA build (that costs 3 GB more). proas itself goes in
+# editable and without its dependencies: the credit layer and the verl integration need only
+# numpy, networkx, omegaconf and rich. Idempotent: a venv whose stamp matches this script's
+# requirements is reused as it is.
+set -euo pipefail
+VENV="${1:?usage: .ci/verl_env.sh VENV_DIR}"
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+TORCH="torch==2.13.0"
+VERL="verl==0.9.1"
+# verl.trainer.ppo.ray_trainer (compute_advantage) imports these; they are in verl's
+# `verl-core` extra, which would also bring much more.
+TRAINER_EXTRAS="cachetools uvicorn fastapi"
+PROAS_DEPS="numpy networkx>=3.0 omegaconf>=2.3 rich>=13 pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100"
+STAMP_TEXT="$TORCH $VERL $TRAINER_EXTRAS $PROAS_DEPS"
+STAMP="$VENV/.proas-verl-stamp"
+
+start=$(date +%s)
+if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT" ]] \
+    && "$VENV/bin/python" -c "import verl, proas" 2>/dev/null; then
+    echo "verl venv: reusing $VENV"
+    exit 0
+fi
+
+python3 -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q)
+"${PIP[@]}" "$TORCH"
+# torch pinned again so the resolver keeps the CPU build already installed.
+"${PIP[@]}" "$VERL" "$TORCH" $TRAINER_EXTRAS
+"${PIP[@]}" --no-deps -e "$REPO"
+"${PIP[@]}" "$TORCH" $PROAS_DEPS
+"$VENV/bin/python" -c "import torch, verl, proas; print('verl venv: verl', verl.__version__, '| torch', torch.__version__)"
+echo "$STAMP_TEXT" >"$STAMP"
+echo "verl venv: built $VENV in $(( $(date +%s) - start ))s"

@@ -1,0 +1,49 @@
+"""ProAS inside verl / verl-agent: reshape a ``DataProto``'s advantages after ``compute_advantage``.
+
+- ``ProASCredit`` (``hook``): reshapes ``advantages`` in place from the step rows' ``uid``,
+  ``traj_uid``, step index, abstract states, anchors and ``is_action_valid``, and builds,
+  evolves and checkpoints the reference graph beside the trainer.
+- ``register_estimators`` / ``compute_advantage`` (``estimators``): the ``proas_<base>`` names
+  for ``algorithm.adv_estimator``, with what verl's estimator interface lets them see.
+- ``StepColumns``, ``rows_to_trajectories``, ``trajectories_to_rows``, ``broadcast_to_tokens``
+  (``rows``): the conversion between verl's step rows and proas's trajectories.
+
+verl itself is imported only by ``register_estimators`` and ``compute_advantage``; the rest
+works on any object with verl's ``batch`` / ``non_tensor_batch`` layout. Recipe: docs/verl.md.
+"""
+
+from proas.integrations.verl.estimators import (
+    ESTIMATOR_NAMES,
+    bind,
+    bound,
+    compute_advantage,
+    register_estimators,
+)
+from proas.integrations.verl.hook import CHECKPOINT_SUBDIR, HOOK_ESTIMATORS, ProASCredit
+from proas.integrations.verl.rows import (
+    RowLayout,
+    StepColumns,
+    broadcast_to_tokens,
+    response_mask_of,
+    rows_to_trajectories,
+    step_values_to_rows,
+    trajectories_to_rows,
+)
+
+__all__ = [
+    "CHECKPOINT_SUBDIR",
+    "ESTIMATOR_NAMES",
+    "HOOK_ESTIMATORS",
+    "ProASCredit",
+    "RowLayout",
+    "StepColumns",
+    "bind",
+    "bound",
+    "broadcast_to_tokens",
+    "compute_advantage",
+    "register_estimators",
+    "response_mask_of",
+    "rows_to_trajectories",
+    "step_values_to_rows",
+    "trajectories_to_rows",
+]

@@ -1,0 +1,266 @@
+"""``ProASCredit``: ProAS inside a verl trainer, and the reference graph's life beside it.
+
+One object per training run, held by the driver (the process that runs ``fit``). After verl's
+``compute_advantage`` it reshapes the batch's ``advantages`` in place:
+
+1. the step rows become proas trajectories (``rows.rows_to_trajectories``);
+2. ``proas.credit.compute_credit`` runs the base estimator, merges the batch's successful
+   trajectories into the graph (the evolving ARG; off with ``evolve=False``), annotates every
+   step against the graph and applies the shaping;
+3. every response token of a step row gets its step's advantage, times ``response_mask``.
+
+The graph is saved with each trainer checkpoint (``save_checkpoint(global_step_dir)``) and
+restored from the latest one on resume (``resume(default_local_dir)``), reading verl's own
+``latest_checkpointed_iteration.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from proas.credit import SHAPINGS, CreditResult, ReferenceGraph, compute_credit, get_estimator
+from proas.errors import ProasError
+from proas.fileio import atomic_write_json
+from proas.integrations.verl.rows import (
+    RowLayout,
+    StepColumns,
+    broadcast_to_tokens,
+    response_mask_of,
+    rows_to_trajectories,
+)
+
+__all__ = ["ProASCredit", "CHECKPOINT_SUBDIR", "VERL_TRACKER_FILE"]
+
+#: the folder that ``save_checkpoint`` writes inside a verl ``global_step_N`` folder
+CHECKPOINT_SUBDIR = "proas"
+#: the file where verl's trainers record the step of the latest checkpoint
+VERL_TRACKER_FILE = "latest_checkpointed_iteration.txt"
+_STATE_FORMAT = "proas-verl-credit"
+_STATE_VERSION = 1
+
+#: base estimators that reshape per step; GAE works on tokens inside verl and ProAS leaves it
+#: unchanged anyway (no step is credited uniformly), so it stays verl's.
+HOOK_ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp")
+
+
+class ProASCredit:
+    """ProAS reshaping for verl batches, with the reference graph it builds, evolves and saves.
+
+    Args:
+        graph: the initial Agentic Reference Graph (e.g. built from oracle trajectories with
+            ``ReferenceGraph.from_trajectories`` and saved); ``None`` starts empty and grows
+            from the run's own successes.
+        estimator: proas base estimator computing ``A_i``, ``B_{i,t}``, ``U_{i,t}`` from the
+            batch's trajectories: one of ``HOOK_ESTIMATORS``.
+        estimator_options: passed to it, e.g. ``{"cross_steps": True}`` for verl-agent's
+            every-step-row group statistics, ``{"norm_by_std": False}`` for Dr. GRPO,
+            ``{"gamma": 0.95, "mode": "mean_std_norm"}`` for GiGPO.
+        shaping: ``"proas"`` or an ablation name (``proas.credit.SHAPINGS``).
+        shaping_options: ``epsilon`` (APR's ε), ``progress_coef``.
+        evolve: merge each batch's successful trajectories into the graph (the paper's
+            dynamically evolving ARG); ``False`` is the ``static`` ablation.
+        columns: the ``non_tensor_batch`` column names (verl-agent's by default).
+        seed: seeds the ``random`` ablation; batch ``k`` uses ``seed + k``.
+    """
+
+    def __init__(
+        self,
+        graph: ReferenceGraph | None = None,
+        *,
+        estimator: str = "grpo",
+        estimator_options: Mapping[str, Any] | None = None,
+        shaping: str = "proas",
+        shaping_options: Mapping[str, Any] | None = None,
+        evolve: bool = True,
+        columns: StepColumns | None = None,
+        seed: int = 0,
+    ) -> None:
+        if estimator not in HOOK_ESTIMATORS:
+            raise ProasError(
+                f"estimator {estimator!r} cannot be reshaped inside verl; choose one of: "
+                f"{', '.join(HOOK_ESTIMATORS)} (PPO/GAE stays verl's own: ProAS leaves it unchanged)"
+            )
+        get_estimator(estimator)  # fails early, listing the valid names, if the core lacks it
+        if shaping not in SHAPINGS:
+            raise ProasError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
+        self.graph = graph if graph is not None else ReferenceGraph()
+        self.estimator = estimator
+        self.estimator_options = dict(estimator_options or {})
+        self.shaping = shaping
+        self.shaping_options = dict(shaping_options or {})
+        self.evolve = bool(evolve)
+        self.columns = columns or StepColumns()
+        self.seed = int(seed)
+        #: number of batches reshaped so far (restored on resume)
+        self.batches_seen = 0
+        #: the last batch's layout and credit, for inspection and logging
+        self.last_layout: RowLayout | None = None
+        self.last_result: CreditResult | None = None
+
+    # ------------------------------------------------------------------ config
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> "ProASCredit":
+        """Build from a mapping such as a verl YAML's ``proas:`` section (docs/verl.md).
+
+        Keys: ``graph`` (path of a saved graph, optional), ``estimator``, ``estimator_options``,
+        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``. Unknown keys raise.
+        """
+        try:
+            from omegaconf import DictConfig, OmegaConf
+
+            if isinstance(cfg, DictConfig):
+                cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+        except ImportError:  # pragma: no cover - omegaconf is a proas dependency
+            pass
+        if not isinstance(cfg, Mapping):
+            raise ProasError(f"proas config must be a mapping, got {type(cfg).__name__}")
+        known = {
+            "graph", "estimator", "estimator_options", "shaping", "shaping_options",
+            "evolve", "columns", "seed",
+        }
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ProasError(f"unknown proas config key(s) {unknown}; valid: {sorted(known)}")
+        graph_path = cfg.get("graph")
+        graph = ReferenceGraph.load(graph_path) if graph_path else None
+        return cls(
+            graph,
+            estimator=str(cfg.get("estimator", "grpo")),
+            estimator_options=cfg.get("estimator_options") or {},
+            shaping=str(cfg.get("shaping", "proas")),
+            shaping_options=cfg.get("shaping_options") or {},
+            evolve=bool(cfg.get("evolve", True)),
+            columns=StepColumns.from_mapping(cfg.get("columns")),
+            seed=int(cfg.get("seed", 0)),
+        )
+
+    # ------------------------------------------------------------------ credit
+    def step_advantages(self, non_tensor_batch: Mapping[str, Any]) -> np.ndarray:
+        """``(bs,)`` the ProAS advantage of every step row; evolves the graph (if on) once.
+
+        Copies of a step (batch padding) get the same value.
+        """
+        layout = rows_to_trajectories(non_tensor_batch, self.columns)
+        try:
+            result = compute_credit(
+                layout.trajectories,
+                self.graph,
+                estimator=self.estimator,
+                shaping=self.shaping,
+                estimator_options=self.estimator_options,
+                shaping_options=self.shaping_options,
+                seed=self.seed + self.batches_seen,
+                evolve=self.evolve,
+            )
+        except (TypeError, ValueError) as exc:  # bad estimator/shaping options
+            raise ProasError(f"ProAS credit failed: {exc}") from None
+        self.batches_seen += 1
+        self.last_layout, self.last_result = layout, result
+        return result.advantage[layout.row_to_step]
+
+    def reshape(self, data: Any) -> dict[str, float]:
+        """Reshape ``data.batch['advantages']`` (and ``returns``) of a verl ``DataProto`` in place.
+
+        Call it right after verl's ``compute_advantage``. The advantages verl computed are
+        replaced by proas's base estimator + ProAS shaping on the same trajectories; with
+        ``estimator_options={"cross_steps": True}`` the base equals verl-agent's GRPO / GiGPO
+        (tests/test_verl_parity.py). Returns metrics to log (``proas/...``).
+        """
+        row_adv = self.step_advantages(data.non_tensor_batch)
+        mask = response_mask_of(data.batch)
+        adv = broadcast_to_tokens(row_adv, mask)
+        old = data.batch.get("advantages", None) if hasattr(data.batch, "get") else None
+        if old is not None:
+            adv = adv.to(old.dtype)
+        data.batch["advantages"] = adv
+        # outcome estimators have no critic: verl sets returns = advantages, and so do we
+        data.batch["returns"] = adv.clone()
+        return self.metrics()
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of the last batch and of the graph, under ``proas/`` keys."""
+        res, layout = self.last_result, self.last_layout
+        out = {
+            "proas/graph_nodes": float(self.graph.num_nodes),
+            "proas/graph_edges": float(self.graph.num_edges),
+            "proas/batches_seen": float(self.batches_seen),
+        }
+        if res is not None and layout is not None and len(res.advantage):
+            out.update(
+                {
+                    "proas/reasonable_rate": float(np.mean(res.rea)),
+                    "proas/advancing_rate": float(np.mean(res.pa)),
+                    "proas/future_drift_mean": float(np.mean(res.fd)),
+                    "proas/changed_step_rate": float(
+                        np.mean(~np.isclose(res.advantage, res.base_advantage))
+                    ),
+                    "proas/duplicate_rows": float(layout.n_duplicate_rows),
+                }
+            )
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, checkpoint_dir: str | os.PathLike) -> Path:
+        """Write the graph and the counters into ``checkpoint_dir/proas/`` (atomically).
+
+        ``checkpoint_dir`` is verl's ``{default_local_dir}/global_step_{N}``; call it where the
+        trainer saves its own checkpoint. Returns the folder written.
+        """
+        out = Path(checkpoint_dir) / CHECKPOINT_SUBDIR
+        out.mkdir(parents=True, exist_ok=True)
+        self.graph.save(out / "graph.json.gz")
+        atomic_write_json(
+            out / "state.json",
+            {
+                "format": _STATE_FORMAT,
+                "version": _STATE_VERSION,
+                "batches_seen": self.batches_seen,
+                "estimator": self.estimator,
+                "shaping": self.shaping,
+                "evolve": self.evolve,
+                "seed": self.seed,
+            },
+        )
+        return out
+
+    def load_checkpoint(self, checkpoint_dir: str | os.PathLike) -> None:
+        """Restore the graph and counters written by ``save_checkpoint`` into ``checkpoint_dir``."""
+        folder = Path(checkpoint_dir) / CHECKPOINT_SUBDIR
+        state_path = folder / "state.json"
+        try:
+            state = json.loads(state_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ProasError(f"no ProAS checkpoint in {checkpoint_dir} ({state_path} is missing)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProasError(f"{state_path}: corrupt ProAS checkpoint state ({type(exc).__name__})") from None
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            raise ProasError(f"{state_path}: not a ProAS checkpoint state")
+        if state.get("version") != _STATE_VERSION:
+            raise ProasError(f"{state_path}: unsupported version {state.get('version')!r}")
+        seen = state.get("batches_seen")
+        if not isinstance(seen, int) or seen < 0:
+            raise ProasError(f"{state_path}: bad batches_seen {seen!r}")
+        graph = ReferenceGraph.load(folder / "graph.json.gz")
+        self.graph, self.batches_seen = graph, seen
+
+    def resume(self, default_local_dir: str | os.PathLike) -> int | None:
+        """Load the ProAS state of verl's latest checkpoint under ``default_local_dir``.
+
+        Reads verl's ``latest_checkpointed_iteration.txt``; returns the step resumed from, or
+        ``None`` when there is no checkpoint yet (a fresh run keeps its initial graph).
+        """
+        tracker = Path(default_local_dir) / VERL_TRACKER_FILE
+        if not tracker.exists():
+            return None
+        text = tracker.read_text(encoding="utf-8").strip()
+        try:
+            step = int(text)
+        except ValueError:
+            raise ProasError(f"{tracker}: expected a step number, got {text[:40]!r}") from None
+        self.load_checkpoint(Path(default_local_dir) / f"global_step_{step}")
+        return step

@@ -1,0 +1,368 @@
+"""verl step rows <-> proas trajectories, and step advantages -> token advantages.
+
+verl-agent trains on one ``DataProto`` row per executed (trajectory, step): one prompt, one
+response. The rows of a trajectory share ``traj_uid``; the trajectories of one task share
+``uid``; trainer code reorders rows (``_balance_batch``) and pads the batch with copies of random
+rows (``adjust_batch``) before the advantage is computed. So this module never trusts row order
+when a step-index column exists, and maps every copy of a step to the same step.
+
+Everything here works on plain mappings of numpy arrays (``DataProto.non_tensor_batch``) and
+torch tensors, so it is testable without verl installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from proas.errors import ProasError
+from proas.types import Step, Trajectory
+
+__all__ = [
+    "StepColumns",
+    "RowLayout",
+    "rows_to_trajectories",
+    "trajectories_to_rows",
+    "step_values_to_rows",
+    "broadcast_to_tokens",
+    "response_mask_of",
+]
+
+
+@dataclass(frozen=True)
+class StepColumns:
+    """Names of the ``non_tensor_batch`` columns the bridge reads. verl-agent's names by default.
+
+    ``uid``, ``traj_uid``, ``anchor_obs``, ``is_action_valid``, ``rewards`` and
+    ``episode_rewards`` are what verl-agent's rollout loop already writes; ``step_index``,
+    ``abstract_state``, ``next_abstract_state`` and ``action`` are the four a verl-agent env
+    manager / rollout loop must add for ProAS (docs/verl.md).
+    """
+
+    group: str = "uid"
+    """episode group: the G rollouts of one task instance (GRPO's group)."""
+    trajectory: str = "traj_uid"
+    """one episode; its rows are its steps."""
+    step: str | None = "step_index"
+    """0-based step number within the trajectory. ``None``: the rows are already in step order
+    (only true with ``trainer.balance_batch=False`` and no batch padding)."""
+    state: str = "abstract_state"
+    """abstract state the action was taken in, ``s_t`` (the env's ``info['abstract_state']``
+    before the step)."""
+    next_state: str = "next_abstract_state"
+    """abstract state after the action, ``s_{t+1}``."""
+    action: str | None = "action"
+    """the executed action text (after verl-agent's projection). ``None``: not recorded; graph
+    edges then carry an empty action."""
+    anchor: str | None = "anchor_obs"
+    """raw current observation, GiGPO's anchor. ``None`` or absent: the abstract state is used."""
+    valid: str | None = "is_action_valid"
+    """``error_t = not is_action_valid``; used unless ``error`` names a column."""
+    error: str | None = None
+    """a column holding ``error_t`` directly (e.g. one that also flags inadmissible commands and
+    "Nothing happens."); takes precedence over ``valid``."""
+    step_reward: str | None = "rewards"
+    """the env's reward for the step, ``r_t`` (GiGPO's discounted step returns). ``None`` or
+    absent: the credit layer puts the outcome on the last step."""
+    episode_reward: str = "episode_rewards"
+    """the trajectory's outcome reward ``R_i``, copied onto each of its rows."""
+    won: str | None = None
+    """optional per-row success flag; absent: success means ``R_i > 0``."""
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any] | None) -> "StepColumns":
+        """Build from a config mapping (e.g. ``proas.columns`` of a verl YAML); unknown keys raise."""
+        if cfg is None:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ProasError(
+                f"unknown proas column setting(s) {unknown}; valid: {sorted(known)}"
+            )
+        return cls(**{k: (None if v is None else str(v)) for k, v in cfg.items()})
+
+
+@dataclass
+class RowLayout:
+    """Where each row's step lives in the flat step arrays of the credit layer.
+
+    ``trajectories`` are in first-seen row order, their steps in step order, so the credit
+    layer's flat arrays (trajectory after trajectory) index steps as ``offsets[i] + t``;
+    ``row_to_step[r]`` is that flat index for row ``r``. Copies of a step (batch padding) map to
+    the same flat index.
+    """
+
+    trajectories: list[Trajectory]
+    row_to_step: np.ndarray  # (n_rows,) int64
+    offsets: np.ndarray  # (n_traj + 1,) int64
+    n_duplicate_rows: int
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.offsets[-1])
+
+
+def _column(non_tensor: Mapping[str, Any], name: str, n_rows: int) -> np.ndarray:
+    col = np.asarray(non_tensor[name], dtype=object)
+    if col.ndim == 0 or len(col) != n_rows:
+        raise ProasError(
+            f"non_tensor_batch[{name!r}] has {col.size} entries, expected one per row ({n_rows})"
+        )
+    return col
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return repr(value.tolist())
+    return str(value)
+
+
+def _as_float(value: Any, what: str) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ProasError(f"{what}: expected a number, got {value!r}") from None
+    if not np.isfinite(out):
+        raise ProasError(f"{what}: expected a finite number, got {out}")
+    return out
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return bool(int(value))
+
+
+def rows_to_trajectories(
+    non_tensor: Mapping[str, Any], columns: StepColumns | None = None
+) -> RowLayout:
+    """Group verl step rows into proas trajectories.
+
+    Args:
+        non_tensor: ``DataProto.non_tensor_batch``: column name -> array with one entry per row.
+        columns: the column names to read (verl-agent's by default).
+
+    Returns:
+        the trajectories (first-seen order) and the row -> flat-step map.
+
+    Raises:
+        ProasError: a required column is missing, a trajectory spans two groups, its rows
+            disagree on its outcome reward, its step numbers have gaps, or two copies of one
+            step disagree on the state they record.
+    """
+    cols = columns or StepColumns()
+    required = [cols.group, cols.trajectory, cols.state, cols.next_state, cols.episode_reward]
+    if cols.step is not None:
+        required.append(cols.step)
+    if cols.error is not None:
+        required.append(cols.error)
+    if cols.action is not None:
+        required.append(cols.action)
+    missing = [name for name in required if name not in non_tensor]
+    if missing:
+        raise ProasError(
+            f"non_tensor_batch lacks column(s) {missing} that ProAS needs "
+            f"(present: {sorted(non_tensor)}); add them in the env manager or rename them "
+            f"with StepColumns (docs/verl.md)"
+        )
+    n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
+    get = lambda name: _column(non_tensor, name, n_rows)  # noqa: E731
+    group, traj = get(cols.group), get(cols.trajectory)
+    state, next_state = get(cols.state), get(cols.next_state)
+    outcome = get(cols.episode_reward)
+    action = get(cols.action) if cols.action is not None else None
+    step_no = get(cols.step) if cols.step is not None else None
+    if cols.error is not None:
+        error = np.array([_as_bool(v) for v in get(cols.error)], dtype=bool)
+    elif cols.valid is not None and cols.valid in non_tensor:
+        error = np.array([not _as_bool(v) for v in get(cols.valid)], dtype=bool)
+    else:
+        error = np.zeros(n_rows, dtype=bool)
+    anchor = get(cols.anchor) if cols.anchor is not None and cols.anchor in non_tensor else None
+    step_reward = (
+        get(cols.step_reward)
+        if cols.step_reward is not None and cols.step_reward in non_tensor
+        else None
+    )
+    won = get(cols.won) if cols.won is not None and cols.won in non_tensor else None
+
+    # rows of each trajectory, trajectories in first-seen order
+    rows_of: dict[str, list[int]] = {}
+    for r in range(n_rows):
+        rows_of.setdefault(_as_text(traj[r]), []).append(r)
+
+    trajectories: list[Trajectory] = []
+    row_to_step = np.empty(n_rows, dtype=np.int64)
+    offsets = [0]
+    n_dup = 0
+    for tid, rows in rows_of.items():
+        groups = {_as_text(group[r]) for r in rows}
+        if len(groups) != 1:
+            raise ProasError(f"trajectory {tid!r} has rows in several groups {sorted(groups)}")
+        outcomes = {_as_float(outcome[r], f"{cols.episode_reward} of trajectory {tid!r}") for r in rows}
+        if len(outcomes) != 1:
+            raise ProasError(
+                f"trajectory {tid!r}: its rows disagree on {cols.episode_reward!r}: {sorted(outcomes)}"
+            )
+        if step_no is None:
+            order = {r: t for t, r in enumerate(rows)}
+            canonical = rows
+        else:
+            order = {}
+            first_row_of_step: dict[int, int] = {}
+            for r in rows:
+                t = int(step_no[r])
+                if t < 0:
+                    raise ProasError(f"trajectory {tid!r}: negative {cols.step} {t}")
+                order[r] = t
+                if t in first_row_of_step:
+                    first = first_row_of_step[t]
+                    if (_as_text(state[r]), _as_text(next_state[r])) != (
+                        _as_text(state[first]),
+                        _as_text(next_state[first]),
+                    ):
+                        raise ProasError(
+                            f"trajectory {tid!r}: two rows claim step {t} with different states"
+                        )
+                    n_dup += 1
+                else:
+                    first_row_of_step[t] = r
+            n_steps = len(first_row_of_step)
+            if sorted(first_row_of_step) != list(range(n_steps)):
+                raise ProasError(
+                    f"trajectory {tid!r}: {cols.step} values {sorted(first_row_of_step)} "
+                    f"are not 0..{n_steps - 1}"
+                )
+            canonical = [first_row_of_step[t] for t in range(n_steps)]
+        steps = []
+        for r in canonical:
+            steps.append(
+                Step(
+                    state=_as_text(state[r]),
+                    action=_as_text(action[r]) if action is not None else "",
+                    next_state=_as_text(next_state[r]),
+                    error=bool(error[r]),
+                    anchor=_as_text(anchor[r]) if anchor is not None else None,
+                    reward=(
+                        _as_float(step_reward[r], f"{cols.step_reward} of trajectory {tid!r}")
+                        if step_reward is not None
+                        else None
+                    ),
+                )
+            )
+        base = offsets[-1]
+        for r in rows:
+            row_to_step[r] = base + order[r]
+        trajectories.append(
+            Trajectory(
+                group=groups.pop(),
+                trajectory=tid,
+                reward=outcomes.pop(),
+                steps=steps,
+                won=_as_bool(won[rows[0]]) if won is not None else None,
+            )
+        )
+        offsets.append(base + len(steps))
+    return RowLayout(
+        trajectories=trajectories,
+        row_to_step=row_to_step,
+        offsets=np.asarray(offsets, dtype=np.int64),
+        n_duplicate_rows=n_dup,
+    )
+
+
+def trajectories_to_rows(
+    trajectories: Sequence[Trajectory], columns: StepColumns | None = None
+) -> dict[str, np.ndarray]:
+    """The ``non_tensor_batch`` columns a verl-agent rollout would write for these trajectories.
+
+    One row per step, trajectories one after another, as verl-agent's ``gather_rollout_data``
+    lays them out; every column is an object array, as verl-agent stores them. The inverse of
+    :func:`rows_to_trajectories` (used by tests, and by anyone feeding proas rollouts to verl)
+    up to the credit layer's own defaults: a missing anchor is written as the state, and a
+    trajectory without step rewards gets its outcome on the last step.
+    """
+    cols = columns or StepColumns()
+    out: dict[str, list[Any]] = {}
+
+    def put(name: str | None, value: Any) -> None:
+        if name is not None:
+            out.setdefault(name, []).append(value)
+
+    for traj in trajectories:
+        for t, step in enumerate(traj.steps):
+            put(cols.group, traj.group)
+            put(cols.trajectory, traj.trajectory)
+            put(cols.step, t)
+            put(cols.state, step.state)
+            put(cols.next_state, step.next_state)
+            put(cols.action, step.action)
+            put(cols.anchor, step.anchor if step.anchor is not None else step.state)
+            if cols.error is not None:
+                put(cols.error, bool(step.error))
+            else:
+                put(cols.valid, not step.error)
+            if step.reward is not None:
+                put(cols.step_reward, float(step.reward))
+            else:  # the credit layer's convention: the outcome on the last step
+                put(cols.step_reward, float(traj.reward) if t == len(traj.steps) - 1 else 0.0)
+            put(cols.episode_reward, float(traj.reward))
+            if traj.won is not None:
+                put(cols.won, bool(traj.won))
+    result = {}
+    for name, values in out.items():
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        result[name] = arr
+    return result
+
+
+def step_values_to_rows(values: np.ndarray, layout: RowLayout) -> np.ndarray:
+    """Per-step values (flat, trajectory after trajectory) -> one value per row, copies included."""
+    values = np.asarray(values)
+    if values.shape[0] != layout.n_steps:
+        raise ValueError(
+            f"expected {layout.n_steps} step values for this batch, got shape {values.shape}"
+        )
+    return values[layout.row_to_step]
+
+
+def response_mask_of(batch: Any) -> Any:
+    """The (bs, response_length) 0/1 mask of response tokens of a verl ``DataProto.batch``.
+
+    verl's trainer stores ``response_mask`` before computing advantages; older batches only have
+    ``attention_mask`` over prompt + response, whose last ``response_length`` columns are it.
+    """
+    keys = set(batch.keys())
+    if "response_mask" in keys:
+        return batch["response_mask"]
+    if "attention_mask" in keys and "responses" in keys:
+        return batch["attention_mask"][:, -batch["responses"].shape[-1] :]
+    raise ProasError(
+        f"the batch has neither 'response_mask' nor 'attention_mask' + 'responses' (keys: {sorted(keys)})"
+    )
+
+
+def broadcast_to_tokens(row_values: np.ndarray, response_mask: Any) -> Any:
+    """Every response token of a step row gets the row's value; padding gets 0.
+
+    Args:
+        row_values: (bs,) one value per row.
+        response_mask: (bs, response_length) torch tensor, 1 on response tokens.
+
+    Returns:
+        (bs, response_length) float32 tensor on the mask's device,
+        ``row_values[:, None] * response_mask``.
+    """
+    import torch
+
+    n = response_mask.shape[0]
+    if np.shape(row_values) != (n,):
+        raise ValueError(f"expected {n} row values, got shape {np.shape(row_values)}")
+    vals = torch.as_tensor(np.asarray(row_values, dtype=np.float32), device=response_mask.device)
+    return vals[:, None] * response_mask.to(torch.float32)

@@ -1,0 +1,334 @@
+"""The verl bridge without verl: step rows <-> trajectories, token broadcasting, the graph's life.
+
+These run in the main suite (numpy + torch only); tests/test_verl_parity.py repeats the
+end-to-end checks on real verl ``DataProto`` objects in the verl venv (.ci/verl_env.sh).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from proas.credit import ReferenceGraph, compute_credit
+from proas.errors import ProasError
+from proas.integrations.verl import (
+    ProASCredit,
+    StepColumns,
+    broadcast_to_tokens,
+    rows_to_trajectories,
+    step_values_to_rows,
+    trajectories_to_rows,
+)
+from proas.types import Step, Trajectory
+
+SQ = 1 / np.sqrt(2)  # GRPO advantage magnitude of a {1, 0} group: 0.5 / std([1, 0])
+
+
+def hand_batch() -> list[Trajectory]:
+    """One group: a success with an error step, a failure that loops and returns to the start."""
+    win = Trajectory(
+        group="g", trajectory="win", reward=1.0,
+        steps=[
+            Step("s0", "go", "s1"),
+            Step("s1", "bad", "s1", error=True),
+            Step("s1", "take", "goal"),
+        ],
+    )
+    lose = Trajectory(
+        group="g", trajectory="lose", reward=0.0,
+        steps=[
+            Step("s0", "wander", "x"),
+            Step("x", "look", "x"),
+            Step("x", "back", "s0"),
+        ],
+    )
+    return [win, lose]
+
+
+# Worked by hand. GRPO: A = +-0.5 / std([1, 0]) = +-1/sqrt(2) (std unbiased, eps negligible).
+# Graph from the win's clean path s0 -> s1 -> goal. Win: Rea = [1, 0, 1] (step 1 is an error)
+# -> MUI gives [A, 0, A]. Lose: x is no node, so Rea = [0, 0, 1] (s0 is a node), PA = [0, 0, 0]
+# (s0 was visited), D = [3, 2, 1], mean 2 -> APR gives A * [1.5, 1, 0.5].
+HAND_ADVANTAGE = np.array([SQ, 0.0, SQ, -1.5 * SQ, -SQ, -0.5 * SQ])
+
+
+class FakeDataProto:
+    """verl's DataProto layout (``batch`` of tensors, ``non_tensor_batch`` of object arrays)."""
+
+    def __init__(self, batch: dict, non_tensor_batch: dict):
+        self.batch = batch
+        self.non_tensor_batch = non_tensor_batch
+
+    def __len__(self) -> int:
+        return next(iter(self.batch.values())).shape[0]
+
+
+def fake_data(trajs, perm=None, response_len=4, seed=0) -> FakeDataProto:
+    rows = trajectories_to_rows(trajs)
+    n = len(rows["uid"])
+    perm = np.arange(n) if perm is None else np.asarray(perm)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, response_len + 1, size=len(perm))
+    mask = (torch.arange(response_len)[None, :] < torch.as_tensor(lengths)[:, None]).to(torch.int64)
+    return FakeDataProto(
+        {"response_mask": mask, "advantages": torch.zeros(len(perm), response_len)},
+        {k: v[perm] for k, v in rows.items()},
+    )
+
+
+# ---------------------------------------------------------------------- rows <-> trajectories
+def test_round_trip_recovers_every_step_field():
+    trajs = hand_batch()
+    for tr in trajs:
+        for t, s in enumerate(tr.steps):
+            s.anchor = f"obs {tr.trajectory} {t}"
+            s.reward = float(t)
+    layout = rows_to_trajectories(trajectories_to_rows(trajs))
+    assert [t.to_json() for t in layout.trajectories] == [t.to_json() for t in trajs]
+    assert layout.row_to_step.tolist() == list(range(6))
+    assert layout.offsets.tolist() == [0, 3, 6]
+
+
+def test_shuffled_rows_are_put_back_in_step_order():
+    trajs = hand_batch()
+    perm = np.array([4, 2, 0, 5, 1, 3])
+    rows = {k: v[perm] for k, v in trajectories_to_rows(trajs).items()}
+    layout = rows_to_trajectories(rows)
+    # first-seen trajectory is "lose" (row 0 holds lose's step 1)
+    assert [t.trajectory for t in layout.trajectories] == ["lose", "win"]
+    assert [s.action for s in layout.trajectories[0].steps] == ["wander", "look", "back"]
+    # row r holds original step perm[r]; lose's steps now come first
+    flat_of_original = {3: 0, 4: 1, 5: 2, 0: 3, 1: 4, 2: 5}
+    assert layout.row_to_step.tolist() == [flat_of_original[int(p)] for p in perm]
+
+
+def test_padding_copies_map_to_the_same_step():
+    trajs = hand_batch()
+    rows = trajectories_to_rows(trajs)
+    pick = np.array([0, 1, 2, 3, 4, 5, 4, 1])  # verl-agent's adjust_batch appends copies
+    layout = rows_to_trajectories({k: v[pick] for k, v in rows.items()})
+    assert layout.n_duplicate_rows == 2
+    assert layout.n_steps == 6
+    assert layout.row_to_step.tolist() == [0, 1, 2, 3, 4, 5, 4, 1]
+    vals = np.arange(6) * 10.0
+    assert step_values_to_rows(vals, layout).tolist() == [0, 10, 20, 30, 40, 50, 40, 10]
+
+
+def test_without_a_step_column_row_order_is_step_order():
+    trajs = hand_batch()
+    cols = StepColumns(step=None)
+    rows = trajectories_to_rows(trajs, cols)
+    assert "step_index" not in rows
+    layout = rows_to_trajectories(rows, cols)
+    got = [(s.state, s.action, s.next_state, s.error) for t in layout.trajectories for s in t.steps]
+    assert got == [(s.state, s.action, s.next_state, s.error) for t in trajs for s in t.steps]
+
+
+def test_missing_step_rewards_become_the_outcome_on_the_last_step():
+    layout = rows_to_trajectories(trajectories_to_rows(hand_batch()))
+    assert [s.reward for s in layout.trajectories[0].steps] == [0.0, 0.0, 1.0]
+    assert [s.anchor for s in layout.trajectories[1].steps] == ["s0", "x", "x"]
+
+
+def test_error_is_not_is_action_valid_unless_an_error_column_is_named():
+    trajs = hand_batch()
+    rows = trajectories_to_rows(trajs)
+    assert rows["is_action_valid"].tolist() == [True, False, True, True, True, True]
+    layout = rows_to_trajectories(rows)
+    assert [s.error for s in layout.trajectories[0].steps] == [False, True, False]
+    rows["proas_error"] = np.array([0, 0, 0, 0, 1, 0], dtype=object)  # e.g. "Nothing happens."
+    layout = rows_to_trajectories(rows, StepColumns(error="proas_error"))
+    assert [s.error for s in layout.trajectories[1].steps] == [False, True, False]
+    assert [s.error for s in layout.trajectories[0].steps] == [False, False, False]
+
+
+def test_missing_columns_are_named_in_one_clear_error():
+    rows = trajectories_to_rows(hand_batch())
+    del rows["abstract_state"], rows["step_index"]
+    with pytest.raises(ProasError, match=r"lacks column\(s\) \['abstract_state', 'step_index'\]"):
+        rows_to_trajectories(rows)
+
+
+def test_inconsistent_rows_are_refused():
+    rows = trajectories_to_rows(hand_batch())
+    bad = dict(rows, uid=np.array(["g", "g", "h", "g", "g", "g"], dtype=object))
+    with pytest.raises(ProasError, match="several groups"):
+        rows_to_trajectories(bad)
+    bad = dict(rows, episode_rewards=np.array([1, 1, 0, 0, 0, 0], dtype=object))
+    with pytest.raises(ProasError, match="disagree on 'episode_rewards'"):
+        rows_to_trajectories(bad)
+    bad = dict(rows, step_index=np.array([0, 1, 3, 0, 1, 2], dtype=object))
+    with pytest.raises(ProasError, match=r"are not 0\.\.2"):
+        rows_to_trajectories(bad)
+    pick = np.array([0, 1, 2, 3, 4, 5, 0])
+    bad = {k: v[pick] for k, v in rows.items()}
+    bad["next_abstract_state"] = bad["next_abstract_state"].copy()
+    bad["next_abstract_state"][6] = "elsewhere"
+    with pytest.raises(ProasError, match="two rows claim step 0"):
+        rows_to_trajectories(bad)
+
+
+def test_unknown_column_setting_is_refused():
+    with pytest.raises(ProasError, match="unknown proas column"):
+        StepColumns.from_mapping({"trajectory_id": "tid"})
+    assert StepColumns.from_mapping({"trajectory": "tid"}).trajectory == "tid"
+
+
+# ---------------------------------------------------------------------- tokens
+def test_every_response_token_gets_the_step_value_and_padding_gets_zero():
+    mask = torch.tensor([[1, 1, 0], [0, 1, 1], [0, 0, 0]])
+    out = broadcast_to_tokens(np.array([1.5, -2.0, 7.0]), mask)
+    assert out.dtype == torch.float32
+    assert out.tolist() == [[1.5, 1.5, 0.0], [0.0, -2.0, -2.0], [0.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="expected 3 row values"):
+        broadcast_to_tokens(np.zeros(2), mask)
+
+
+# ---------------------------------------------------------------------- the hook
+def test_reshape_gives_the_hand_worked_proas_advantages_on_shuffled_padded_rows():
+    trajs = hand_batch()
+    pick = np.array([5, 1, 3, 0, 2, 4, 1])
+    data = fake_data(trajs, pick)
+    credit = ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False)
+    credit.reshape(data)
+    mask = data.batch["response_mask"].numpy()
+    expected = HAND_ADVANTAGE[pick][:, None] * mask
+    np.testing.assert_allclose(data.batch["advantages"].numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(data.batch["returns"].numpy(), data.batch["advantages"].numpy())
+
+
+def test_an_empty_evolving_graph_learns_the_batch_successes_before_annotating():
+    trajs = hand_batch()
+    data = fake_data(trajs)
+    credit = ProASCredit()  # empty graph, evolving
+    metrics = credit.reshape(data)
+    first_tokens = data.batch["advantages"][:, 0].numpy()
+    np.testing.assert_allclose(first_tokens, HAND_ADVANTAGE, rtol=1e-5)
+    assert set(credit.graph.nodes()) == {"s0", "s1", "goal"}
+    assert metrics["proas/graph_nodes"] == 3.0
+    assert metrics["proas/reasonable_rate"] == pytest.approx(3 / 6)
+
+
+def test_a_static_empty_graph_masks_every_success_step():
+    data = fake_data(hand_batch())
+    credit = ProASCredit(evolve=False)
+    credit.reshape(data)
+    assert credit.graph.num_nodes == 0
+    adv = data.batch["advantages"][:, 0].numpy()
+    assert adv[:3].tolist() == [0.0, 0.0, 0.0]  # nothing is a node: Rea = 0 everywhere
+    # failure: no step advances, D = [3, 2, 1] as before
+    np.testing.assert_allclose(adv[3:], HAND_ADVANTAGE[3:], rtol=1e-5)
+
+
+@pytest.mark.parametrize("estimator,options,shaping", [
+    ("grpo", {"cross_steps": True}, "proas"),
+    ("gigpo", {"mode": "mean_std_norm"}, "proas"),
+    ("rloo", {}, "no_mui"),
+    ("reinforce_pp", {}, "suffix"),
+])
+def test_reshape_equals_compute_credit_on_the_same_trajectories(estimator, options, shaping):
+    rng = np.random.default_rng(3)
+    trajs = random_batch(rng)
+    perm = rng.permutation(sum(len(t) for t in trajs))
+    data = fake_data(trajs, perm, response_len=5, seed=1)
+    oracle = trajs[:1]
+    credit = ProASCredit(
+        ReferenceGraph.from_trajectories(oracle), estimator=estimator,
+        estimator_options=options, shaping=shaping,
+    )
+    credit.reshape(data)
+    ref = compute_credit(
+        rows_to_trajectories(trajectories_to_rows(trajs)).trajectories,
+        ReferenceGraph.from_trajectories(oracle), estimator=estimator,
+        estimator_options=options, shaping=shaping, evolve=True,
+    )
+    expected = ref.advantage[perm][:, None] * data.batch["response_mask"].numpy()
+    np.testing.assert_allclose(data.batch["advantages"].numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(ref.advantage, ref.base_advantage)  # the shaping did something
+
+
+def random_batch(rng: np.random.Generator, n_groups: int = 3, group_size: int = 4) -> list[Trajectory]:
+    """Small random rooms: states r0..r5, goal g; some errors, loops and shared anchors."""
+    trajs = []
+    for gi in range(n_groups):
+        for k in range(group_size):
+            n = int(rng.integers(1, 6))
+            states = ["r0"] + [f"r{int(rng.integers(0, 6))}" for _ in range(n)]
+            won = bool(rng.random() < 0.5)
+            if won:
+                states[-1] = "g"
+            steps = [
+                Step(states[t], f"a{t}", states[t + 1], error=bool(rng.random() < 0.2),
+                     anchor=f"obs-{states[t]}", reward=(10.0 if won and t == n - 1 else 0.0))
+                for t in range(n)
+            ]
+            trajs.append(Trajectory(f"G{gi}", f"T{gi}.{k}", 10.0 if won else 0.0, steps))
+        trajs[gi * group_size].reward = 10.0  # every group has a success ...
+        trajs[gi * group_size].steps[-1].next_state = "g"
+        trajs[gi * group_size].steps[-1].reward = 10.0
+    return trajs
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ProasError, match="cannot be reshaped inside verl"):
+        ProASCredit(estimator="gae")
+    with pytest.raises(ProasError, match="unknown shaping"):
+        ProASCredit(shaping="sideways")
+    with pytest.raises(ProasError, match="unknown proas config key"):
+        ProASCredit.from_config({"estimater": "grpo"})
+    credit = ProASCredit(estimator_options={"gamma": 0.9})  # grpo has no gamma
+    with pytest.raises(ProasError, match="ProAS credit failed"):
+        credit.reshape(fake_data(hand_batch()))
+
+
+def test_from_config_loads_the_graph_and_settings(tmp_path):
+    from omegaconf import OmegaConf
+
+    graph = ReferenceGraph.from_trajectories(hand_batch())
+    graph.save(tmp_path / "arg.json.gz")
+    cfg = OmegaConf.create({
+        "graph": str(tmp_path / "arg.json.gz"), "estimator": "gigpo",
+        "estimator_options": {"cross_steps": True, "mode": "mean_norm"},
+        "shaping": "no_apr", "evolve": False, "columns": {"step": "t"}, "seed": 7,
+    })
+    credit = ProASCredit.from_config(cfg)
+    assert (credit.estimator, credit.shaping, credit.evolve, credit.seed) == ("gigpo", "no_apr", False, 7)
+    assert credit.estimator_options == {"cross_steps": True, "mode": "mean_norm"}
+    assert credit.columns.step == "t"
+    assert set(credit.graph.nodes()) == {"s0", "s1", "goal"}
+
+
+# ---------------------------------------------------------------------- checkpoints
+def test_checkpoint_round_trip_and_resume_from_verls_tracker(tmp_path):
+    credit = ProASCredit()
+    credit.reshape(fake_data(hand_batch()))
+    step_dir = tmp_path / "global_step_5"
+    credit.save_checkpoint(step_dir)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5")
+
+    fresh = ProASCredit()
+    assert fresh.resume(tmp_path) == 5
+    assert fresh.batches_seen == 1
+    assert sorted(fresh.graph.edges()) == sorted(credit.graph.edges())
+    assert ProASCredit().resume(tmp_path / "nothing-here") is None
+
+
+def test_corrupt_or_missing_checkpoints_are_clear_errors_and_leave_the_graph(tmp_path):
+    credit = ProASCredit(ReferenceGraph.from_trajectories(hand_batch()))
+    with pytest.raises(ProasError, match="no ProAS checkpoint"):
+        credit.load_checkpoint(tmp_path)
+    saved = credit.save_checkpoint(tmp_path)
+    (saved / "state.json").write_text("{not json")
+    with pytest.raises(ProasError, match="corrupt ProAS checkpoint"):
+        credit.load_checkpoint(tmp_path)
+    (saved / "state.json").write_text(json.dumps({"format": "proas-verl-credit", "version": 1, "batches_seen": 2}))
+    (saved / "graph.json.gz").write_bytes(b"\x1f\x8bgarbage")
+    with pytest.raises(ProasError, match="corrupt graph file"):
+        credit.load_checkpoint(tmp_path)
+    assert credit.graph.num_nodes == 3 and credit.batches_seen == 0
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("five")
+    with pytest.raises(ProasError, match="expected a step number"):
+        credit.resume(tmp_path)
