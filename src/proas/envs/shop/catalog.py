@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.envs.shop.catalog_spec import ADJECTIVES, BRAND_PARTS_A, BRAND_PARTS_B, FILLER, TYPES, ProductType
-from proas.envs.shop.reward import MATCH_THRESHOLD, token_set_ratio
+from proas.envs.shop.reward import MATCH_THRESHOLD, normalize_color, token_set_ratio
 from proas.fileio import atomic_write_bytes
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "shop"
@@ -67,6 +67,11 @@ def check_type(t: ProductType) -> None:
         if token_set_ratio(a, b) > MATCH_THRESHOLD or a in b or b in a:
             raise ValueError(f"{t.query}: attributes {a!r} and {b!r} match each other")
     values = [v for _, pool in t.options for v in pool]
+    for v in values:
+        # WebShop's colour normalisation must not turn a value into a word it lacks
+        # ("grapefruit" -> "grape"), or a goal asking for it could never be matched
+        if normalize_color(v) != v and normalize_color(v) not in v.split():
+            raise ValueError(f"{t.query}: option value {v!r} normalises to {normalize_color(v)!r}")
     if len(values) != len(set(values)):
         raise ValueError(f"{t.query}: an option value repeats across option groups")
 

@@ -168,7 +168,7 @@ TYPES: dict[str, tuple[ProductType, ...]] = {
         ProductType("sparkling water", "Grocery & Gourmet Food › Beverages › Bottled Beverages, Water & Drink Mixes › Water › Sparkling Water",
                     ("Sparkling Water", "Flavored Sparkling Water"), ("water",),
                     ("zero calories", "no artificial sweeteners", "caffeine free", "natural flavor", "bpa free cans"),
-                    (("flavor name", ("lime", "grapefruit", "black cherry", "mango")), ("size", ("12 pack", "24 pack"))), (6.0, 30.0)),
+                    (("flavor name", ("lime", "watermelon", "black cherry", "mango")), ("size", ("12 pack", "24 pack"))), (6.0, 30.0)),
     ),
     "furniture": (
         ProductType("office chair", "Home & Kitchen › Furniture › Home Office Furniture › Home Office Chairs › Home Office Desk Chairs",
