@@ -1,4 +1,54 @@
 """The credit layer: reference graph, step annotations, base estimators and ProAS shaping.
 
-Pure functions over arrays plus the graph; imports nothing from envs, policies or the trainer.
+Pure functions over arrays plus the graph; imports nothing from envs, policies or the trainer,
+so a verl user can take it alone. Symbols of the paper and where they live:
+
+==================  ======================================================
+``Rea_t``           ``annotate(...).rea`` / ``CreditResult.rea``
+``PA_t``            ``annotate(...).pa`` / ``CreditResult.pa``
+``D_{i,t}``         ``future_drift`` / ``CreditResult.fd``
+``A_i``             ``BaseAdvantage.traj`` / ``CreditResult.traj_advantage``
+``B_{i,t}``         ``BaseAdvantage.step`` / ``CreditResult.step_advantage``
+``U``, ``T_i``      ``BaseAdvantage.uniform`` / ``CreditResult.uniform``
+``Ã_{i,t}``         ``shape`` (MUI: ``mask_unreasonable``, APR: ``redistribute_penalty``)
+==================  ======================================================
 """
+
+from proas.credit.annotate import Annotations, annotate, annotate_loop, future_drift
+from proas.credit.batch import CreditBatch
+from proas.credit.estimators import (
+    ESTIMATORS,
+    BaseAdvantage,
+    dynamic_sampling_keep,
+    get_estimator,
+    register_estimator,
+)
+from proas.credit.graph import GraphFileError, ReferenceGraph, clean_path
+from proas.credit.pipeline import ARG_VARIANTS, CreditResult, compute_credit, credit_arrays, make_reference_graph
+from proas.credit.shaping import SHAPINGS, mask_unreasonable, progress_bonus, redistribute_penalty, shape
+
+__all__ = [
+    "ARG_VARIANTS",
+    "Annotations",
+    "BaseAdvantage",
+    "CreditBatch",
+    "CreditResult",
+    "ESTIMATORS",
+    "GraphFileError",
+    "ReferenceGraph",
+    "SHAPINGS",
+    "annotate",
+    "annotate_loop",
+    "clean_path",
+    "compute_credit",
+    "credit_arrays",
+    "dynamic_sampling_keep",
+    "future_drift",
+    "get_estimator",
+    "make_reference_graph",
+    "mask_unreasonable",
+    "progress_bonus",
+    "redistribute_penalty",
+    "register_estimator",
+    "shape",
+]

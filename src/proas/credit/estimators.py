@@ -1,0 +1,292 @@
+"""Base advantage estimators, registered by name.
+
+Each estimator maps a ``CreditBatch`` to a ``BaseAdvantage`` (DESIGN.md §2):
+
+- ``traj``: ``(n,)`` the trajectory-level advantage ``A_i``, shared by every step of ``i``;
+- ``step``: ``(S,)`` the step-specific part ``B_{i,t}`` (GiGPO's anchor-state term, GAE's
+  whole advantage; zero for GRPO-style estimators);
+- ``uniform``: ``(S,)`` bool ``U_{i,t}``: the step is credited uniformly (all steps for GRPO,
+  DAPO, RLOO and REINFORCE++; GiGPO steps whose anchor-state group has one member; no step
+  for GAE). ``T_i = {t : U_{i,t} = 1}``.
+
+The full per-step base advantage is ``A_i + B_{i,t}``.
+
+Conventions follow verl (``verl/trainer/ppo/core_algos.py``) and verl-agent
+(``gigpo/core_gigpo.py``), at the granularity of steps rather than tokens: group statistics are
+taken over trajectories (one sample per trajectory) unless ``cross_steps=True`` (verl-agent's
+behaviour: every step row of the group is a sample, so longer trajectories weigh more); the
+standard deviation is unbiased (N − 1); a group with one sample has mean 0 and std 1;
+ε = 1e-6 is added to the std.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from proas.credit.batch import CreditBatch
+from proas.types import Trajectory, group_by
+
+__all__ = [
+    "BaseAdvantage",
+    "ESTIMATORS",
+    "register_estimator",
+    "get_estimator",
+    "group_mean_std",
+    "discounted_returns",
+    "grpo",
+    "dapo",
+    "gigpo",
+    "rloo",
+    "reinforce_pp",
+    "gae",
+    "dynamic_sampling_keep",
+]
+
+
+@dataclass(frozen=True)
+class BaseAdvantage:
+    """A base estimator's output; see the module docstring. ``returns`` is set by GAE only."""
+
+    traj: np.ndarray
+    step: np.ndarray
+    uniform: np.ndarray
+    returns: np.ndarray | None = None
+
+    def per_step(self, batch: CreditBatch) -> np.ndarray:
+        """``(S,)`` ``A_i + B_{i,t}``: the full base advantage of every step."""
+        return self.traj[batch.traj_of_step] + self.step
+
+
+class Estimator(Protocol):
+    def __call__(self, batch: CreditBatch, **options) -> BaseAdvantage: ...
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Register an estimator under ``name``; registering a taken name is an error."""
+
+    def deco(fn: Estimator) -> Estimator:
+        if name in ESTIMATORS and ESTIMATORS[name] is not fn:
+            raise ValueError(f"estimator {name!r} is already registered")
+        ESTIMATORS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_estimator(name: str) -> Estimator:
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown estimator {name!r}; choose one of: {', '.join(sorted(ESTIMATORS))}"
+        ) from None
+
+
+# ---------------------------------------------------------------------- kernels
+def group_mean_std(
+    values: np.ndarray, group: np.ndarray, n_groups: int, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-group mean and unbiased std of ``values``; a group of one sample gets (0, 1).
+
+    ``weights`` (integer counts) repeat a value that many times, which is how "every step row
+    is a sample" is computed without materialising the rows. Returns ``(mean, std, count)``,
+    each of shape ``(n_groups,)``.
+    """
+    w = np.ones_like(values) if weights is None else weights.astype(np.float64)
+    count = np.bincount(group, weights=w, minlength=n_groups)
+    total = np.bincount(group, weights=w * values, minlength=n_groups)
+    safe = np.maximum(count, 1.0)
+    mean = total / safe
+    sq = np.bincount(group, weights=w * (values - mean[group]) ** 2, minlength=n_groups)
+    std = np.sqrt(sq / np.maximum(count - 1.0, 1.0))
+    single = count <= 1
+    mean = np.where(single, 0.0, mean)
+    std = np.where(single, 1.0, std)
+    return mean, std, count
+
+
+def _outcome_advantage(
+    batch: CreditBatch, *, norm_by_std: bool, epsilon: float, cross_steps: bool
+) -> np.ndarray:
+    weights = batch.lengths if cross_steps else None
+    mean, std, _ = group_mean_std(batch.reward, batch.group, batch.n_groups, weights)
+    adv = batch.reward - mean[batch.group]
+    if norm_by_std:
+        adv = adv / (std[batch.group] + epsilon)
+    return adv
+
+
+def _uniform_result(batch: CreditBatch, traj: np.ndarray) -> BaseAdvantage:
+    return BaseAdvantage(
+        traj=traj, step=np.zeros(batch.n_steps), uniform=np.ones(batch.n_steps, dtype=bool)
+    )
+
+
+def discounted_returns(rewards: np.ndarray, batch: CreditBatch, gamma: float) -> np.ndarray:
+    """``G_t = r_t + γ G_{t+1}`` within each trajectory (``(S,)`` in, ``(S,)`` out).
+
+    Vectorised over trajectories: one pass over the time axis of the longest trajectory.
+    """
+    out = rewards.astype(np.float64).copy()
+    if batch.n_steps == 0:
+        return out
+    max_len = int(batch.lengths.max())
+    for t in range(max_len - 2, -1, -1):
+        live = batch.lengths > t + 1
+        idx = batch.offsets[:-1][live] + t
+        out[idx] += gamma * out[idx + 1]
+    return out
+
+
+# ---------------------------------------------------------------------- estimators
+@register_estimator("grpo")
+def grpo(
+    batch: CreditBatch,
+    *,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    cross_steps: bool = False,
+) -> BaseAdvantage:
+    """GRPO (arXiv:2402.03300): ``A_i = (R_i − mean_g) / (std_g + ε)``.
+
+    ``norm_by_std=False`` normalises by the mean only (Dr. GRPO, verl's
+    ``norm_adv_by_std_in_grpo=False``).
+    """
+    return _uniform_result(
+        batch, _outcome_advantage(batch, norm_by_std=norm_by_std, epsilon=epsilon, cross_steps=cross_steps)
+    )
+
+
+@register_estimator("dapo")
+def dapo(
+    batch: CreditBatch,
+    *,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+    cross_steps: bool = False,
+) -> BaseAdvantage:
+    """DAPO (arXiv:2503.14476): GRPO's advantage; groups are filtered by ``dynamic_sampling_keep``.
+
+    The rest of DAPO (clip-higher 0.2/0.28, token-mean loss, bounded re-sampling) lives in the
+    trainer's loss and rollout.
+    """
+    return grpo(batch, norm_by_std=norm_by_std, epsilon=epsilon, cross_steps=cross_steps)
+
+
+def dynamic_sampling_keep(trajectories: list[Trajectory], atol: float = 0.0) -> dict[str, bool]:
+    """DAPO's dynamic sampling: keep a group unless all its outcome rewards are equal.
+
+    Returns ``{group_id: keep}``. ``atol`` treats rewards this close as equal.
+    """
+    keep = {}
+    for gid, members in group_by(trajectories).items():
+        rewards = np.array([t.reward for t in members], dtype=np.float64)
+        keep[gid] = bool(rewards.max() - rewards.min() > atol)
+    return keep
+
+
+@register_estimator("rloo")
+def rloo(batch: CreditBatch) -> BaseAdvantage:
+    """RLOO (arXiv:2402.14740): ``A_i = R_i − mean_{j≠i} R_j = (R_i − mean_g) · G/(G−1)``.
+
+    A group of one keeps its raw reward (verl's convention).
+    """
+    mean, _, count = group_mean_std(batch.reward, batch.group, batch.n_groups)
+    g = count[batch.group]
+    multi = g > 1
+    adv = batch.reward.copy()
+    adv[multi] = (batch.reward[multi] - mean[batch.group][multi]) * g[multi] / (g[multi] - 1)
+    return _uniform_result(batch, adv)
+
+
+@register_estimator("reinforce_pp")
+def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: str = "steps") -> BaseAdvantage:
+    """REINFORCE++ with baseline (arXiv:2501.03262; verl's ``reinforce_plus_plus_baseline``).
+
+    ``R_i − mean_g`` (a group of one: mean 0), then whitened over the whole batch: mean
+    subtracted and divided by ``sqrt(var + ε)`` with the unbiased variance. ``whiten_over``
+    is ``"steps"`` (every step is a sample, as verl's token-level whitening over step rows) or
+    ``"trajectories"``.
+    """
+    if whiten_over not in ("steps", "trajectories"):
+        raise ValueError("whiten_over must be 'steps' or 'trajectories'")
+    mean, _, _ = group_mean_std(batch.reward, batch.group, batch.n_groups)
+    centred = batch.reward - mean[batch.group]
+    w = batch.lengths.astype(np.float64) if whiten_over == "steps" else np.ones(batch.n_traj)
+    total = w.sum()
+    if total > 1:
+        mu = (w * centred).sum() / total
+        var = (w * (centred - mu) ** 2).sum() / (total - 1)
+        centred = (centred - mu) / np.sqrt(var + epsilon)
+    return _uniform_result(batch, centred)
+
+
+@register_estimator("gigpo")
+def gigpo(
+    batch: CreditBatch,
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    mode: str = "mean_norm",
+    epsilon: float = 1e-6,
+    cross_steps: bool = False,
+) -> BaseAdvantage:
+    """GiGPO (arXiv:2505.10978): episode-level plus anchor-state step-level advantage.
+
+    - Episode level: GRPO over the group's outcome rewards.
+    - Step level: steps of one group whose anchor observations are identical form a step
+      group; each step's discounted return ``G_t`` (γ) is normalised within it. A step group
+      of one member gets 0 and is credited uniformly (``U = 1``).
+    - ``mode``: ``"mean_norm"`` subtracts the mean only at both levels (verl-agent's config
+      default); ``"mean_std_norm"`` also divides by ``std + ε``.
+    - ``B_{i,t} = step_weight · A^S_{i,t}``.
+    """
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"unknown GiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
+    norm = mode == "mean_std_norm"
+    traj = _outcome_advantage(batch, norm_by_std=norm, epsilon=epsilon, cross_steps=cross_steps)
+    returns = discounted_returns(batch.step_reward, batch, gamma)
+    # step groups: (group, anchor) pairs, coded densely
+    key = batch.group[batch.traj_of_step] * (int(batch.anchor.max(initial=0)) + 1) + batch.anchor
+    _, step_group = np.unique(key, return_inverse=True)
+    n_sg = int(step_group.max(initial=-1)) + 1
+    mean, std, count = group_mean_std(returns, step_group, n_sg)
+    single = count[step_group] <= 1
+    step_adv = returns - mean[step_group]
+    if norm:
+        step_adv = step_adv / (std[step_group] + epsilon)
+    step_adv[single] = 0.0
+    return BaseAdvantage(traj=traj, step=step_weight * step_adv, uniform=single)
+
+
+@register_estimator("gae")
+def gae(
+    batch: CreditBatch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, epsilon: float = 1e-8
+) -> BaseAdvantage:
+    """PPO's GAE (arXiv:1506.02438) over the steps of each trajectory, from ``Step.value``.
+
+    ``δ_t = r_t + γ V_{t+1} − V_t`` (``V`` after the last step is 0), ``A_t = δ_t + γλ A_{t+1}``,
+    returns ``A_t + V_t``; then optionally whitened over the batch (verl's ``masked_whiten``).
+    GAE has no trajectory-level part, so ``A_i = 0`` and no step is uniform: ProAS shaping
+    leaves PPO's advantages unchanged. Defaults γ = λ = 1 as in verl-agent's PPO scripts.
+    """
+    values = batch.value
+    if batch.n_steps and np.isnan(values).any():
+        raise ValueError("gae needs a value for every step (Step.value)")
+    next_values = np.zeros(batch.n_steps)
+    not_last = batch.t < batch.lengths[batch.traj_of_step] - 1
+    next_values[not_last] = values[np.flatnonzero(not_last) + 1]
+    delta = batch.step_reward + gamma * next_values - values
+    adv = discounted_returns(delta, batch, gamma * lam)
+    returns = adv + values
+    if whiten and batch.n_steps > 1:
+        adv = (adv - adv.mean()) / np.sqrt(adv.var(ddof=1) + epsilon)
+    return BaseAdvantage(
+        traj=np.zeros(batch.n_traj), step=adv, uniform=np.zeros(batch.n_steps, dtype=bool), returns=returns
+    )

@@ -1,0 +1,461 @@
+"""The Agentic Reference Graph (ARG): a DAG over abstract states built from successful trajectories.
+
+An edge is a ``(state, action, next_state)`` triple. A successful trajectory is first *cleaned*
+(error steps dropped, loops cut: when a state recurs, the steps between its two visits are
+removed), leaving a simple path from its start state to its goal state; clean paths are merged
+edge by edge, and an edge that would close a cycle is not added. The graph keeps, per node, how
+many trajectories support it and whether it is a goal (the last state of a successful
+trajectory); shortest distance to a goal is computed on demand.
+
+Acyclicity is maintained incrementally with the Pearce–Kelly dynamic topological order (an edge
+``u -> v`` with ``ord[u] < ord[v]`` is accepted at once; otherwise only the region between the two
+is searched), so evolving a graph of ten thousand nodes with a batch costs milliseconds.
+
+File format (``save``/``load``): JSON, gzip-compressed when the name ends in ``.gz``::
+
+    {"format": "proas-arg", "version": 1,
+     "nodes": [[state, support, is_goal], ...],
+     "edges": [[u_index, action, v_index, support], ...],
+     "meta": {...}}
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from proas.errors import ProasError
+from proas.fileio import atomic_open
+from proas.types import Step, Trajectory
+
+__all__ = ["ReferenceGraph", "GraphFileError", "clean_path", "FORMAT", "VERSION"]
+
+FORMAT = "proas-arg"
+VERSION = 1
+
+
+class GraphFileError(ProasError):
+    """A graph file is missing, corrupt, or of another format or version."""
+
+
+def clean_path(steps: Sequence[Step]) -> tuple[list[str], list[str | None]]:
+    """Clean one successful trajectory into a simple path.
+
+    Error steps are dropped; when a state recurs, everything since its first visit is cut.
+    Returns ``(nodes, actions)`` with ``len(actions) == len(nodes) - 1``; ``actions[k]`` labels
+    the edge ``nodes[k] -> nodes[k+1]``, or is ``None`` where the log jumps (a kept step starts
+    from a state other than where the previous kept step ended; no edge is made there).
+    """
+    nodes: list[str] = []
+    actions: list[str | None] = []
+    where: dict[str, int] = {}
+
+    def visit(state: str, action: str | None) -> None:
+        if state in where:  # a loop: cut back to the first visit
+            k = where[state]
+            for dropped in nodes[k + 1 :]:
+                del where[dropped]
+            del nodes[k + 1 :]
+            del actions[k:]
+            return
+        if nodes:
+            actions.append(action)
+        where[state] = len(nodes)
+        nodes.append(state)
+
+    for step in steps:
+        if step.error:
+            continue
+        if not nodes:
+            visit(step.state, None)
+        elif step.state != nodes[-1]:
+            visit(step.state, None)
+        visit(step.next_state, step.action)
+    return nodes, actions
+
+
+class ReferenceGraph:
+    """A directed acyclic graph over abstract states, with support counts and goal distances."""
+
+    def __init__(self) -> None:
+        self._id: dict[str, int] = {}
+        self._name: dict[int, str] = {}
+        self._support: dict[int, int] = {}
+        self._goal: set[int] = set()
+        # edge triples and their support; successors/predecessors count the triples per pair
+        self._edges: dict[tuple[int, str, int], int] = {}
+        self._succ: dict[int, dict[int, int]] = {}
+        self._pred: dict[int, dict[int, int]] = {}
+        self._ord: dict[int, int] = {}
+        self._next_id = 0
+        self._next_ord = 0
+        self._dist: dict[int, int] | None = None
+        self.meta: dict[str, Any] = {}
+        #: number of edges refused because they would have closed a cycle
+        self.rejected_edges = 0
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self._id)
+
+    def __contains__(self, state: object) -> bool:
+        return state in self._id
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self._id)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self._edges)
+
+    def nodes(self) -> list[str]:
+        return list(self._id)
+
+    def edges(self) -> Iterator[tuple[str, str, str, int]]:
+        """``(state, action, next_state, support)`` for every edge."""
+        for (u, a, v), sup in self._edges.items():
+            yield self._name[u], a, self._name[v], sup
+
+    def goals(self) -> list[str]:
+        return [self._name[g] for g in self._goal]
+
+    def is_goal(self, state: str) -> bool:
+        i = self._id.get(state)
+        return i is not None and i in self._goal
+
+    def support(self, state: str) -> int:
+        """How many merged trajectories pass through ``state`` (0 if unknown)."""
+        i = self._id.get(state)
+        return 0 if i is None else self._support[i]
+
+    def contains_many(self, states: Sequence[str]) -> np.ndarray:
+        """``(len(states),)`` bool: which states are nodes."""
+        ids = self._id
+        return np.fromiter((s in ids for s in states), dtype=bool, count=len(states))
+
+    def distance(self, state: str) -> float:
+        """Shortest number of edges from ``state`` to a goal; ``inf`` if none or unknown."""
+        i = self._id.get(state)
+        if i is None:
+            return math.inf
+        return self._distances().get(i, math.inf)
+
+    def distances_many(self, states: Sequence[str]) -> np.ndarray:
+        """``(len(states),)`` float: distance to goal of each state (``inf`` if unknown)."""
+        dist = self._distances()
+        ids = self._id
+        return np.fromiter(
+            (dist.get(ids.get(s, -1), math.inf) for s in states), dtype=np.float64, count=len(states)
+        )
+
+    def _distances(self) -> dict[int, int]:
+        if self._dist is None:
+            dist = {g: 0 for g in self._goal}
+            queue = deque(self._goal)
+            while queue:
+                v = queue.popleft()
+                dv = dist[v] + 1
+                for u in self._pred.get(v, ()):
+                    if u not in dist:
+                        dist[u] = dv
+                        queue.append(u)
+            self._dist = dist
+        return self._dist
+
+    def is_acyclic(self) -> bool:
+        """Check acyclicity from scratch (Kahn's algorithm); used by tests and ``load``."""
+        indeg = {v: len(self._pred.get(v, {})) for v in self._id.values()}
+        queue = deque(v for v, d in indeg.items() if d == 0)
+        seen = 0
+        while queue:
+            v = queue.popleft()
+            seen += 1
+            for w in self._succ.get(v, ()):
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    queue.append(w)
+        return seen == len(indeg)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_trajectories(cls, trajectories: Iterable[Trajectory]) -> "ReferenceGraph":
+        """Build from the successful trajectories of ``trajectories`` (others are ignored)."""
+        graph = cls()
+        graph.add_trajectories(trajectories)
+        return graph
+
+    def add_trajectories(self, trajectories: Iterable[Trajectory]) -> int:
+        """Evolve: clean and merge every successful trajectory; return the number of new edges."""
+        before = len(self._edges)
+        for traj in trajectories:
+            if traj.success and traj.steps:
+                self.add_path(*clean_path(traj.steps))
+        return len(self._edges) - before
+
+    def add_path(self, nodes: Sequence[str], actions: Sequence[str | None]) -> None:
+        """Merge one clean path; its last node becomes a goal. Cycle-closing edges are skipped."""
+        if not nodes:
+            return
+        if len(actions) != len(nodes) - 1:
+            raise ValueError("a path needs exactly one action per edge")
+        ids = [self._add_node(s) for s in nodes]
+        for i in set(ids):
+            self._support[i] += 1
+        for u, a, v in zip(ids, actions, ids[1:]):
+            if a is not None:
+                self._add_edge(u, a, v, 1)
+        if ids[-1] not in self._goal:
+            self._goal.add(ids[-1])
+            self._dist = None
+
+    def merge(self, other: "ReferenceGraph") -> int:
+        """Merge another graph's nodes, goals, supports and edges; return the number of new edges."""
+        before = len(self._edges)
+        for state, i in other._id.items():
+            j = self._add_node(state)
+            self._support[j] += other._support[i]
+            if i in other._goal and j not in self._goal:
+                self._goal.add(j)
+                self._dist = None
+        for (u, a, v), sup in other._edges.items():
+            self._add_edge(self._id[other._name[u]], a, self._id[other._name[v]], sup)
+        return len(self._edges) - before
+
+    def _add_node(self, state: str) -> int:
+        i = self._id.get(state)
+        if i is None:
+            i = self._next_id
+            self._next_id += 1
+            self._id[state] = i
+            self._name[i] = state
+            self._support[i] = 0
+            self._ord[i] = self._next_ord
+            self._next_ord += 1
+        return i
+
+    def _add_edge(self, u: int, action: str, v: int, support: int) -> bool:
+        key = (u, action, v)
+        if key in self._edges:
+            self._edges[key] += support
+            return True
+        succ_u = self._succ.get(u)
+        if not (succ_u is not None and v in succ_u):
+            if u == v or not self._reorder_for(u, v):
+                self.rejected_edges += 1
+                return False
+        self._edges[key] = support
+        self._succ.setdefault(u, {})
+        self._succ[u][v] = self._succ[u].get(v, 0) + 1
+        self._pred.setdefault(v, {})
+        self._pred[v][u] = self._pred[v].get(u, 0) + 1
+        self._dist = None
+        return True
+
+    def _reorder_for(self, u: int, v: int) -> bool:
+        """Pearce–Kelly: make room for ``u -> v`` in the topological order, or report a cycle."""
+        ord_ = self._ord
+        lb, ub = ord_[v], ord_[u]
+        if lb > ub:
+            return True
+        # forward from v within the affected region; reaching u means a cycle
+        forward: list[int] = []
+        seen = {v}
+        stack = [v]
+        while stack:
+            x = stack.pop()
+            forward.append(x)
+            for w in self._succ.get(x, ()):
+                if w == u:
+                    return False
+                if w not in seen and ord_[w] < ub:
+                    seen.add(w)
+                    stack.append(w)
+        backward: list[int] = []
+        seen_b = {u}
+        stack = [u]
+        while stack:
+            x = stack.pop()
+            backward.append(x)
+            for w in self._pred.get(x, ()):
+                if w not in seen_b and ord_[w] > lb:
+                    seen_b.add(w)
+                    stack.append(w)
+        backward.sort(key=ord_.__getitem__)
+        forward.sort(key=ord_.__getitem__)
+        slots = sorted(ord_[x] for x in backward + forward)
+        for x, slot in zip(backward + forward, slots):
+            ord_[x] = slot
+        return True
+
+    # ------------------------------------------------------------------ pruning
+    def prune(self, fraction: float, seed: int = 0) -> int:
+        """Remove ``round(fraction * num_edges)`` state-action edges chosen with ``seed``.
+
+        Nodes left without any edge are removed too (their state is no longer known to the
+        graph), so pruning makes the graph *incomplete* for annotation, as in the paper's
+        Incomplete ARG. Returns the number of edges removed.
+        """
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"prune fraction must lie in [0, 1], got {fraction}")
+        keys = list(self._edges)
+        k = int(round(fraction * len(keys)))
+        if k == 0:
+            return 0
+        rng = np.random.default_rng(seed)
+        for idx in rng.choice(len(keys), size=k, replace=False):
+            u, a, v = keys[idx]
+            del self._edges[keys[idx]]
+            for table, x, y in ((self._succ, u, v), (self._pred, v, u)):
+                table[x][y] -= 1
+                if table[x][y] == 0:
+                    del table[x][y]
+        for i in list(self._name):
+            if not self._succ.get(i) and not self._pred.get(i):
+                self._remove_node(i)
+        self._dist = None
+        return k
+
+    def _remove_node(self, i: int) -> None:
+        state = self._name.pop(i)
+        del self._id[state]
+        del self._support[i]
+        del self._ord[i]
+        self._goal.discard(i)
+        self._succ.pop(i, None)
+        self._pred.pop(i, None)
+
+    def copy(self) -> "ReferenceGraph":
+        out = ReferenceGraph()
+        out.merge(self)
+        out.meta = dict(self.meta)
+        return out
+
+    # ------------------------------------------------------------------ files
+    def to_json(self) -> dict[str, Any]:
+        order = sorted(self._name, key=self._ord.__getitem__)
+        index = {i: k for k, i in enumerate(order)}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "nodes": [[self._name[i], self._support[i], i in self._goal] for i in order],
+            "edges": [[index[u], a, index[v], sup] for (u, a, v), sup in self._edges.items()],
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "graph") -> "ReferenceGraph":
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise GraphFileError(f"{where}: not a proas reference graph (format {FORMAT!r} expected)")
+        if obj.get("version") != VERSION:
+            raise GraphFileError(
+                f"{where}: graph file version {obj.get('version')!r} is not supported (expected {VERSION})"
+            )
+        graph = cls()
+        try:
+            ids = []
+            for state, support, goal in obj["nodes"]:
+                if not isinstance(state, str) or not isinstance(support, int) or not isinstance(goal, bool):
+                    raise TypeError("bad node record")
+                i = graph._add_node(state)
+                graph._support[i] = support
+                if goal:
+                    graph._goal.add(i)
+                ids.append(i)
+            if len(ids) != len(graph._id):
+                raise ValueError("duplicate node")
+            for u, a, v, support in obj["edges"]:
+                if not isinstance(a, str) or not isinstance(support, int):
+                    raise TypeError("bad edge record")
+                if not graph._add_edge(ids[u], a, ids[v], support):
+                    raise ValueError("edges form a cycle")
+            meta = obj.get("meta", {})
+            if not isinstance(meta, dict):
+                raise TypeError("bad meta")
+        except GraphFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise GraphFileError(f"{where}: corrupt graph file ({exc})") from None
+        graph.meta = meta
+        graph.rejected_edges = 0
+        return graph
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the graph atomically (gzip when the name ends in ``.gz``)."""
+        data = json.dumps(self.to_json(), separators=(",", ":")).encode("utf-8")
+        if str(path).endswith(".gz"):
+            data = gzip.compress(data, mtime=0)
+        with atomic_open(path, "wb") as fh:
+            fh.write(data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ReferenceGraph":
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise GraphFileError(f"graph file not found: {path}") from None
+        except OSError as exc:
+            raise GraphFileError(f"cannot read graph file {path}: {exc.strerror}") from None
+        try:
+            if raw[:2] == b"\x1f\x8b":
+                raw = gzip.decompress(raw)
+            obj = json.loads(raw.decode("utf-8"))
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise GraphFileError(f"{path}: corrupt graph file ({type(exc).__name__})") from None
+        return cls.from_json(obj, where=str(path))
+
+    # ------------------------------------------------------------------ export
+    def to_networkx(self):
+        """A ``networkx.MultiDiGraph`` with node attributes support / goal / distance."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph()
+        dist = self._distances()
+        for i, state in self._name.items():
+            d = dist.get(i)
+            g.add_node(state, support=self._support[i], goal=i in self._goal, distance=-1 if d is None else d)
+        for (u, a, v), sup in self._edges.items():
+            g.add_edge(self._name[u], self._name[v], action=a, support=sup)
+        return g
+
+    def export(self, path: str | os.PathLike, fmt: str | None = None) -> None:
+        """Export for viewing: GraphML (``.graphml``) or Graphviz DOT (``.dot``/``.gv``).
+
+        Distance ``-1`` marks a node from which no goal is reachable.
+        """
+        path = Path(path)
+        fmt = (fmt or path.suffix.lstrip(".")).lower()
+        if fmt == "graphml":
+            import networkx as nx
+
+            with atomic_open(path, "wb") as fh:
+                nx.write_graphml(self.to_networkx(), fh)
+        elif fmt in ("dot", "gv"):
+            with atomic_open(path, "w") as fh:
+                fh.write(self.to_dot())
+        else:
+            raise ProasError(f"unknown export format {fmt!r}: choose graphml or dot")
+
+    def to_dot(self) -> str:
+        dist = self._distances()
+
+        def q(text: str) -> str:
+            return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+        lines = ["digraph ARG {", "  rankdir=LR;", "  node [shape=box];"]
+        for i, state in self._name.items():
+            d = dist.get(i, -1)
+            style = ", peripheries=2" if i in self._goal else ""
+            lines.append(f"  {q(state)} [support={self._support[i]}, distance={d}{style}];")
+        for (u, a, v), sup in self._edges.items():
+            lines.append(f"  {q(self._name[u])} -> {q(self._name[v])} [label={q(a)}, support={sup}];")
+        lines.append("}")
+        return "\n".join(lines) + "\n"

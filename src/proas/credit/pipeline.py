@@ -1,0 +1,167 @@
+"""``compute_credit``: base estimator, annotation and shaping in one call, plus ARG variants.
+
+This is what the trainer, the verl integration and ``proas credit`` call. The steps:
+
+1. the batch becomes flat arrays (``CreditBatch``);
+2. unless the graph is static, the batch's successful trajectories are merged into the graph
+   (the evolving ARG) — before annotation, so a successful trajectory's clean path is known;
+3. ``Rea``, ``PA`` and ``D`` are computed against the graph;
+4. the base estimator gives ``A_i``, ``B_{i,t}``, ``U_{i,t}`` (for ``progress_reward`` the
+   estimator sees ``R_i`` plus the ARG progress bonus);
+5. the shaping turns ``A_i`` into ``Ã_{i,t}``; the final advantage is ``Ã_{i,t} + B_{i,t}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from proas.credit.annotate import annotate
+from proas.credit.batch import CreditBatch
+from proas.credit.estimators import get_estimator
+from proas.credit.graph import ReferenceGraph
+from proas.credit.shaping import SHAPINGS, progress_bonus, shape
+from proas.types import Trajectory
+
+__all__ = ["CreditResult", "compute_credit", "credit_arrays", "ARG_VARIANTS", "make_reference_graph"]
+
+#: how the reference graph is built and evolved (DESIGN.md §2, ablation table (b))
+ARG_VARIANTS = ("evolving", "static", "incomplete", "incomplete_static", "distill")
+
+
+@dataclass(frozen=True)
+class CreditResult:
+    """Per-step credit of a batch; every array has shape ``(S,)`` unless noted.
+
+    Steps are laid out trajectory by trajectory in input order; trajectory ``i`` owns
+    ``[offsets[i], offsets[i + 1])``.
+
+    Attributes:
+        rea, pa, fd: ``Rea_t``, ``PA_t``, ``D_{i,t}`` (the labels actually used; for the
+            ``random`` ablation, shaping draws its own labels from these rates).
+        traj_advantage: ``A_i`` broadcast to steps; step_advantage: ``B_{i,t}``;
+        uniform: ``U_{i,t}``.
+        base_advantage: ``A_i + B_{i,t}``, the estimator's advantage before shaping.
+        advantage: ``Ã_{i,t} + B_{i,t}``, the final advantage.
+        reward: ``(n,)`` the outcome rewards the estimator saw (with the progress bonus for
+            ``progress_reward``).
+        returns: value targets for GAE, else ``None``.
+        offsets: ``(n + 1,)``.
+    """
+
+    rea: np.ndarray
+    pa: np.ndarray
+    fd: np.ndarray
+    traj_advantage: np.ndarray
+    step_advantage: np.ndarray
+    uniform: np.ndarray
+    base_advantage: np.ndarray
+    advantage: np.ndarray
+    reward: np.ndarray
+    returns: np.ndarray | None
+    offsets: np.ndarray
+
+    def per_trajectory(self, field: str = "advantage") -> list[np.ndarray]:
+        arr = getattr(self, field)
+        return [arr[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+
+
+def credit_arrays(
+    batch: CreditBatch,
+    graph: ReferenceGraph,
+    estimator: str = "grpo",
+    shaping: str = "proas",
+    estimator_options: Mapping[str, Any] | None = None,
+    shaping_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> CreditResult:
+    """Annotate, estimate and shape a ``CreditBatch`` (no graph evolution)."""
+    if shaping not in SHAPINGS:
+        raise ValueError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
+    estimate = get_estimator(estimator)
+    opts = dict(shaping_options or {})
+    epsilon = float(opts.pop("epsilon", 1e-6))
+    coef = float(opts.pop("progress_coef", 1.0))
+    if opts:
+        raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
+    ann = annotate(batch, graph)
+    if shaping == "progress_reward":
+        batch = batch.with_reward(batch.reward + progress_bonus(batch, graph, ann.rea, coef))
+    base = estimate(batch, **dict(estimator_options or {}))
+    shaped = shape(shaping, base, ann, batch, epsilon=epsilon, rng=np.random.default_rng(seed))
+    a = base.traj[batch.traj_of_step]
+    return CreditResult(
+        rea=ann.rea,
+        pa=ann.pa,
+        fd=ann.fd,
+        traj_advantage=a,
+        step_advantage=base.step,
+        uniform=base.uniform,
+        base_advantage=a + base.step,
+        advantage=shaped,
+        reward=batch.reward,
+        returns=base.returns,
+        offsets=batch.offsets,
+    )
+
+
+def compute_credit(
+    trajectories: Sequence[Trajectory],
+    graph: ReferenceGraph,
+    estimator: str = "grpo",
+    shaping: str = "proas",
+    estimator_options: Mapping[str, Any] | None = None,
+    shaping_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    evolve: bool = False,
+) -> CreditResult:
+    """Credit for a batch of trajectories.
+
+    Args:
+        trajectories: the batch, groups identified by ``Trajectory.group``.
+        graph: the reference graph; with ``evolve=True`` the batch's successful trajectories
+            are merged into it first (the graph is modified in place).
+        estimator: a name in ``proas.credit.ESTIMATORS``; ``estimator_options`` go to it.
+        shaping: a name in ``proas.credit.SHAPINGS``; ``shaping_options``: ``epsilon`` (APR's
+            ε, 1e-6) and ``progress_coef`` (the progress-reward bonus weight, 1.0).
+        seed: seeds the ``random`` ablation's labels.
+    """
+    if evolve:
+        graph.add_trajectories(trajectories)
+    return credit_arrays(
+        CreditBatch.from_trajectories(trajectories),
+        graph,
+        estimator=estimator,
+        shaping=shaping,
+        estimator_options=estimator_options,
+        shaping_options=shaping_options,
+        seed=seed,
+    )
+
+
+def make_reference_graph(
+    variant: str,
+    oracle: Sequence[Trajectory] = (),
+    *,
+    distill_from: Sequence[Trajectory] = (),
+    prune_fraction: float = 0.4,
+    seed: int = 0,
+) -> tuple[ReferenceGraph, bool]:
+    """Build the initial graph for an ARG variant; return ``(graph, evolve)``.
+
+    - ``evolving`` (default ProAS): from the oracle trajectories, evolved every batch;
+    - ``static``: the same graph, never evolved;
+    - ``incomplete`` / ``incomplete_static``: pruned by ``prune_fraction`` (0.4) of its
+      state-action edges with ``seed``, evolved / not;
+    - ``distill``: from another policy's successful rollouts (``distill_from``), evolved.
+    """
+    if variant not in ARG_VARIANTS:
+        raise ValueError(f"unknown ARG variant {variant!r}; choose one of: {', '.join(ARG_VARIANTS)}")
+    source = distill_from if variant == "distill" else oracle
+    graph = ReferenceGraph.from_trajectories(source)
+    if variant.startswith("incomplete"):
+        graph.prune(prune_fraction, seed=seed)
+    graph.meta.update({"variant": variant, "built_from": len(source)})
+    return graph, variant not in ("static", "incomplete_static")
