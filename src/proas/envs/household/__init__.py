@@ -1,0 +1,42 @@
+"""The household environment: ALFWorld's six task types, offline, on the real engine and a fast simulator.
+
+Public API::
+
+    from proas.envs.household import make_household_env, task_ids
+    env = make_household_env(backend="fast")          # or "alfworld" (the real engine)
+    obs, info = env.reset("train-pick-0007")
+    obs, reward, done, info = env.step("go to countertop 1")
+    env.oracle("train-pick-0007")                       # shortest walkthrough
+    task_ids("train"), task_ids("valid")                # splits; "valid" = the fixed 128
+
+See docs/household.md.
+"""
+
+from proas.envs.household.env import (
+    MAX_STEPS,
+    VALID_COUNTS,
+    WIN_REWARD,
+    HouseholdEnv,
+    fixed_valid_ids,
+    game_file,
+    load_task,
+    make_household_env,
+    task_ids,
+)
+from proas.envs.household.generator import GENERATOR_VERSION, SPLIT_SIZES, TASK_TYPES, parse_task_id
+
+__all__ = [
+    "GENERATOR_VERSION",
+    "HouseholdEnv",
+    "MAX_STEPS",
+    "SPLIT_SIZES",
+    "TASK_TYPES",
+    "VALID_COUNTS",
+    "WIN_REWARD",
+    "fixed_valid_ids",
+    "game_file",
+    "load_task",
+    "make_household_env",
+    "parse_task_id",
+    "task_ids",
+]

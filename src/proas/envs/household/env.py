@@ -1,0 +1,304 @@
+"""``HouseholdEnv``: ALFWorld's six task types behind the proas env protocol, two backends.
+
+- ``backend="fast"``: the pure-Python simulator (``sim.py``), same texts and outcomes;
+- ``backend="alfworld"``: the real engine, TextWorld's ``PddlEnv`` with the wrappers ALFWorld's
+  ``AlfredTWEnv`` uses (``AlfredDemangler``, ``AlfredInfos``), on game files on disk.
+
+Task ids: ``"<split>-<type>-<index>"`` for generated tasks (``generator.py``), or
+``"alfworld:<path>"`` for a game directory of the official data (a path relative to
+``$ALFWORLD_DATA``, ALFWorld's own variable, or absolute) holding ``game.tw-pddl`` and
+``traj_data.json``. Generated games are written, for the real engine, under a cache directory
+(``$PROAS_HOUSEHOLD_CACHE``, default ``~/.cache/proas/household``), keyed by generator version.
+
+Reward is 10.0 on the step that wins (verl-agent's ALFWorld reward), else 0.0; ``score`` is
+1.0/0.0. An episode ends when won or after ``max_steps`` (50) steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from proas.envs.household import generator
+from proas.envs.household.abstraction import TaskRoles, abstract_state
+from proas.envs.household.oracle import solve
+from proas.envs.household.sim import NOTHING, Game, Sim
+from proas.errors import ProasError
+from proas.fileio import atomic_write_json
+
+WIN_REWARD = 10.0
+MAX_STEPS = 50
+OFFICIAL_PREFIX = "alfworld:"
+# the shapes of every command template in alfred.twl2; anything else is malformed text
+_COMMAND_SHAPES = re.compile(
+    r"^(look|inventory|help|go to \S.*|open \S.*|close \S.*|take \S.* from \S.*|move \S.* to \S.*|"
+    r"put \S.* (in|into) \S.*|examine \S.*|use \S.*|heat \S.* with \S.*|clean \S.* with \S.*|"
+    r"cool \S.* with \S.*|slice \S.* with \S.*)$"
+)
+
+
+def is_malformed(action: Any) -> bool:
+    """True when ``action`` is not a command of the game's grammar at all (not just inadmissible)."""
+    return not isinstance(action, str) or not _COMMAND_SHAPES.match(action.strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _generated(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(game.tw-pddl data, traj_data) of a generated task, walkthrough included."""
+    spec = generator.generate_spec(task_id)
+    data = generator.game_data(spec, walkthrough=None)
+    game = Game.from_data(data)
+    walkthrough = solve(Sim(game), spec.task_type, spec.obj, spec.recep, spec.toggle)
+    data = dict(data, solvable=True, walkthrough=walkthrough)
+    return data, generator.traj_data(spec)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(task_id: str) -> tuple[Game, dict[str, Any], list[str] | None]:
+    data, traj = load_task(task_id)
+    return Game.from_data(data), traj, data.get("walkthrough")
+
+
+def official_root() -> Path:
+    return Path(os.environ.get("ALFWORLD_DATA", os.path.expanduser("~/.cache/alfworld")))
+
+
+def _official_dir(task_id: str) -> Path:
+    rel = Path(task_id[len(OFFICIAL_PREFIX) :])
+    path = rel if rel.is_absolute() else official_root() / rel
+    if path.name == "game.tw-pddl":
+        path = path.parent
+    return path
+
+
+def load_task(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The game data and traj_data of any task id (generated or official)."""
+    if isinstance(task_id, str) and task_id.startswith(OFFICIAL_PREFIX):
+        d = _official_dir(task_id)
+        try:
+            data = json.loads((d / "game.tw-pddl").read_text())
+            traj = json.loads((d / "traj_data.json").read_text())
+        except FileNotFoundError as exc:
+            raise ProasError(f"ALFWorld game {task_id!r}: {exc.filename} is missing") from None
+        except json.JSONDecodeError as exc:
+            raise ProasError(f"ALFWorld game {task_id!r}: corrupt JSON ({exc.msg})") from None
+        return data, traj
+    return _generated(str(task_id))
+
+
+def cache_root() -> Path:
+    base = os.environ.get("PROAS_HOUSEHOLD_CACHE") or os.path.expanduser("~/.cache/proas/household")
+    return Path(base) / f"v{generator.GENERATOR_VERSION}"
+
+
+def game_file(task_id: str, root: str | Path | None = None) -> Path:
+    """Path of the task's ``game.tw-pddl`` on disk, writing the generated game if needed."""
+    if task_id.startswith(OFFICIAL_PREFIX):
+        return _official_dir(task_id) / "game.tw-pddl"
+    split, short, _ = generator.parse_task_id(task_id)
+    d = Path(root) if root is not None else cache_root()
+    d = d / split / generator.TASK_TYPES[short] / task_id
+    path = d / "game.tw-pddl"
+    if not path.is_file() or not (d / "traj_data.json").is_file():
+        data, traj = _generated(task_id)
+        atomic_write_json(d / "traj_data.json", traj)
+        atomic_write_json(path, data, indent=None)
+    return path
+
+
+def task_ids(split: str) -> list[str]:
+    """Generated task ids of a split: train, valid_seen, valid_unseen, or valid (the fixed 128)."""
+    if split == "valid":
+        return fixed_valid_ids()
+    if split not in generator.SPLIT_SIZES:
+        raise ProasError(f"unknown household split {split!r}; choose train, valid_seen, valid_unseen or valid")
+    return [
+        generator.make_task_id(split, short, i)
+        for short in generator.TASK_TYPES
+        for i in range(generator.SPLIT_SIZES[split][short])
+    ]
+
+
+#: the fixed validation set's per-type counts: ALFWorld valid_seen as used in the paper
+VALID_COUNTS = {"pick": 33, "look": 12, "clean": 25, "heat": 12, "cool": 24, "pick2": 22}
+
+
+def fixed_valid_ids() -> list[str]:
+    """The 128 fixed validation tasks: the first N of each type of the valid_seen pool."""
+    return [generator.make_task_id("valid_seen", short, i) for short, n in VALID_COUNTS.items() for i in range(n)]
+
+
+class _RealEngine:
+    """The real ALFWorld engine on one game file at a time."""
+
+    def __init__(self) -> None:
+        try:
+            import textworld
+            from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+            from textworld.envs.pddl import PddlEnv
+        except ImportError:
+            raise ProasError(
+                "backend 'alfworld' needs the alfworld package: pip install 'proas[alfworld]'"
+            ) from None
+        infos = textworld.EnvInfos(won=True, admissible_commands=True)
+        self._env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
+        self._loaded: str | None = None
+
+    def reset(self, path: Path) -> tuple[str, list[str], bool]:
+        if self._loaded != str(path):
+            self._env.load(str(path))
+            self._loaded = str(path)
+        state = self._env.reset()
+        return state.feedback, list(state["admissible_commands"]), bool(state["won"])
+
+    def step(self, command: str) -> tuple[str, list[str], bool]:
+        state, _, _ = self._env.step(command)
+        return state.feedback, list(state["admissible_commands"]), bool(state["won"])
+
+
+class HouseholdEnv:
+    """ALFWorld household tasks; see the module docstring. Cheap to construct."""
+
+    name = "household"
+    taskset_source = (
+        f"proas.envs.household generator v{generator.GENERATOR_VERSION}: generated ALFWorld-format games; "
+        "valid = first N per type of the valid_seen pool"
+    )
+
+    def __init__(self, backend: str = "fast", max_steps: int = MAX_STEPS, cache_dir: str | Path | None = None) -> None:
+        if backend not in ("fast", "alfworld"):
+            raise ProasError(f"unknown household backend {backend!r}; choose 'fast' or 'alfworld'")
+        self.backend = backend
+        self.max_steps = int(max_steps)
+        self.cache_dir = cache_dir
+        self._real: _RealEngine | None = None
+        self._sim: Sim | None = None
+        self.task_id: str | None = None
+
+    # -------------------------------------------------------------- protocol
+
+    def task_ids(self, split: str) -> list[str]:
+        return task_ids(split)
+
+    def oracle(self, task_id: str) -> list[str]:
+        game, traj, walkthrough = _parsed(task_id)
+        if task_id.startswith(OFFICIAL_PREFIX) or not walkthrough:
+            p = traj["pddl_params"]
+            return solve(Sim(game), traj["task_type"], p["object_target"], p.get("parent_target", ""), p.get("toggle_target", ""))
+        return list(walkthrough)
+
+    def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        game, traj, _ = _parsed(task_id)
+        self.task_id = task_id
+        self.task_type = traj["task_type"]
+        p = traj["pddl_params"]
+        self.roles = TaskRoles.from_params(self.task_type, p["object_target"], p.get("parent_target", ""), p.get("toggle_target", ""))
+        self._sim = Sim(game)  # tracks the state for the abstraction with both backends
+        obs = self._sim.reset()
+        admissible = self._sim.admissible()
+        won = self._sim.won
+        if self.backend == "alfworld":
+            if self._real is None:
+                self._real = _RealEngine()
+            obs, admissible, won = self._real.reset(game_file(task_id, self.cache_dir))
+        self.steps = 0
+        self.won = won
+        self.obs = obs
+        self.admissible = admissible
+        return obs, self._info(error=False, kind=None)
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if self._sim is None:
+            raise ProasError("household env: call reset(task_id) before step()")
+        if self.steps >= self.max_steps or self.won:
+            raise ProasError("household env: the episode is over; call reset()")
+        text = action if isinstance(action, str) else ""
+        kind = None
+        if is_malformed(text):
+            kind = "malformed"
+        elif text.strip() not in self.admissible:
+            kind = "inadmissible"
+        sim_obs = self._sim.step(text)
+        if self.backend == "alfworld":
+            assert self._real is not None
+            obs, admissible, won = self._real.step(text)
+        else:
+            obs, admissible, won = sim_obs, self._sim.admissible(), self._sim.won
+        if kind is None and obs == NOTHING:
+            kind = "nothing_happens"
+        self.steps += 1
+        reward = WIN_REWARD if won and not self.won else 0.0
+        self.won = won
+        self.obs = obs
+        self.admissible = admissible
+        done = won or self.steps >= self.max_steps
+        return obs, reward, done, self._info(error=kind is not None, kind=kind)
+
+    # -------------------------------------------------------------- helpers
+
+    def hint(self) -> str | None:
+        """The oracle's next action from the current state (None once won)."""
+        if self._sim is None or self.won:
+            return None
+        plan = solve(self._sim, self.task_type, *self._params())
+        return plan[0] if plan else None
+
+    def _params(self) -> tuple[str, str, str]:
+        _, traj, _ = _parsed(self.task_id)  # type: ignore[arg-type]
+        p = traj["pddl_params"]
+        return p["object_target"], p.get("parent_target", ""), p.get("toggle_target", "")
+
+    @property
+    def goal(self) -> str:
+        return self._sim.game.intro_task if self._sim else ""
+
+    def _invalid_candidates(self) -> list[str]:
+        """A few plausible commands the game would reject now (for policies that score candidates)."""
+        sim = self._sim
+        assert sim is not None
+        g, n = sim.game, sim.game.name
+        adm = set(self.admissible)
+        loc = sim.loc
+        cands: list[str] = []
+        here = g.recs_at.get(loc, []) if loc is not None else []
+        cands += [f"go to {n(r)}" for r in here]
+        cands += [f"take {n(o)} from {n(r)}" for r in g.receptacles if r not in here for o in sim.contents(r)[:1]]
+        cands += [f"open {n(r)}" for r in g.receptacles if g.is_("openable", r) and r not in here]
+        cands += [f"move {n(o)} to {n(r)}" for r in here for o in g.objects[:2] if o not in sim.held()]
+        for verb, st in (("heat", "microwavetype"), ("clean", "sinkbasintype"), ("cool", "fridgetype")):
+            for r in g.receptacles:
+                if g.rtype.get(r) == st and r not in here:
+                    cands += [f"{verb} {n(o)} with {n(r)}" for o in sim.held() or g.objects[:1]]
+        out = []
+        for c in dict.fromkeys(cands):
+            if c not in adm:
+                out.append(c)
+            if len(out) == 4:
+                break
+        return out
+
+    def _info(self, error: bool, kind: str | None) -> dict[str, Any]:
+        assert self._sim is not None
+        return {
+            "won": bool(self.won),
+            "score": 1.0 if self.won else 0.0,
+            "error": bool(error),
+            "error_kind": kind,
+            "admissible": list(self.admissible),
+            "abstract_state": abstract_state(self._sim, self.roles),
+            "anchor": self.obs,
+            "task_type": self.task_type,
+            "task_id": self.task_id,
+            "goal": self.goal,
+            "steps": self.steps,
+            "invalid_candidates": self._invalid_candidates(),
+        }
+
+
+def make_household_env(backend: str = "fast", **kwargs: Any) -> HouseholdEnv:
+    """Factory used by the CLI registries (``proas schedule``, ``proas play``) and the trainer."""
+    return HouseholdEnv(backend=backend, **kwargs)

@@ -1,0 +1,405 @@
+"""Task generator: ALFWorld-format games for the six task types, deterministic by task id.
+
+A task id ``"<split>-<type>-<index>"`` (e.g. ``"train-heat-0042"``) seeds a random generator
+that picks one of ALFWorld's real floor plans (the receptacle ids and poses shipped in
+``alfworld/gen/layouts``), a subset of its receptacles, the task's object and target classes,
+and object placements under ALFRED's own validity tables (``alfworld.gen.constants``: what can
+go where, what can be cleaned, heated, cooled, toggled, sliced). Openable receptacles start
+closed, so objects placed in them are hidden until the agent opens them; distractor objects of
+other classes fill the room.
+
+The output is what ``alfworld-generate`` writes: ``traj_data.json`` (task type and PDDL
+parameters), and ``game.tw-pddl`` (domain, grammar with the goal text, the PDDL problem in the
+structure of ALFWorld's ``initial_state.pddl``, ``solvable``, ``walkthrough``). Rooms are kept
+to at most ``MAX_RECEPTACLES`` receptacles so that the real engine stays usable.
+
+Splits: ``train`` and ``valid_seen`` draw from the same floor plans; ``valid_unseen`` only from
+floor plans held out of both (every plan whose number is a multiple of 10), as ALFWorld's unseen
+split holds out rooms.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proas.errors import ProasError
+
+#: bump when generated games change (part of the on-disk cache key and the manifests)
+GENERATOR_VERSION = 1
+MAX_RECEPTACLES = 12
+MIN_RECEPTACLES = 8
+
+TASK_TYPES = {
+    "pick": "pick_and_place_simple",
+    "look": "look_at_obj_in_light",
+    "clean": "pick_clean_then_place_in_recep",
+    "heat": "pick_heat_then_place_in_recep",
+    "cool": "pick_cool_then_place_in_recep",
+    "pick2": "pick_two_obj_and_place",
+}
+SHORT_OF = {v: k for k, v in TASK_TYPES.items()}
+
+#: pool sizes per split and type: ALFWorld's own split sizes (train 3553, valid_seen 140,
+#: valid_unseen 134 games)
+SPLIT_SIZES = {
+    "train": {"pick": 790, "look": 308, "clean": 650, "heat": 459, "cool": 533, "pick2": 813},
+    "valid_seen": {"pick": 35, "look": 13, "clean": 27, "heat": 16, "cool": 25, "pick2": 24},
+    "valid_unseen": {"pick": 24, "look": 18, "clean": 31, "heat": 23, "cool": 21, "pick2": 17},
+}
+
+_STATION = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
+_ABILITY = {"clean": "Cleanable", "heat": "Heatable", "cool": "Coolable"}
+_LAMP_HOSTS = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand")
+_LAMPS = ("DeskLamp", "FloorLamp")
+# classes the domain's actions name: a game must declare them even when absent
+_DOMAIN_TYPES = {"otype": ("Knife", "ButterKnife"), "rtype": ("SinkBasin", "Microwave", "Fridge")}
+
+
+def _alfworld():
+    try:
+        import alfworld  # noqa: F401
+        from alfworld.gen import constants, goal_library
+    except ImportError:
+        raise ProasError(
+            "the household generator needs the `alfworld` package (its layouts, class tables and "
+            "PDDL files); install it with: pip install 'proas[alfworld]'"
+        ) from None
+    return constants, goal_library
+
+
+def alfworld_data_dir() -> Path:
+    import alfworld
+
+    return Path(alfworld.__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=1)
+def domain_and_grammar() -> tuple[str, str]:
+    """ALFWorld's PDDL domain and TextWorld grammar, as shipped inside the package."""
+    _alfworld()
+    base = alfworld_data_dir() / "data"
+    return (base / "alfred.pddl").read_text(), (base / "alfred.twl2").read_text()
+
+
+@dataclass
+class Scene:
+    number: int
+    receptacles: dict[str, tuple[float, float, int, int]]  # ALFRED id -> pose
+    object_classes: list[str]
+
+    @property
+    def room(self) -> str:
+        return {0: "kitchen", 2: "livingroom", 3: "bedroom", 4: "bathroom"}[self.number // 100]
+
+
+def receptacle_class(rid: str) -> str:
+    parts = rid.split("|")
+    return parts[4] if len(parts) == 5 else parts[0]
+
+
+@functools.lru_cache(maxsize=1)
+def scenes() -> dict[int, Scene]:
+    _alfworld()
+    base = alfworld_data_dir() / "gen" / "layouts"
+    out = {}
+    for path in sorted(base.glob("FloorPlan*-openable.json")):
+        num = int(path.name[len("FloorPlan") : -len("-openable.json")])
+        recs = {k: tuple(v) for k, v in json.loads(path.read_text()).items()}
+        objs = json.loads((base / f"FloorPlan{num}-objects.json").read_text())
+        out[num] = Scene(num, recs, list(objs))  # type: ignore[arg-type]
+    if not out:
+        raise ProasError(f"no floor-plan layouts found under {base}")
+    return out
+
+
+def is_unseen_scene(number: int) -> bool:
+    return number % 10 == 0
+
+
+@dataclass
+class TaskSpec:
+    """Everything the generator decided for one task; ``to_pddl`` renders it."""
+
+    task_id: str
+    task_type: str  # long ALFWorld name
+    scene: int
+    obj: str
+    recep: str
+    toggle: str = ""
+    goal_text: str = ""
+    start: str = ""
+    receptacles: list[tuple[str, str]] = field(default_factory=list)  # (id, location)
+    objects: list[tuple[str, str, str]] = field(default_factory=list)  # (id, receptacle id, location)
+
+    @property
+    def pddl_params(self) -> dict[str, Any]:
+        return {
+            "object_target": self.obj,
+            "parent_target": self.recep,
+            "toggle_target": self.toggle,
+            "mrecep_target": "",
+            "object_sliced": False,
+        }
+
+
+def parse_task_id(task_id: str) -> tuple[str, str, int]:
+    """``"valid_seen-heat-0003"`` -> ``("valid_seen", "heat", 3)``; a bad id is a ProasError."""
+    parts = str(task_id).split("-")
+    if len(parts) != 3 or parts[0] not in SPLIT_SIZES or parts[1] not in TASK_TYPES or not parts[2].isdigit():
+        raise ProasError(
+            f"bad household task id {task_id!r}; expected '<split>-<type>-<index>' with split in "
+            f"{sorted(SPLIT_SIZES)} and type in {sorted(TASK_TYPES)}, e.g. 'train-pick-0007'"
+        )
+    split, short, idx = parts[0], parts[1], int(parts[2])
+    if idx >= SPLIT_SIZES[split][short]:
+        raise ProasError(f"task id {task_id!r}: index out of range (the {split} pool has {SPLIT_SIZES[split][short]} {short} tasks)")
+    return split, short, idx
+
+
+def make_task_id(split: str, short: str, index: int) -> str:
+    return f"{split}-{short}-{index:04d}"
+
+
+def _can_contain(constants, rclass: str, oclass: str) -> bool:
+    return oclass in constants.VAL_RECEPTACLE_OBJECTS.get(rclass, ())
+
+
+def _pickupable_classes(constants) -> set[str]:
+    out: set[str] = set()
+    for rclass, objs in constants.VAL_RECEPTACLE_OBJECTS.items():
+        out.update(objs)
+    return {o for o in out if not o.endswith("Sliced")}
+
+
+def _fmt(v: float) -> str:
+    return f"{v:+06.2f}"
+
+
+def generate_spec(task_id: str) -> TaskSpec:
+    """Decide the room and task for ``task_id`` (deterministic)."""
+    split, short, _ = parse_task_id(task_id)
+    constants, goal_library = _alfworld()
+    rng = random.Random(f"proas-household:{GENERATOR_VERSION}:{task_id}")
+    all_scenes = scenes()
+    unseen = split == "valid_unseen"
+    pool = sorted(n for n in all_scenes if is_unseen_scene(n) == unseen)
+    for _attempt in range(200):
+        spec = _try_spec(task_id, short, all_scenes[rng.choice(pool)], rng, constants, goal_library)
+        if spec is not None:
+            return spec
+    raise ProasError(f"could not generate task {task_id!r} (no valid room found)")  # pragma: no cover
+
+
+def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_library) -> TaskSpec | None:
+    pickable = _pickupable_classes(constants)
+    # receptacles with distinct poses (two receptacles at one pose would share a location)
+    recs_by_class: dict[str, list[str]] = {}
+    seen_poses = set()
+    for rid in sorted(scene.receptacles):
+        rclass = receptacle_class(rid)
+        pose = tuple(scene.receptacles[rid])
+        if rclass not in constants.VAL_RECEPTACLE_OBJECTS or rclass in constants.MOVABLE_RECEPTACLES_SET:
+            continue
+        if pose in seen_poses:
+            continue
+        seen_poses.add(pose)
+        recs_by_class.setdefault(rclass, []).append(rid)
+    classes_here = set(recs_by_class)
+    scene_objs = [o for o in dict.fromkeys(scene.object_classes) if o in pickable]
+
+    needed: list[str] = []
+    toggle = ""
+    if short in _STATION:
+        if _STATION[short] not in classes_here:
+            return None
+        needed.append(_STATION[short])
+        candidates = [o for o in scene_objs if o in constants.VAL_ACTION_OBJECTS[_ABILITY[short]]]
+    else:
+        candidates = list(scene_objs)
+    if short == "look":
+        lamps = [lamp for lamp in _LAMPS if lamp in scene.object_classes]
+        hosts = [h for h in _LAMP_HOSTS if h in classes_here]
+        if not lamps or not hosts:
+            return None
+        toggle = rng.choice(lamps)
+    if not candidates:
+        return None
+    obj = rng.choice(sorted(candidates))
+    holders = [r for r in sorted(classes_here) if _can_contain(constants, r, obj)]
+    if short == "look":
+        recep = ""
+        if not holders:
+            return None
+    else:
+        targets = [r for r in holders if r != _STATION.get(short)]
+        # the target must leave somewhere else to start the object from
+        targets = [r for r in targets if any(h != r for h in holders)]
+        if not targets:
+            return None
+        recep = rng.choice(targets)
+
+    # choose receptacle instances: required ones first, then random others up to the room size
+    size = rng.randint(MIN_RECEPTACLES, MAX_RECEPTACLES)
+    chosen: list[str] = []
+
+    def take(rclass: str) -> None:
+        free = [r for r in recs_by_class[rclass] if r not in chosen]
+        if free:
+            chosen.append(rng.choice(free))
+
+    if recep:
+        take(recep)
+    for n in needed:
+        take(n)
+    lamp_host = ""
+    if short == "look":
+        lamp_host_class = rng.choice([h for h in _LAMP_HOSTS if h in classes_here])
+        take(lamp_host_class)
+        lamp_host = next(r for r in chosen if receptacle_class(r) == lamp_host_class)
+    sources = [h for h in holders if h != recep]
+    take(rng.choice(sources))
+    rest = [r for rs in recs_by_class.values() for r in rs if r not in chosen]
+    rng.shuffle(rest)
+    chosen.extend(rest[: max(0, size - len(chosen))])
+    chosen.sort()
+
+    # locations: ALFRED grid points (quarter-metre steps) of each receptacle's pose
+    used_locs: set[str] = set()
+    rec_loc: dict[str, str] = {}
+    for rid in chosen:
+        x, z, rot, hor = scene.receptacles[rid]
+        loc = f"loc|{round(x / 0.25)}|{round(z / 0.25)}|{int(rot)}|{int(hor)}"
+        while loc in used_locs:  # pragma: no cover - distinct poses give distinct points
+            loc += "0"
+        used_locs.add(loc)
+        rec_loc[rid] = loc
+    start = f"loc|{rng.randint(-20, 20)}|{rng.randint(-20, 20)}|{rng.choice((0, 90, 180, 270))}|30"
+    while start in used_locs:
+        start = f"loc|{rng.randint(-20, 20)}|{rng.randint(-20, 20)}|{rng.choice((0, 90, 180, 270))}|30"
+
+    def coords() -> str:
+        return "|".join(_fmt(rng.uniform(-3, 3)) for _ in range(3))
+
+    objects: list[tuple[str, str, str]] = []
+    used_ids: set[str] = set()
+
+    def place(oclass: str, allowed: list[str]) -> bool:
+        if not allowed:
+            return False
+        rid = rng.choice(allowed)
+        oid = f"{oclass}|{coords()}"
+        while oid in used_ids:  # pragma: no cover
+            oid = f"{oclass}|{coords()}"
+        used_ids.add(oid)
+        objects.append((oid, rid, rec_loc[rid]))
+        return True
+
+    def holders_of(oclass: str, exclude_class: str = "") -> list[str]:
+        return [r for r in chosen if _can_contain(constants, receptacle_class(r), oclass) and receptacle_class(r) != exclude_class]
+
+    # task objects: never already in a receptacle of the target class (the goal would hold at once)
+    n_targets = rng.choice((2, 2, 3)) if short == "pick2" else rng.choice((1, 1, 1, 2))
+    for _ in range(n_targets):
+        if not place(obj, holders_of(obj, recep)):
+            return None
+    if short == "look":
+        objects.append((f"{toggle}|{coords()}", lamp_host, rec_loc[lamp_host]))
+    # distractors: other classes found in this floor plan
+    others = [o for o in scene_objs if o != obj]
+    rng.shuffle(others)
+    for oclass in others[: rng.randint(6, 12)]:
+        place(oclass, holders_of(oclass))
+
+    template = rng.choice(goal_library.gdict[TASK_TYPES[short]]["templates"])
+    goal_text = template.format(obj=obj.lower(), recep=recep.lower(), toggle=toggle.lower(), mrecep="")
+    return TaskSpec(
+        task_id=task_id,
+        task_type=TASK_TYPES[short],
+        scene=scene.number,
+        obj=obj,
+        recep=recep,
+        toggle=toggle,
+        goal_text=goal_text,
+        start=start,
+        receptacles=[(r, rec_loc[r]) for r in chosen],
+        objects=objects,
+    )
+
+
+def mangle(ident: str) -> str:
+    """ALFRED id -> PDDL name, as ALFWorld encodes it."""
+    for a, b in (("|", "_bar_"), ("+", "_plus_"), ("-", "_minus_"), (".", "_dot_"), (",", "_comma_")):
+        ident = ident.replace(a, b)
+    return ident
+
+
+def to_pddl(spec: TaskSpec) -> str:
+    """The PDDL problem in the structure of ALFWorld's ``initial_state.pddl``."""
+    constants, goal_library = _alfworld()
+    oclass = {oid: oid.split("|")[0] for oid, _, _ in spec.objects}
+    rclass = {rid: receptacle_class(rid) for rid, _ in spec.receptacles}
+    otypes = sorted(set(oclass.values()) | set(_DOMAIN_TYPES["otype"]) | {spec.obj} | ({spec.toggle} if spec.toggle else set()))
+    rtypes = sorted(set(rclass.values()) | set(_DOMAIN_TYPES["rtype"]) | ({spec.recep} if spec.recep else set()))
+    locs = sorted({loc for _, loc in spec.receptacles} | {spec.start})
+    lines = [f"(define (problem plan_{spec.task_id})", "    (:domain alfred)", "    (:objects", "        agent1 - agent"]
+    lines += [f"        {t}Type - otype" for t in otypes]
+    lines += [f"        {t}Type - rtype" for t in rtypes]
+    lines += [f"        {mangle(o)} - object" for o, _, _ in sorted(spec.objects)]
+    lines += [f"        {mangle(r)} - receptacle" for r, _ in spec.receptacles]
+    lines += [f"        {mangle(loc)} - location" for loc in locs]
+    lines += ["        )", "    (:init", f"        (atLocation agent1 {mangle(spec.start)})"]
+    for rid, loc in spec.receptacles:
+        lines.append(f"        (receptacleType {mangle(rid)} {rclass[rid]}Type)")
+    for rid, loc in spec.receptacles:
+        lines.append(f"        (receptacleAtLocation {mangle(rid)} {mangle(loc)})")
+    for rid, _ in spec.receptacles:
+        if rclass[rid] in constants.OPENABLE_CLASS_SET:
+            lines.append(f"        (openable {mangle(rid)})")
+    acts = constants.VAL_ACTION_OBJECTS
+    for oid, rid, loc in sorted(spec.objects):
+        c, m = oclass[oid], mangle(oid)
+        lines.append(f"        (objectType {m} {c}Type)")
+        lines.append(f"        (inReceptacle {m} {mangle(rid)})")
+        lines.append(f"        (objectAtLocation {m} {mangle(loc)})")
+        if c not in _LAMPS:
+            lines.append(f"        (pickupable {m})")
+        if c in constants.MOVABLE_RECEPTACLES_SET:
+            lines.append(f"        (isReceptacleObject {m})")
+        for ability, pred in (("Cleanable", "cleanable"), ("Heatable", "heatable"), ("Coolable", "coolable"), ("Toggleable", "toggleable"), ("Sliceable", "sliceable")):
+            if c in acts[ability]:
+                lines.append(f"        ({pred} {m})")
+    for rt in rtypes:
+        for ot in otypes:
+            if _can_contain(constants, rt, ot):
+                lines.append(f"        (canContain {rt}Type {ot}Type)")
+    lines.append("        )")
+    goal = goal_library.gdict[spec.task_type]["pddl"].format(obj=spec.obj, recep=spec.recep, toggle=spec.toggle, mrecep="")
+    return "\n".join(lines) + "\n" + goal.replace("#", "-")
+
+
+def traj_data(spec: TaskSpec) -> dict[str, Any]:
+    return {
+        "task_id": spec.task_id,
+        "task_type": spec.task_type,
+        "scene": {"floor_plan": f"FloorPlan{spec.scene}", "scene_num": spec.scene},
+        "pddl_params": spec.pddl_params,
+        "turk_annotations": {"anns": [{"task_desc": spec.goal_text[:1].upper() + spec.goal_text[1:] + "."}]},
+        "generator": f"proas.envs.household.generator v{GENERATOR_VERSION}",
+    }
+
+
+def game_data(spec: TaskSpec, walkthrough: list[str] | None = None) -> dict[str, Any]:
+    """The ``game.tw-pddl`` JSON object."""
+    domain, grammar = domain_and_grammar()
+    return {
+        "pddl_domain": domain,
+        "grammar": grammar.replace("UNKNOWN GOAL", spec.goal_text),
+        "pddl_problem": to_pddl(spec),
+        "solvable": walkthrough is not None,
+        "walkthrough": walkthrough,
+    }

@@ -1,0 +1,363 @@
+"""The fast backend: ALFWorld's PDDL domain and TextWorld grammar, simulated in pure Python.
+
+It plays any ALFWorld game (``game.tw-pddl``): the state is the set of PDDL facts; each action
+of ``alfred.pddl`` is a Python function of that set with the domain's preconditions and
+effects; the feedback is the grammar of ``alfred.twl2`` as the real engine derives it. The
+real engine's details that show in the text are reproduced on purpose:
+
+- lists ("you see a apple 1, and a knife 1") are in the order of the PDDL ids (the engine sorts
+  facts before matching them), with ", " and ", and " separators and "nothing" when empty;
+- a command is admissible iff its grounded operator is applicable; commands are sorted and
+  unique; anything else (including surrounding text) gives "Nothing happens.";
+- after an object is taken out of a receptacle the engine keeps a ``not_inreceptacle`` fact
+  (it stores negative effects as facts), which "look" consults to list loose objects;
+- toggling always reports "You turn on ..." (the domain sets ``isToggled``, which the grammar
+  tests, on every use) and a lamp never shows as "off" (no ``not_istoggled`` fact arises);
+- going to the receptacle whose location the agent is at is not admissible;
+- "look" in the middle of the room lists nothing (the intro lists every receptacle);
+- only held objects can be examined (the engine's grounding drops the domain's other case);
+- the help text starts without the grammar's leading newline.
+
+Conformance with the real engine on generated games is checked by
+``tests/test_household_conformance.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proas.envs.household.pddl import Problem, display_names, holds, parse_problem
+
+HELP_TEXT = (
+    "Available commands:\n"
+    "  look:                             look around your current location\n"
+    "  inventory:                        check your current inventory\n"
+    "  go to (receptacle):               move to a receptacle\n"
+    "  open (receptacle):                open a receptacle\n"
+    "  close (receptacle):               close a receptacle\n"
+    "  take (object) from (receptacle):  take an object from a receptacle\n"
+    "  move (object) to (receptacle):  place an object in or on a receptacle\n"
+    "  examine (something):              examine a receptacle or an object\n"
+    "  use (object):                     use an object\n"
+    "  heat (object) with (receptacle):  heat an object using a receptacle\n"
+    "  clean (object) with (receptacle): clean an object using a receptacle\n"
+    "  cool (object) with (receptacle):  cool an object using a receptacle\n"
+    "  slice (object) with (object):     slice an object using a sharp object\n"
+)
+NOTHING = "Nothing happens."
+_STATIONS = {"clean": "sinkbasintype", "heat": "microwavetype", "cool": "fridgetype"}
+
+
+def _listing(items: list[str]) -> str:
+    if not items:
+        return "nothing"
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + ", and " + items[-1]
+
+
+@dataclass
+class Game:
+    """A parsed game: static structure shared by every episode of it."""
+
+    intro_task: str  # "Your task is to: ..."
+    problem: Problem
+    names: dict[str, str]
+    agent: str
+    objects: list[str]  # sorted PDDL ids
+    receptacles: list[str]
+    rtype: dict[str, str] = field(default_factory=dict)
+    rloc: dict[str, str] = field(default_factory=dict)
+    otype: dict[str, str] = field(default_factory=dict)
+    static: dict[str, set[str]] = field(default_factory=dict)  # unary static predicates
+    can_contain: set[tuple[str, str]] = field(default_factory=set)
+    recs_at: dict[str, list[str]] = field(default_factory=dict)  # location -> sorted receptacles
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> "Game":
+        problem = parse_problem(data["pddl_problem"])
+        ids = sorted({a for fact in problem.init for a in fact[1:]})
+        names = display_names(ids)
+        task = _task_line(data.get("grammar", ""))
+        objs = sorted(n for n, t in problem.objects.items() if t == "object")
+        recs = sorted(n for n, t in problem.objects.items() if t == "receptacle")
+        agent = next((n for n, t in problem.objects.items() if t == "agent"), "agent1")
+        game = cls(task, problem, names, agent, objs, recs)
+        for fact in problem.init:
+            pred = fact[0]
+            if pred == "receptacletype":
+                game.rtype[fact[1]] = fact[2]
+            elif pred == "receptacleatlocation":
+                game.rloc[fact[1]] = fact[2]
+                game.recs_at.setdefault(fact[2], []).append(fact[1])
+            elif pred == "objecttype":
+                game.otype[fact[1]] = fact[2]
+            elif pred == "cancontain":
+                game.can_contain.add((fact[1], fact[2]))
+            elif pred in ("openable", "pickupable", "cleanable", "heatable", "coolable", "toggleable", "sliceable", "isreceptacleobject"):
+                game.static.setdefault(pred, set()).add(fact[1])
+        for loc in game.recs_at:
+            game.recs_at[loc].sort()
+        return game
+
+    def name(self, ident: str) -> str:
+        return self.names.get(ident, ident)
+
+    def is_(self, pred: str, ident: str) -> bool:
+        return ident in self.static.get(pred, ())
+
+
+def _task_line(grammar: str) -> str:
+    marker = "Your task is to: "
+    i = grammar.find(marker)
+    if i < 0:
+        return marker + "UNKNOWN GOAL."
+    j = grammar.find('"', i)
+    return grammar[i:j]
+
+
+class Sim:
+    """One episode of a ``Game``; ``reset`` / ``step`` mirror TextWorld's PddlEnv."""
+
+    def __init__(self, game: Game) -> None:
+        self.game = game
+        self.reset()
+
+    def clone(self) -> "Sim":
+        """An independent copy of this episode (the game is shared; it never changes)."""
+        other = Sim.__new__(Sim)
+        other.game = self.game
+        other.facts = {k: set(v) for k, v in self.facts.items()}
+        other.won, other.moves, other._admissible = self.won, self.moves, None
+        return other
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> str:
+        g = self.game
+        self.facts: dict[str, set[tuple[str, ...]]] = {}
+        for fact in g.problem.init:
+            self.facts.setdefault(fact[0], set()).add(fact[1:])
+        for pred in ("opened", "holds", "holdsany", "isclean", "ishot", "iscool", "ison", "istoggled", "issliced", "inreceptacle", "objectatlocation", "not_inreceptacle", "atlocation"):
+            self.facts.setdefault(pred, set())
+        self.won = holds(g.problem.goal, self.facts)
+        self.moves = 0
+        self._admissible: dict[str, tuple] | None = None
+        return "-= Welcome to TextWorld, ALFRED! =-\n\n" + self._look() + "\n\n" + g.intro_task
+
+    @property
+    def loc(self) -> str | None:
+        for a, loc in self.facts["atlocation"]:
+            if a == self.game.agent:
+                return loc
+        return None
+
+    def held(self) -> list[str]:
+        return sorted(o for a, o in self.facts["holds"] if a == self.game.agent)
+
+    def contents(self, r: str) -> list[str]:
+        return sorted(o for o, rr in self.facts["inreceptacle"] if rr == r)
+
+    def where(self, o: str) -> list[str]:
+        return sorted(r for oo, r in self.facts["inreceptacle"] if oo == o)
+
+    def accessible(self, r: str) -> bool:
+        return not self.game.is_("openable", r) or (r,) in self.facts["opened"]
+
+    # ------------------------------------------------------------------ commands
+
+    def admissible_map(self) -> dict[str, tuple]:
+        """Command text -> (action name, arguments), for every applicable grounded operator."""
+        if self._admissible is not None:
+            return self._admissible
+        g, f = self.game, self.facts
+        out: dict[str, tuple] = {}
+        loc = self.loc
+        here = g.recs_at.get(loc, []) if loc is not None else []
+        held = self.held()
+        hands_free = (g.agent,) not in f["holdsany"]
+        n = g.name
+        for r in g.receptacles:
+            rl = g.rloc.get(r)
+            if rl is not None and rl != loc:
+                out.setdefault(f"go to {n(r)}", ("goto", r))
+        for r in here:
+            out.setdefault(f"examine {n(r)}", ("examine_r", r))
+            if g.is_("openable", r):
+                if (r,) in f["opened"]:
+                    out.setdefault(f"close {n(r)}", ("close", r))
+                else:
+                    out.setdefault(f"open {n(r)}", ("open", r))
+            open_ = self.accessible(r)
+            for o in self.contents(r):
+                # the domain's examineObject also allows objects in an open receptacle here, but
+                # the real engine's planner drops that disjunct: only held objects are examinable
+                if open_ and hands_free and g.is_("pickupable", o):
+                    out.setdefault(f"take {n(o)} from {n(r)}", ("take", o, r))
+                if g.is_("toggleable", o):
+                    out.setdefault(f"use {n(o)}", ("toggle", o, r))
+            rt = g.rtype.get(r)
+            for o in held:
+                if open_ and (rt, g.otype.get(o)) in g.can_contain:
+                    out.setdefault(f"move {n(o)} to {n(r)}", ("put", o, r))
+                for verb, station in _STATIONS.items():
+                    if rt == station and g.is_(verb + "able", o):
+                        out.setdefault(f"{verb} {n(o)} with {n(r)}", (verb, o, r))
+        for o in held:
+            out.setdefault(f"examine {n(o)}", ("examine_o", o))
+            if g.otype.get(o) in ("knifetype", "butterknifetype") and loc is not None:
+                for co, cl in sorted(f["objectatlocation"]):
+                    if cl == loc and g.is_("sliceable", co):
+                        out.setdefault(f"slice {n(co)} with {n(o)}", ("slice", co, o))
+        for cmd in ("help", "inventory", "look"):
+            out[cmd] = (cmd,)
+        self._admissible = out
+        return out
+
+    def admissible(self) -> list[str]:
+        return sorted(self.admissible_map())
+
+    def step(self, command: str) -> str:
+        """Apply a command; returns the feedback ("Nothing happens." if not admissible)."""
+        act = self.admissible_map().get(command.strip())
+        if act is None:
+            return NOTHING
+        text = self._apply(act)
+        self.moves += 1
+        self._admissible = None
+        self.won = holds(self.game.problem.goal, self.facts)
+        return text
+
+    # ------------------------------------------------------------------ effects and text
+
+    def _apply(self, act: tuple) -> str:
+        g, f, a = self.game, self.facts, self.game.agent
+        n = g.name
+        kind = act[0]
+        if kind == "goto":
+            r = act[1]
+            f["atlocation"] = {x for x in f["atlocation"] if x[0] != a} | {(a, g.rloc[r])}
+            return f"You arrive at {n(r)}. " + self._examine_r(r)
+        if kind == "open":
+            f["opened"].add((act[1],))
+            return f"You open the {n(act[1])}. " + self._examine_r(act[1])
+        if kind == "close":
+            f["opened"].discard((act[1],))
+            return f"You close the {n(act[1])}."
+        if kind == "take":
+            o, r = act[1], act[2]
+            f["inreceptacle"].discard((o, r))
+            f["not_inreceptacle"].add((o, r))
+            f["holds"].add((a, o))
+            f["holdsany"].add((a,))
+            f["objectatlocation"].discard((o, self.loc))
+            return f"You pick up the {n(o)} from the {n(r)}."
+        if kind == "put":
+            o, r = act[1], act[2]
+            f["inreceptacle"].add((o, r))
+            f["not_inreceptacle"].discard((o, r))
+            f["objectatlocation"].add((o, self.loc))
+            f["holds"].discard((a, o))
+            f["holdsany"].discard((a,))
+            return f"You move the {n(o)} to the {n(r)}."
+        if kind == "clean":
+            f["isclean"].add((act[1],))
+            return f"You clean the {n(act[1])} using the {n(act[2])}."
+        if kind == "heat":
+            f["ishot"].add((act[1],))
+            f["iscool"].discard((act[1],))
+            return f"You heat the {n(act[1])} using the {n(act[2])}."
+        if kind == "cool":
+            f["iscool"].add((act[1],))
+            f["ishot"].discard((act[1],))
+            return f"You cool the {n(act[1])} using the {n(act[2])}."
+        if kind == "toggle":
+            o = act[1]
+            if (o,) in f["ison"]:
+                f["ison"].discard((o,))
+            else:
+                f["ison"].add((o,))
+            f["istoggled"].add((o,))
+            return f"You turn on the {n(o)}."
+        if kind == "slice":
+            f["issliced"].add((act[1],))
+            return f"You sliced the {n(act[1])} with the {n(act[2])}."
+        if kind == "examine_r":
+            return self._examine_r(act[1])
+        if kind == "examine_o":
+            return self._examine_o(act[1])
+        if kind == "inventory":
+            held = self.held()
+            if (a,) in f["holdsany"]:
+                return "You are carrying: " + _listing([f"a {n(o)}" for o in held]) + "."
+            return "You are not carrying anything."
+        if kind == "look":
+            return self._look(action=True)
+        if kind == "help":
+            return HELP_TEXT
+        raise AssertionError(kind)  # pragma: no cover
+
+    def _examine_r(self, r: str) -> str:
+        n = self.game.name
+        items = _listing([f"a {n(o)}" for o in self.contents(r)])
+        if self.game.is_("openable", r):
+            if (r,) in self.facts["opened"]:
+                return f"The {n(r)} is open. In it, you see {items}."
+            return f"The {n(r)} is closed."
+        return f"On the {n(r)}, you see {items}."
+
+    def _examine_o(self, o: str) -> str:
+        g, f = self.game, self.facts
+        n = g.name(o)
+        if g.is_("isreceptacleobject", o):
+            inner = sorted(i for i, outer in f.get("inreceptacleobject", ()) if outer == o)
+            return f"This is a normal {n}. In it, you see " + _listing([f"a {g.name(i)}" for i in inner]) + "."
+        clean, hot, cool, sliced = ((o,) in f[p] for p in ("isclean", "ishot", "iscool", "issliced"))
+        if clean and hot and sliced:
+            return f"This is a hot and clean sliced {n}."
+        if clean and cool and sliced:
+            return f"This is a cool and clean sliced {n}."
+        if clean and sliced:
+            return f"This is a clean sliced {n}."
+        if hot and sliced:
+            return f"This is a hot sliced {n}."
+        if cool and sliced:
+            return f"This is a cool sliced {n}."
+        if clean and hot:
+            return f"This is a hot and clean {n}."
+        if clean and cool:
+            return f"This is a cool and clean {n}."
+        if hot:
+            return f"This is a hot {n}."
+        if clean:
+            return f"This is a clean {n}."
+        if cool:
+            return f"This is a cold {n}."
+        if g.is_("toggleable", o) and (o,) in f["istoggled"]:
+            return f"This {n} is on."
+        if g.is_("toggleable", o) and (o,) in f.get("not_istoggled", ()):
+            return f"This {n} is off."  # pragma: no cover - the engine never stores this fact
+        if g.is_("sliceable", o) and sliced:
+            return f"This is a sliced {n}."  # pragma: no cover - caught by the sliced cases above
+        return f"There's nothing special about {n}."
+
+    def _look(self, action: bool = False) -> str:
+        g, f = self.game, self.facts
+        loc = self.loc
+        here = g.recs_at.get(loc, []) if loc is not None else []
+        if here:
+            loose = [
+                f"a {g.name(o)}"
+                for o, ol in sorted(f["objectatlocation"])
+                if ol == loc
+                for r in here
+                if (o, r) in f["not_inreceptacle"]
+            ]
+            return (
+                "You are facing the " + _listing([g.name(r) for r in here]) + ". Next to it, you see " + _listing(loose) + "."
+            )
+        # the intro derives this with no variables bound (every receptacle of the room); the
+        # look action binds the agent's location, where no receptacle stands: "nothing"
+        every = [] if action else sorted(g.rloc)
+        return "You are in the middle of a room. Looking quickly around you, you see " + _listing([f"a {g.name(r)}" for r in every]) + "."
