@@ -22,6 +22,7 @@ from proas.envs.shop.nouns import TitleNouns
 from proas.envs.shop.reward import MATCH_THRESHOLD, get_reward, goal_option_items, normalize_color, token_set_ratio
 from proas.envs.shop.search import SEARCH_RETURN_N, SearchIndex, cached_index
 from proas.errors import ProasError
+from proas.fileio import sha256_file
 
 #: WebShop's goal-shuffle seed (SimServer: random.seed(233))
 DEFAULT_GOAL_SEED = 233
@@ -48,6 +49,8 @@ class ShopCatalog:
     index: SearchIndex
     nouns: TitleNouns
     source: str
+    source_sha256: str = ""
+    seed: int = DEFAULT_GOAL_SEED
     by_asin: dict[str, dict[str, Any]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -99,7 +102,8 @@ class ShopCatalog:
         random.Random(seed).shuffle(goals)
         stored = {p["name"]: p["title_nouns"] for p in raw if isinstance(p, Mapping) and isinstance(p.get("title_nouns"), list)}
         index = cached_index(key_files + (num_products,), products)
-        catalog = cls(products, prices, goals, index, TitleNouns(nouns, stored), source=str(paths["items"]))
+        catalog = cls(products, prices, goals, index, TitleNouns(nouns, stored), source=str(paths["items"]),
+                      source_sha256=sha256_file(paths["items"]), seed=seed)
         with _LOCK:
             _CATALOGS[key] = catalog
         return catalog

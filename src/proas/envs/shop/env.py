@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 from typing import Any
 
 from proas.envs.shop.engine import DEFAULT_GOAL_SEED, ShopCatalog
@@ -67,7 +68,8 @@ class ShopEnv:
         self.catalog = catalog if catalog is not None else ShopCatalog.load(**load_kwargs)
         self.max_steps = max_steps
         self.taskset_source = (
-            f"shop goals of {self.catalog.source} (seeded shuffle); valid = {VALID_SIZE} unique goals drawn "
+            f"shop goals of {Path(self.catalog.source).name} (sha256 {self.catalog.source_sha256}), "
+            f"shuffled with seed {self.catalog.seed}; valid = {VALID_SIZE} unique goals drawn "
             f"with seed {VALID_DRAW_SEED} from index range [{VALID_RANGE[0]}, {VALID_RANGE[1]}), "
             f"train = indices >= {VALID_RANGE[0]} minus valid"
         )
