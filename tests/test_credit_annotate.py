@@ -1,0 +1,64 @@
+"""Rea, PA and Future-Drift, exactly as DESIGN.md §2 defines them."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from credit_helpers import STATE, path_traj, trajectories
+from proas.credit import CreditBatch, ReferenceGraph, annotate, annotate_loop, future_drift
+from proas.types import Step, Trajectory
+
+
+def graph_of(*paths):
+    return ReferenceGraph.from_trajectories([path_traj("o", str(k), 1, p) for k, p in enumerate(paths)])
+
+
+def test_hand_worked_annotations():
+    g = graph_of(["A", "B", "C", "G"])
+    traj = Trajectory(
+        "g", "t", 0.0,
+        [
+            Step("A", "oops", "A", error=True),   # error: Rea 0, PA 0
+            Step("A", "a", "B"),                  # new known state: Rea 1, PA 1
+            Step("B", "x", "X"),                  # unknown state: Rea 0
+            Step("X", "back", "B"),               # known but revisited: Rea 1, PA 0
+            Step("B", "b", "C"),                  # Rea 1, PA 1
+            Step("C", "stay", "C"),               # self-loop: Rea 1, PA 0
+        ],
+    )
+    ann = annotate(CreditBatch.from_trajectories([traj]), g)
+    assert ann.rea.tolist() == [0, 1, 0, 1, 1, 1]
+    assert ann.pa.tolist() == [0, 1, 0, 0, 1, 0]
+    assert ann.fd.tolist() == [4, 3, 3, 2, 1, 1]
+
+
+def test_revisit_counts_the_start_state():
+    traj = path_traj("g", "t", 0, ["A", "B", "A"])  # B -> A returns to s_1
+    g2 = graph_of(["A", "B"], ["X", "A"])
+    ann = annotate(CreditBatch.from_trajectories([traj]), g2)
+    assert ann.rea.tolist() == [1, 1] and ann.pa.tolist() == [1, 0]
+
+
+def test_revisit_is_per_trajectory():
+    g = graph_of(["A", "B", "C"])
+    t1 = path_traj("g", "1", 0, ["A", "B"])
+    t2 = path_traj("g", "2", 0, ["B", "C"])  # B was visited by t1, not by t2
+    ann = annotate(CreditBatch.from_trajectories([t1, t2]), g)
+    assert ann.pa.tolist() == [1, 1]
+
+
+def test_future_drift_counts_na_steps_to_the_end():
+    pa = np.array([1, 0, 0, 1, 0, 1, 1])
+    offsets = np.array([0, 4, 4, 7])  # an empty trajectory in the middle
+    assert future_drift(pa, offsets).tolist() == [2, 2, 1, 0, 1, 0, 0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(trajectories(), st.lists(st.lists(STATE, min_size=1, max_size=6), max_size=5))
+def test_vectorised_annotations_equal_the_loop(trajs, oracle_paths):
+    g = graph_of(*oracle_paths)
+    fast = annotate(CreditBatch.from_trajectories(trajs), g)
+    slow = annotate_loop(trajs, g)
+    assert fast.rea.tolist() == slow.rea.tolist()
+    assert fast.pa.tolist() == slow.pa.tolist()
+    assert fast.fd.tolist() == slow.fd.tolist()

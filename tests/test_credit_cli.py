@@ -1,0 +1,118 @@
+"""`proas credit` and `proas credit-demo` end to end, including bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from credit_helpers import path_traj
+from proas.cli import main
+from proas.credit import ReferenceGraph
+
+
+def write_jsonl(path, trajs):
+    path.write_text("".join(json.dumps(t.to_json()) + "\n" for t in trajs))
+
+
+@pytest.fixture
+def files(tmp_path):
+    oracle = [path_traj("o", "o1", 1, ["A", "B", "C", "G"])]
+    batch = [
+        path_traj("g", "win", 1, ["A", "B", "X", "B", "C", "G"], errors={1}),
+        path_traj("g", "lose", 0, ["A", "Y", "Y", "B"]),
+    ]
+    write_jsonl(tmp_path / "oracle.jsonl", oracle)
+    write_jsonl(tmp_path / "in.jsonl", batch)
+    return tmp_path
+
+
+def read_rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_credit_writes_one_row_per_step_in_input_order(files, capsys):
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "out.jsonl"),
+               "--build-from", str(files / "oracle.jsonl"), "--save-graph", str(files / "g.json")])
+    assert rc == 0
+    rows = read_rows(files / "out.jsonl")
+    assert [(r["trajectory"], r["t"]) for r in rows] == [("win", t) for t in range(5)] + [("lose", t) for t in range(3)]
+    win = rows[:5]
+    # X -> B revisits B; the error step is unreasonable
+    assert [r["rea"] for r in win] == [1, 0, 1, 1, 1]
+    assert [r["pa"] for r in win] == [1, 0, 0, 1, 1]
+    assert [r["fd"] for r in win] == [2, 2, 1, 0, 0]
+    # GRPO over [1, 0]: +-0.707; MUI zeroes the error step
+    assert win[0]["base_advantage"] == pytest.approx(0.7071, abs=1e-3)
+    assert win[1]["advantage"] == 0.0
+    lose = rows[5:]
+    assert sum(r["advantage"] for r in lose) == pytest.approx(3 * lose[0]["base_advantage"], rel=1e-5)
+    # the saved graph includes the input's successful trajectory (evolved)
+    g = ReferenceGraph.load(files / "g.json")
+    assert "X" not in g  # the loop through X was cut
+    assert g.num_nodes == 4
+
+
+def test_static_graph_ignores_the_input(files):
+    g = ReferenceGraph.from_trajectories([path_traj("o", "o1", 1, ["A", "B"])])
+    g.save(files / "g.json")
+    main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "out.jsonl"),
+          "--graph", str(files / "g.json"), "--static", "--save-graph", str(files / "g2.json")])
+    rows = read_rows(files / "out.jsonl")
+    assert [r["rea"] for r in rows[:5]] == [1, 0, 1, 0, 0]  # C and G unknown to the static graph
+    assert ReferenceGraph.load(files / "g2.json").num_nodes == 2
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "in.jsonl:2: invalid JSON"),
+        ('{"group": "g", "trajectory": "t", "steps": []}', "in.jsonl:2: missing field 'reward'"),
+        ('{"group": "g", "trajectory": "t", "reward": "1", "steps": []}', "in.jsonl:2: field 'reward' must be a number"),
+        ('{"group": "g", "trajectory": "t", "reward": 1, "steps": [{"state": "a", "action": "x", "next_state": "b"}]}',
+         "in.jsonl:2, step 0: missing field 'error'"),
+        ('{"group": 3, "trajectory": "t", "reward": 1, "steps": []}', "in.jsonl:2: field 'group' must be a string"),
+    ],
+)
+def test_malformed_input_names_the_line_and_writes_nothing(files, capsys, line, message):
+    good = (files / "in.jsonl").read_text().splitlines()[0]
+    (files / "in.jsonl").write_text(good + "\n" + line + "\n")
+    (files / "out.jsonl").write_text("previous output\n")
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "out.jsonl"),
+               "--build-from", str(files / "oracle.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err and err.count("\n") == 1
+    assert (files / "out.jsonl").read_text() == "previous output\n"
+
+
+def test_missing_and_corrupt_graph_files_are_clear_errors(files, capsys):
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl"),
+               "--graph", str(files / "missing.json")])
+    assert rc == 2 and "graph file not found" in capsys.readouterr().err
+    (files / "bad.json").write_text("garbage")
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl"),
+               "--graph", str(files / "bad.json")])
+    assert rc == 2 and "corrupt graph file" in capsys.readouterr().err
+    assert not (files / "o.jsonl").exists()
+
+
+def test_bad_estimator_option_is_clear_error(files, capsys):
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl"),
+               "--estimator", "gigpo", "--estimator-option", "gama=0.9"])
+    assert rc == 2 and "gama" in capsys.readouterr().err
+
+
+def test_gigpo_options_and_export(files):
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl"),
+               "--build-from", str(files / "oracle.jsonl"), "--estimator", "gigpo",
+               "--estimator-option", "mode=mean_std_norm", "--estimator-option", "gamma=0.9",
+               "--export-graph", str(files / "g.dot")])
+    assert rc == 0 and (files / "g.dot").read_text().startswith("digraph")
+
+
+def test_demo_runs_as_a_command():
+    out = subprocess.run([sys.executable, "-m", "proas", "credit-demo"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "rollout-0 (success" in out.stdout and "rollout-2 (failure" in out.stdout
+    assert "ProAS A" in out.stdout

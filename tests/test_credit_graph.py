@@ -1,0 +1,198 @@
+"""ReferenceGraph: cleaning, merging acyclic, pruning, distances, files."""
+
+import gzip
+import json
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from credit_helpers import STATE, path_traj
+from proas.credit import GraphFileError, ReferenceGraph, clean_path
+from proas.types import Step
+
+
+def test_clean_path_drops_error_steps():
+    steps = [Step("A", "a", "B"), Step("B", "bad", "B", error=True), Step("B", "b", "C")]
+    assert clean_path(steps) == (["A", "B", "C"], ["a", "b"])
+
+
+def test_clean_path_cuts_loops_back_to_first_visit():
+    # A -> B -> C -> B -> D: the detour B -> C -> B is removed
+    steps = [Step("A", "a", "B"), Step("B", "c", "C"), Step("C", "back", "B"), Step("B", "d", "D")]
+    assert clean_path(steps) == (["A", "B", "D"], ["a", "d"])
+
+
+def test_clean_path_loop_to_start_and_self_loop():
+    steps = [Step("A", "x", "A"), Step("A", "a", "B"), Step("B", "r", "A"), Step("A", "b", "C")]
+    assert clean_path(steps) == (["A", "C"], ["b"])
+
+
+def test_clean_path_jump_makes_no_edge():
+    steps = [Step("A", "a", "B"), Step("X", "x", "Y")]
+    assert clean_path(steps) == (["A", "B", "X", "Y"], ["a", None, "x"])
+
+
+def test_build_uses_only_successful_trajectories():
+    good = path_traj("g", "1", 1.0, ["A", "B", "G"])
+    bad = path_traj("g", "2", 0.0, ["A", "Z", "Q"])
+    g = ReferenceGraph.from_trajectories([good, bad])
+    assert sorted(g.nodes()) == ["A", "B", "G"]
+    assert "Z" not in g and g.num_edges == 2
+    assert g.goals() == ["G"]
+
+
+def test_distance_and_support():
+    g = ReferenceGraph.from_trajectories(
+        [
+            path_traj("g", "1", 1, ["A", "B", "C", "G"]),
+            path_traj("g", "2", 1, ["A", "D", "G"]),
+            path_traj("g", "3", 1, ["E", "F"]),
+        ]
+    )
+    assert g.distance("A") == 2  # via D
+    assert g.distance("B") == 2
+    assert g.distance("G") == 0 and g.distance("F") == 0
+    assert g.distance("nowhere") == float("inf")
+    assert g.support("A") == 2 and g.support("G") == 2 and g.support("B") == 1
+    assert g.support("nowhere") == 0
+
+
+def test_edge_closing_a_cycle_is_not_added():
+    g = ReferenceGraph.from_trajectories([path_traj("g", "1", 1, ["A", "B", "C"])])
+    g.add_trajectories([path_traj("g", "2", 1, ["C", "A", "X"])])
+    assert ("C", "C->A", "A", 1) not in set(g.edges())
+    assert ("A", "A->X", "X", 1) in set(g.edges())
+    assert g.rejected_edges == 1
+    assert g.is_acyclic()
+
+
+def test_repeated_edges_add_support_not_edges():
+    t = path_traj("g", "1", 1, ["A", "B"])
+    g = ReferenceGraph.from_trajectories([t, t, t])
+    assert list(g.edges()) == [("A", "A->B", "B", 3)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(STATE, min_size=1, max_size=10), min_size=1, max_size=12))
+def test_graph_stays_acyclic_under_any_merges(paths):
+    g = ReferenceGraph()
+    for k, states in enumerate(paths):
+        g.add_trajectories([path_traj("g", str(k), 1, states)])
+        assert g.is_acyclic()
+    other = ReferenceGraph.from_trajectories([path_traj("g", "r", 1, list(reversed(paths[0])))])
+    g.merge(other)
+    assert g.is_acyclic()
+    assert nx.is_directed_acyclic_graph(g.to_networkx())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(STATE, min_size=2, max_size=10), min_size=1, max_size=10),
+    st.floats(0, 1),
+    st.integers(0, 10),
+)
+def test_prune_removes_the_asked_fraction(paths, fraction, seed):
+    g = ReferenceGraph.from_trajectories([path_traj("g", str(k), 1, p) for k, p in enumerate(paths)])
+    before = g.num_edges
+    isolated_before = set(g.nodes()) - {u for u, _, _, _ in g.edges()} - {v for _, _, v, _ in g.edges()}
+    removed = g.prune(fraction, seed=seed)
+    assert removed == round(fraction * before)
+    assert g.num_edges == before - removed
+    # pruning leaves no node without edges (a single-state path never had any)
+    touched = {u for u, _, v, _ in g.edges()} | {v for _, _, v, _ in g.edges()}
+    if removed:
+        assert set(g.nodes()) == touched
+    else:
+        assert set(g.nodes()) == touched | isolated_before
+
+
+def test_prune_is_seeded():
+    paths = [["A", "B", "C", "D", "E"], ["A", "X", "Y", "E"], ["B", "Y"]]
+    edges = []
+    for _ in range(2):
+        g = ReferenceGraph.from_trajectories([path_traj("g", str(k), 1, p) for k, p in enumerate(paths)])
+        g.prune(0.4, seed=3)
+        edges.append(sorted(g.edges()))
+    assert edges[0] == edges[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(STATE, min_size=1, max_size=8), min_size=0, max_size=8), st.booleans())
+def test_save_load_round_trip(tmp_path_factory, paths, gz):
+    g = ReferenceGraph.from_trajectories([path_traj("g", str(k), 1, p) for k, p in enumerate(paths)])
+    g.meta["note"] = "x"
+    path = tmp_path_factory.mktemp("g") / ("graph.json.gz" if gz else "graph.json")
+    g.save(path)
+    h = ReferenceGraph.load(path)
+    assert sorted(h.edges()) == sorted(g.edges())
+    assert sorted(h.nodes()) == sorted(g.nodes())
+    assert sorted(h.goals()) == sorted(g.goals())
+    assert all(h.support(s) == g.support(s) and h.distance(s) == g.distance(s) for s in g.nodes())
+    assert h.meta == {"note": "x"}
+
+
+def test_load_missing_file_is_clear_error(tmp_path):
+    with pytest.raises(GraphFileError, match="not found"):
+        ReferenceGraph.load(tmp_path / "nope.json")
+
+
+def test_load_corrupt_file_is_clear_error(tmp_path):
+    g = ReferenceGraph.from_trajectories([path_traj("g", "1", 1, ["A", "B"])])
+    g.save(tmp_path / "g.json")
+    data = (tmp_path / "g.json").read_bytes()
+    (tmp_path / "g.json").write_bytes(data[: len(data) // 2])
+    with pytest.raises(GraphFileError, match="corrupt"):
+        ReferenceGraph.load(tmp_path / "g.json")
+    (tmp_path / "g.gz").write_bytes(gzip.compress(b"{")[:-3])
+    with pytest.raises(GraphFileError, match="corrupt"):
+        ReferenceGraph.load(tmp_path / "g.gz")
+
+
+def test_load_wrong_version_or_format_is_clear_error(tmp_path):
+    g = ReferenceGraph.from_trajectories([path_traj("g", "1", 1, ["A", "B"])])
+    obj = g.to_json()
+    obj["version"] = 99
+    (tmp_path / "v.json").write_text(json.dumps(obj))
+    with pytest.raises(GraphFileError, match="version 99"):
+        ReferenceGraph.load(tmp_path / "v.json")
+    (tmp_path / "f.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(GraphFileError, match="not a proas reference graph"):
+        ReferenceGraph.load(tmp_path / "f.json")
+
+
+def test_load_rejects_cyclic_file(tmp_path):
+    obj = {"format": "proas-arg", "version": 1, "nodes": [["A", 1, False], ["B", 1, True]],
+           "edges": [[0, "a", 1, 1], [1, "b", 0, 1]], "meta": {}}
+    (tmp_path / "c.json").write_text(json.dumps(obj))
+    with pytest.raises(GraphFileError, match="cycle"):
+        ReferenceGraph.load(tmp_path / "c.json")
+
+
+def test_failed_save_leaves_old_file(tmp_path, monkeypatch):
+    g = ReferenceGraph.from_trajectories([path_traj("g", "1", 1, ["A", "B"])])
+    g.save(tmp_path / "g.json")
+    before = (tmp_path / "g.json").read_bytes()
+    bigger = ReferenceGraph.from_trajectories([path_traj("g", "1", 1, ["A", "B", "C"])])
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("proas.credit.graph.json.dumps", lambda *a, **k: "{" * 10)
+    monkeypatch.setattr("os.replace", boom)
+    with pytest.raises(RuntimeError):
+        bigger.save(tmp_path / "g.json")
+    assert (tmp_path / "g.json").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["g.json"]
+
+
+def test_export_graphml_and_dot(tmp_path):
+    g = ReferenceGraph.from_trajectories([path_traj("g", "1", 1, ["A", 'B "q"', "G"])])
+    g.export(tmp_path / "g.graphml")
+    back = nx.read_graphml(tmp_path / "g.graphml")
+    assert set(back.nodes) == {"A", 'B "q"', "G"}
+    assert back.nodes["A"]["distance"] == 2 and back.nodes["G"]["goal"] is True
+    g.export(tmp_path / "g.dot")
+    dot = (tmp_path / "g.dot").read_text()
+    assert dot.startswith("digraph ARG {") and '"B \\"q\\""' in dot and "peripheries=2" in dot
