@@ -5,6 +5,8 @@
   evolves and checkpoints the reference graph beside the trainer.
 - ``register_estimators`` / ``compute_advantage`` (``estimators``): the ``proas_<base>`` names
   for ``algorithm.adv_estimator``, with what verl's estimator interface lets them see.
+- ``ProasEnvManager`` / ``step_columns`` (``envs``): proas environments behind verl-agent's
+  env-manager contract, and the ProAS columns a rollout loop copies into each step's rows.
 - ``StepColumns``, ``rows_to_trajectories``, ``trajectories_to_rows``, ``broadcast_to_tokens``
   (``rows``): the conversion between verl's step rows and proas's trajectories.
 
@@ -12,6 +14,7 @@ verl itself is imported only by ``register_estimators`` and ``compute_advantage`
 works on any object with verl's ``batch`` / ``non_tensor_batch`` layout. Recipe: docs/verl.md.
 """
 
+from proas.integrations.verl.envs import ERROR_COLUMN, ProasEnvManager, project_action, step_columns
 from proas.integrations.verl.estimators import (
     ESTIMATOR_NAMES,
     bind,
@@ -32,18 +35,22 @@ from proas.integrations.verl.rows import (
 
 __all__ = [
     "CHECKPOINT_SUBDIR",
+    "ERROR_COLUMN",
     "ESTIMATOR_NAMES",
     "HOOK_ESTIMATORS",
     "ProASCredit",
+    "ProasEnvManager",
     "RowLayout",
     "StepColumns",
     "bind",
     "bound",
     "broadcast_to_tokens",
     "compute_advantage",
+    "project_action",
     "register_estimators",
     "response_mask_of",
     "rows_to_trajectories",
+    "step_columns",
     "step_values_to_rows",
     "trajectories_to_rows",
 ]

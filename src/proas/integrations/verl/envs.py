@@ -1,0 +1,201 @@
+"""proas environments behind verl-agent's env-manager contract, with the ProAS step fields.
+
+verl-agent's rollout loop (``TrajectoryCollector``) drives a vectorised *environment manager*:
+``reset(...) -> (obs, infos)`` and ``step(text_actions) -> (obs, rewards, dones, infos)``, where
+``obs = {"text": prompts, "image": None, "anchor": raw observations}`` and each info carries
+``is_action_valid`` and ``won``. ``ProasEnvManager`` is that contract over any proas ``Env``
+(household, shop, your own), G copies per task. Each step's info also carries, under
+``info["proas"]``, the fields a ProAS row needs, which the rollout loop copies into
+``non_tensor_batch`` with :func:`step_columns` (docs/verl.md shows the three-line patch).
+
+Action projection follows verl-agent's: the text between ``<action>`` and ``</action>`` is the
+action; without the tags (or, with ``require_think``, without ``<think>...</think>``) the action
+is invalid in verl-agent's sense (``is_action_valid = False``, its format penalty). ProAS's
+``error_t`` is wider: the format is invalid *or* the env rejected the action (inadmissible,
+"Nothing happens."): ``proas["env_error"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from proas.envs.base import Env
+from proas.errors import ProasError
+from proas.integrations.verl.rows import StepColumns
+
+__all__ = ["ProasEnvManager", "project_action", "step_columns", "default_prompt", "ERROR_COLUMN"]
+
+#: the column name :func:`step_columns` gives ``error_t``; set ``columns.error`` to it
+ERROR_COLUMN = "env_error"
+
+_ACTION = re.compile(r"<action>(.*?)</action>", re.S)
+
+
+def project_action(text: str, require_think: bool = True) -> tuple[str, bool]:
+    """``(action, format_valid)`` from a model response, as verl-agent's projection does.
+
+    The action is the stripped text inside the first ``<action>...</action>``; without the tags
+    the whole stripped text is passed on (the env will reject it) and the format is invalid.
+    """
+    if not isinstance(text, str):
+        return "", False
+    m = _ACTION.search(text)
+    if m is None:
+        return text.strip(), False
+    valid = not require_think or ("<think>" in text and "</think>" in text)
+    return m.group(1).strip(), valid
+
+
+def default_prompt(obs: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]]) -> str:
+    """A verl-agent-like prompt: recent (observation, action) pairs, the observation, the
+    admissible actions, and the answer format."""
+    parts = []
+    if history:
+        lines = [f"[Observation {k + 1}: {o!r}, Action {k + 1}: {a!r}]" for k, (o, a) in enumerate(history)]
+        parts.append("Your most recent observations and actions:\n" + "\n".join(lines))
+    parts.append(f"Current observation: {obs}")
+    if info.get("admissible"):
+        parts.append("Admissible actions: " + ", ".join(repr(a) for a in info["admissible"] if a != "help"))
+    parts.append(
+        "Think step by step inside <think> </think>, then give exactly one action inside "
+        "<action> </action>."
+    )
+    return "\n\n".join(parts)
+
+
+class ProasEnvManager:
+    """verl-agent's environment-manager contract over proas environments.
+
+    Args:
+        make_env: builds one environment (e.g. ``proas.envs.household.make_household_env``).
+        group_n: rollouts per task (verl-agent's ``env.rollout.n``); env ``i`` plays task
+            ``i // group_n``.
+        history_length: how many past (observation, action) pairs the prompt shows (2, as
+            verl-agent's default).
+        require_think: a response without ``<think>...</think>`` is format-invalid.
+        prompt: ``(obs, info, history) -> str``; ``default_prompt`` by default.
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], Env],
+        group_n: int = 1,
+        *,
+        history_length: int = 2,
+        require_think: bool = True,
+        prompt: Callable[[str, Mapping[str, Any], Sequence[tuple[str, str]]], str] | None = None,
+    ) -> None:
+        if group_n < 1:
+            raise ProasError(f"group_n must be >= 1, got {group_n}")
+        self.make_env = make_env
+        self.group_n = int(group_n)
+        self.history_length = int(history_length)
+        self.require_think = require_think
+        self.prompt = prompt or default_prompt
+        self.envs: list[Env] = []
+        self._reset_state(0)
+
+    def _reset_state(self, n: int) -> None:
+        self.obs: list[str] = [""] * n
+        self.infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        self.history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+        self.steps = np.zeros(n, dtype=np.int64)
+        self.done = np.zeros(n, dtype=bool)
+
+    def reset(
+        self, task_ids: Sequence[str] | None = None, kwargs: Sequence[Mapping[str, Any]] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Start a batch: ``task_ids`` (one per group, each played ``group_n`` times) or verl-agent's
+        per-env ``kwargs`` (one mapping with ``task_id`` per env)."""
+        if kwargs is not None:
+            try:
+                per_env = [str(k["task_id"]) for k in kwargs]
+            except (KeyError, TypeError):
+                raise ProasError("reset(kwargs=...): every env's kwargs need a 'task_id'") from None
+        elif task_ids is not None:
+            per_env = [str(t) for t in task_ids for _ in range(self.group_n)]
+        else:
+            raise ProasError("reset needs task_ids (one per group) or kwargs (one per env)")
+        while len(self.envs) < len(per_env):
+            self.envs.append(self.make_env())
+        self._reset_state(len(per_env))
+        for i, task in enumerate(per_env):
+            obs, info = self.envs[i].reset(task)
+            self.obs[i], self.infos[i] = obs, info
+        return self._observations(), [dict(info) for info in self.infos]
+
+    def step(self, text_actions: Sequence[str]) -> tuple[dict[str, Any], np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Apply one response per env. Finished envs are left alone (reward 0, done), as
+        verl-agent steps every env and drops the finished ones' rows afterwards."""
+        n = len(self.obs)
+        if len(text_actions) != n:
+            raise ProasError(f"step: expected {n} actions (one per env), got {len(text_actions)}")
+        rewards = np.zeros(n, dtype=np.float32)
+        infos: list[dict[str, Any]] = []
+        for i, text in enumerate(text_actions):
+            before = self.infos[i]
+            if self.done[i]:
+                # no "proas" entry: this env took no step, so it has no row to describe
+                infos.append({k: v for k, v in before.items() if k != "proas"} | {"is_action_valid": True})
+                continue
+            action, valid = project_action(text, self.require_think)
+            obs, reward, done, info = self.envs[i].step(action)
+            info = dict(info)
+            info["is_action_valid"] = valid
+            info["proas"] = {
+                "step_index": int(self.steps[i]),
+                "abstract_state": before["abstract_state"],
+                "next_abstract_state": info["abstract_state"],
+                "action": action,
+                ERROR_COLUMN: bool(info["error"]) or not valid,
+            }
+            self.history[i].append((self.obs[i], action))
+            self.obs[i], self.infos[i] = obs, info
+            self.steps[i] += 1
+            self.done[i] = bool(done)
+            rewards[i] = reward
+            infos.append(info)
+        return self._observations(), rewards, self.done.copy(), infos
+
+    def _observations(self) -> dict[str, Any]:
+        k = self.history_length
+        texts = [
+            self.prompt(obs, info, hist[-k:] if k > 0 else [])
+            for obs, info, hist in zip(self.obs, self.infos, self.history)
+        ]
+        anchors = [info.get("anchor", obs) for obs, info in zip(self.obs, self.infos)]
+        return {"text": texts, "image": None, "anchor": anchors}
+
+    def success(self) -> np.ndarray:
+        """``(n_envs,)`` bool: each env's ``won`` now (verl-agent's ``success_evaluator``)."""
+        return np.array([bool(info.get("won", False)) for info in self.infos], dtype=bool)
+
+
+def step_columns(
+    infos: Sequence[Mapping[str, Any]], columns: StepColumns | None = None, error_column: str = ERROR_COLUMN
+) -> dict[str, np.ndarray]:
+    """The ProAS ``non_tensor_batch`` columns of one rollout step, from ``ProasEnvManager.step``'s
+    infos: step index, abstract state before and after, action, and ``error_t``.
+
+    Rows of finished envs (no ``proas`` entry) get ``None``; verl-agent drops them by
+    ``active_masks`` before training.
+    """
+    cols = columns or StepColumns()
+    names = {
+        "step_index": cols.step,
+        "abstract_state": cols.state,
+        "next_abstract_state": cols.next_state,
+        "action": cols.action,
+        ERROR_COLUMN: error_column,
+    }
+    out: dict[str, np.ndarray] = {}
+    for field, name in names.items():
+        if name is None:
+            continue
+        arr = np.empty(len(infos), dtype=object)
+        arr[:] = [info["proas"][field] if "proas" in info else None for info in infos]
+        out[name] = arr
+    return out
