@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from proas.envs.shop import catalog as synth
 from proas.envs.shop.data import human_goals, load_products, product_prices, read_json, synthetic_goals
 from proas.envs.shop.nouns import TitleNouns
-from proas.envs.shop.reward import MATCH_THRESHOLD, get_reward, goal_option_items, normalize_color, token_set_ratio
+from proas.envs.shop.reward import MATCH_THRESHOLD, attribute_matches, get_reward, type_reward, goal_option_items, normalize_color, token_set_ratio
 from proas.envs.shop.search import SEARCH_RETURN_N, SearchIndex, cached_index
 from proas.errors import ProasError
 from proas.fileio import sha256_file
@@ -134,6 +134,21 @@ class ShopCatalog:
         """WebShop's reward for buying ``asin`` with ``options`` under ``goal``."""
         return get_reward(self.by_asin[asin], goal, self.prices[asin], options, self.nouns)
 
+    def can_win(self, asin: str, goal: Mapping[str, Any]) -> bool:
+        """Whether buying ``asin`` (with the best options) scores exactly 1 for ``goal``.
+
+        Cheap necessary conditions first (price, type, attributes), so that the abstraction of a
+        results page costs little; the option search runs only for real candidates.
+        """
+        product = self.by_asin[asin]
+        if goal["price_upper"] > 0 and not self.prices[asin] <= goal["price_upper"]:
+            return False
+        if type_reward(product, goal, self.nouns)["r_type"] != 1.0:
+            return False
+        if attribute_matches(product, goal["attributes"]) != len(goal["attributes"]):
+            return False
+        return self.best_options(asin, goal)[0] == 1.0
+
     def best_options(self, asin: str, goal: Mapping[str, Any]) -> tuple[float, dict[str, str]]:
         """The highest reward buying ``asin`` can reach, and a minimal option choice reaching it.
 
@@ -141,15 +156,14 @@ class ShopCatalog:
         the reward does not need, so the oracle clicks only what matters.
         """
         product = self.by_asin[asin]
-        names = list(product["options"])
-        combos: Any
+        names = [n for n in product["options"] if product["options"][n]]
         n_combos = 1
         for n in names:
             n_combos *= max(1, len(product["options"][n]))
+        # the greedy choice (per option, the value hitting most goal options) usually scores 1
+        combos: Any = [tuple(self._greedy_value(product["options"][n], goal) for n in names)]
         if n_combos <= _MAX_COMBOS:
-            combos = itertools.product(*(product["options"][n] for n in names))
-        else:
-            combos = [tuple(self._greedy_value(product["options"][n], goal) for n in names)]
+            combos = itertools.chain(combos, itertools.product(*(product["options"][n] for n in names)))
         best, best_opts = -1.0, {}
         for combo in combos:
             opts = dict(zip(names, combo))

@@ -298,7 +298,7 @@ class ShopEnv:
         key = (self._goal_idx, asin)
         hit = self._match_cache.get(key)
         if hit is None:
-            hit = self._match_cache[key] = self.catalog.best_options(asin, self._goal)[0] == 1.0
+            hit = self._match_cache[key] = self.catalog.can_win(asin, self._goal)
         return hit
 
     def satisfied_options(self) -> list[str]:

@@ -15,6 +15,7 @@ scores ``title_score = 1``.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Any, Mapping
 
@@ -42,6 +43,9 @@ def heuristic_nouns(title: str) -> list[str]:
 
 
 def _load_spacy() -> Any | None:
+    # importing spaCy costs seconds; look for the model package first
+    if importlib.util.find_spec("en_core_web_sm") is None:
+        return None
     try:
         import spacy  # noqa: PLC0415
 
