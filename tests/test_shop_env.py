@@ -204,6 +204,8 @@ def test_search_works_from_any_page_and_regex_is_greedy(env, catalog):
     assert parse_action("search[filler [shirt]]") == ("search[filler ", "shirt]")
     assert env.step("search[filler [shirt]]")[3]["error"]
     assert parse_action("click[a]]") == ("click", "a]")
+    assert parse_action("click[buy now] please") == ("click", "buy now")  # trailing text is ignored
+    assert parse_action("search[red\nshirt]") == ("search[red\nshirt]", None)  # '.' stops at newlines
     assert parse_action("nothing") == ("nothing", None)
 
 

@@ -46,8 +46,10 @@ VALID_RANGE = (500, 1500)
 VALID_SIZE = 128
 VALID_DRAW_SEED = 0
 TEST_RANGE = (0, 500)
+_MATCH_CACHE_MAX = 200_000
 
-_ACTION = re.compile(r"(.+)\[(.+)\]", re.DOTALL)
+# WebShop's pattern, applied with re.match: anchored at the start only, '.' stops at a newline
+_ACTION = re.compile(r"(.+)\[(.+)\]")
 _PRICE_CLAUSE = re.compile(r", and price lower than [\d.]+ dollars$")
 
 
@@ -298,6 +300,8 @@ class ShopEnv:
         key = (self._goal_idx, asin)
         hit = self._match_cache.get(key)
         if hit is None:
+            if len(self._match_cache) > _MATCH_CACHE_MAX:
+                self._match_cache.clear()
             hit = self._match_cache[key] = self.catalog.can_win(asin, self._goal)
         return hit
 
