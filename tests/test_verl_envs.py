@@ -172,3 +172,24 @@ def test_finished_envs_are_left_alone_and_bad_calls_are_clear_errors(setting):
         manager.reset(kwargs=[{"task": tasks[0]}])
     with pytest.raises(ProasError, match="needs task_ids"):
         manager.reset()
+
+
+def test_reset_without_arguments_draws_tasks_as_verl_agent_calls_it(setting):
+    tasks, _ = setting
+    pool = task_ids("train")[:10]
+    manager = ProasEnvManager(make_household_env, group_n=3, tasks=pool, env_num=2, seed=5)
+    obs, infos = manager.reset()
+    played = [info["task_id"] for info in infos]
+    assert len(played) == 6 and played[0] == played[1] == played[2] != played[3] == played[4] == played[5]
+    assert set(played) <= set(pool)
+    again = ProasEnvManager(make_household_env, group_n=3, tasks=pool, env_num=2, seed=5)
+    assert [i["task_id"] for i in again.reset()[1]] == played  # seeded
+    assert len(obs["text"]) == 6 and obs["image"] is None and obs["anchor"][0] == infos[0]["anchor"]
+    assert manager.success_evaluator(total_infos=[])["success_rate"].tolist() == [0.0] * 6
+
+    schedule = iter([[tasks[0]], [tasks[1]]])
+    fixed = ProasEnvManager(make_household_env, group_n=2, tasks=lambda: next(schedule))
+    assert [i["task_id"] for i in fixed.reset()[1]] == [tasks[0]] * 2
+    assert [i["task_id"] for i in fixed.reset()[1]] == [tasks[1]] * 2
+    with pytest.raises(ProasError, match="env_num must be in 1..10"):
+        ProasEnvManager(make_household_env, tasks=pool, env_num=11)

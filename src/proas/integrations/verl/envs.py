@@ -73,6 +73,12 @@ class ProasEnvManager:
         make_env: builds one environment (e.g. ``proas.envs.household.make_household_env``).
         group_n: rollouts per task (verl-agent's ``env.rollout.n``); env ``i`` plays task
             ``i // group_n``.
+        tasks: where ``reset()`` without arguments (verl-agent's call) takes its tasks from:
+            a list of task ids to draw ``env_num`` distinct ones from (seeded), or a callable
+            returning the next batch's task ids (e.g. a fixed train schedule).
+        env_num: tasks per batch when drawing from a list (verl-agent's
+            ``data.train_batch_size``).
+        seed: seeds the draws.
         history_length: how many past (observation, action) pairs the prompt shows (2, as
             verl-agent's default).
         require_think: a response without ``<think>...</think>`` is format-invalid.
@@ -87,9 +93,19 @@ class ProasEnvManager:
         history_length: int = 2,
         require_think: bool = True,
         prompt: Callable[[str, Mapping[str, Any], Sequence[tuple[str, str]]], str] | None = None,
+        tasks: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+        env_num: int | None = None,
+        seed: int = 0,
     ) -> None:
         if group_n < 1:
             raise ProasError(f"group_n must be >= 1, got {group_n}")
+        if tasks is not None and not callable(tasks):
+            tasks = list(tasks)
+            if env_num is None or not 1 <= env_num <= len(tasks):
+                raise ProasError(f"env_num must be in 1..{len(tasks)} to draw tasks from a list, got {env_num}")
+        self.tasks = tasks
+        self.env_num = env_num
+        self.rng = np.random.default_rng(seed)
         self.make_env = make_env
         self.group_n = int(group_n)
         self.history_length = int(history_length)
@@ -108,8 +124,15 @@ class ProasEnvManager:
     def reset(
         self, task_ids: Sequence[str] | None = None, kwargs: Sequence[Mapping[str, Any]] | None = None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Start a batch: ``task_ids`` (one per group, each played ``group_n`` times) or verl-agent's
-        per-env ``kwargs`` (one mapping with ``task_id`` per env)."""
+        """Start a batch: ``task_ids`` (one per group, each played ``group_n`` times), per-env
+        ``kwargs`` (one mapping with ``task_id`` per env), or, with neither (verl-agent's
+        ``envs.reset()``), the next tasks from ``tasks``."""
+        if task_ids is None and kwargs is None and self.tasks is not None:
+            if callable(self.tasks):
+                task_ids = list(self.tasks())
+            else:
+                picks = self.rng.choice(len(self.tasks), size=self.env_num, replace=False)
+                task_ids = [self.tasks[int(k)] for k in picks]
         if kwargs is not None:
             try:
                 per_env = [str(k["task_id"]) for k in kwargs]
@@ -118,7 +141,7 @@ class ProasEnvManager:
         elif task_ids is not None:
             per_env = [str(t) for t in task_ids for _ in range(self.group_n)]
         else:
-            raise ProasError("reset needs task_ids (one per group) or kwargs (one per env)")
+            raise ProasError("reset needs task_ids (one per group), kwargs (one per env), or a task source (tasks=...)")
         while len(self.envs) < len(per_env):
             self.envs.append(self.make_env())
         self._reset_state(len(per_env))
@@ -170,8 +193,13 @@ class ProasEnvManager:
         return {"text": texts, "image": None, "anchor": anchors}
 
     def success(self) -> np.ndarray:
-        """``(n_envs,)`` bool: each env's ``won`` now (verl-agent's ``success_evaluator``)."""
+        """``(n_envs,)`` bool: each env's ``won`` now."""
         return np.array([bool(info.get("won", False)) for info in self.infos], dtype=bool)
+
+    def success_evaluator(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """verl-agent's end-of-rollout hook: ``{"success_rate": (n_envs,) float}``, each env's
+        ``won`` at its last step (the arguments verl-agent passes are not needed)."""
+        return {"success_rate": self.success().astype(np.float64)}
 
 
 def step_columns(
