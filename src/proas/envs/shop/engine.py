@@ -147,13 +147,14 @@ class ShopCatalog:
             return False
         if attribute_matches(product, goal["attributes"]) != len(goal["attributes"]):
             return False
-        return self.best_options(asin, goal)[0] == 1.0
+        return self.best_options(asin, goal, minimal=False)[0] == 1.0
 
-    def best_options(self, asin: str, goal: Mapping[str, Any]) -> tuple[float, dict[str, str]]:
+    def best_options(self, asin: str, goal: Mapping[str, Any], minimal: bool = True) -> tuple[float, dict[str, str]]:
         """The highest reward buying ``asin`` can reach, and a minimal option choice reaching it.
 
-        Enumerates option combinations (greedy past ``_MAX_COMBOS``), then drops every click that
-        the reward does not need, so the oracle clicks only what matters.
+        Tries the greedy choice, then every option combination (only the greedy one past
+        ``_MAX_COMBOS``); with ``minimal`` it then drops every click the reward does not need, so
+        the oracle clicks only what matters.
         """
         product = self.by_asin[asin]
         names = [n for n in product["options"] if product["options"][n]]
@@ -172,7 +173,7 @@ class ShopCatalog:
                 best, best_opts = r, opts
                 if r == 1.0:
                     break
-        for name in list(best_opts):
+        for name in list(best_opts) if minimal else ():
             trial = {k: v for k, v in best_opts.items() if k != name}
             if self.reward(asin, goal, trial)[0] >= best:
                 best_opts = trial

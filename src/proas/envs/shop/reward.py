@@ -23,6 +23,7 @@ and success rates (reward == 1) are only comparable if the same function compute
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -56,6 +57,7 @@ _NON_ALNUM = re.compile(r"(?ui)\W")
 NounFn = Callable[[str], Sequence[str]]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def full_process(value: Any) -> str:
     """thefuzz's ``full_process(s, force_ascii=True)``: the string both sides are compared as."""
     text = str(value).translate(_HIGH_LATIN1)
