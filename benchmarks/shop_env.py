@@ -45,7 +45,7 @@ def main() -> None:
     t0 = time.perf_counter()
     plans = {t: env.oracle(t) for t in tasks}
     t_oracle = time.perf_counter() - t0
-    env._match_cache.clear()  # time the abstraction cold, as a fresh rollout would see it
+    cat._win_cache.clear()  # time the abstraction cold, as a fresh rollout would see it
     t_search = t_click = t_reset = 0.0
     n_search = n_click = 0
     for t in tasks:

@@ -28,6 +28,8 @@ from proas.fileio import sha256_file
 DEFAULT_GOAL_SEED = 233
 #: beyond this many option combinations, best_options falls back to a greedy choice
 _MAX_COMBOS = 512
+#: entries of the (goal, product) -> can-score-1 memo before it is emptied
+_WIN_CACHE_MAX = 500_000
 
 
 def default_files() -> dict[str, Path]:
@@ -55,6 +57,7 @@ class ShopCatalog:
 
     def __post_init__(self) -> None:
         self.by_asin = {p["asin"]: p for p in self.products}
+        self._win_cache: dict[tuple[int, str], bool] = {}
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -148,6 +151,16 @@ class ShopCatalog:
         if attribute_matches(product, goal["attributes"]) != len(goal["attributes"]):
             return False
         return self.best_options(asin, goal, minimal=False)[0] == 1.0
+
+    def can_win_cached(self, goal_index: int, asin: str) -> bool:
+        """``can_win`` for goal number ``goal_index``, memoised for every env sharing this catalog."""
+        key = (goal_index, asin)
+        hit = self._win_cache.get(key)
+        if hit is None:
+            if len(self._win_cache) > _WIN_CACHE_MAX:
+                self._win_cache.clear()
+            hit = self._win_cache[key] = self.can_win(asin, self.goals[goal_index])
+        return hit
 
     def best_options(self, asin: str, goal: Mapping[str, Any], minimal: bool = True) -> tuple[float, dict[str, str]]:
         """The highest reward buying ``asin`` can reach, and a minimal option choice reaching it.

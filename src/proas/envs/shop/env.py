@@ -46,7 +46,6 @@ VALID_RANGE = (500, 1500)
 VALID_SIZE = 128
 VALID_DRAW_SEED = 0
 TEST_RANGE = (0, 500)
-_MATCH_CACHE_MAX = 200_000
 
 # WebShop's pattern, applied with re.match: anchored at the start only, '.' stops at a newline
 _ACTION = re.compile(r"(.+)\[(.+)\]")
@@ -77,7 +76,6 @@ class ShopEnv:
         )
         self._rng = random.Random(0)
         self._splits: dict[str, list[str]] | None = None
-        self._match_cache: dict[tuple[int, str], bool] = {}
         self._goal_idx: int | None = None
 
     # ================================================================== protocol
@@ -297,13 +295,7 @@ class ShopEnv:
         return out[:4]
 
     def _matches(self, asin: str) -> bool:
-        key = (self._goal_idx, asin)
-        hit = self._match_cache.get(key)
-        if hit is None:
-            if len(self._match_cache) > _MATCH_CACHE_MAX:
-                self._match_cache.clear()
-            hit = self._match_cache[key] = self.catalog.can_win(asin, self._goal)
-        return hit
+        return self.catalog.can_win_cached(self._goal_idx, asin)  # type: ignore[arg-type]
 
     def satisfied_options(self) -> list[str]:
         """The goal options (names, or indices for human goals) the current selection satisfies."""
@@ -397,7 +389,7 @@ class ShopEnv:
         if self._goal_idx is None:
             return None
         return {k: (set(v) if isinstance(v, set) else dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-                for k, v in self.__dict__.items() if k not in ("catalog", "_match_cache", "_splits")}
+                for k, v in self.__dict__.items() if k not in ("catalog", "_splits")}
 
     def _restore(self, saved: dict[str, Any] | None) -> None:
         if saved is None:
