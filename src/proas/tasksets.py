@@ -229,6 +229,7 @@ def make_schedule(
     root: str | Path | None = None,
     val_ids: Sequence[str] | None = None,
     source: str = "",
+    made_by: str = "",
 ) -> Path:
     """Draw and write a training schedule; return its directory.
 
@@ -259,6 +260,7 @@ def make_schedule(
         "generator_version": GENERATOR_VERSION,
         "draw": "shuffled epochs over the training pool, python random.Random('proas-schedule:<seed>')",
         "source": source,
+        "made_by": made_by or "proas.tasksets.make_schedule",
         "pool_size": len(set(pool)),
         "files": {SCHEDULE_FILE: sha256_file(sched_path)},
         "val_set": {

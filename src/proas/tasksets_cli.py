@@ -53,11 +53,23 @@ def cmd_make(args: argparse.Namespace) -> int:
         ppo=args.ppo,
         root=args.out,
         source=source,
+        made_by=_command_line(args),
     )
     sched = tasksets.load_schedule(out_dir)
     print(f"validation set: {val_path} ({len(val_ids)} tasks)")
     print(f"schedule: {out_dir} ({len(sched.steps)} steps x {sched.per_step} tasks, seed {args.seed}); verified")
     return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    parts = ["proas schedule make", f"--env {args.env}", f"--seed {args.seed}"]
+    if args.ppo:
+        parts.append("--ppo")
+    if args.steps != 150:
+        parts.append(f"--steps {args.steps}")
+    if args.per_step is not None:
+        parts.append(f"--per-step {args.per_step}")
+    return " ".join(parts)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

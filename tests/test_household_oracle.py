@@ -1,0 +1,86 @@
+"""The oracle: optimal walkthroughs, checked against ALFWorld's own PDDL planner."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from proas.envs.household import TASK_TYPES, make_household_env
+from proas.envs.household.env import game_file
+from proas.envs.household.oracle import solve
+from proas.envs.household.sim import Sim
+
+HAS_ALFWORLD = importlib.util.find_spec("alfworld") is not None
+
+
+def _planner_plan(path):
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+    from textworld.envs.pddl import PddlEnv
+
+    env = AlfredInfos(AlfredDemangler(PddlEnv(textworld.EnvInfos(won=True, policy_commands=True)), shuffle=False))
+    env.load(str(path))
+    return list(env.reset()["policy_commands"])
+
+
+@pytest.mark.alfworld
+@pytest.mark.skipif(not HAS_ALFWORLD, reason="alfworld is not installed")
+@pytest.mark.parametrize("short", list(TASK_TYPES))
+def test_oracle_is_as_short_as_alfworlds_planner_and_both_win(tmp_path, short):
+    env = make_household_env("fast")
+    for task_id in (f"train-{short}-0021", f"valid_seen-{short}-0002"):
+        ours = env.oracle(task_id)
+        theirs = _planner_plan(game_file(task_id, tmp_path))
+        assert theirs, f"{task_id}: ALFWorld's planner found no plan"
+        assert len(ours) == len(theirs), f"{task_id}: oracle {ours} vs planner {theirs}"
+        for plan in (ours, theirs):
+            env.reset(task_id)
+            for a in plan:
+                _, _, done, info = env.step(a)
+                assert not info["error"], (task_id, a)
+            assert done and info["won"]
+
+
+def test_oracle_wins_every_type_in_the_fast_backend():
+    env = make_household_env("fast")
+    for short in TASK_TYPES:
+        for i in range(15):
+            task_id = f"train-{short}-{i:04d}"
+            plan = env.oracle(task_id)
+            env.reset(task_id)
+            rewards = [env.step(a)[1] for a in plan]
+            assert env.won and rewards[-1] == 10.0 and sum(rewards) == 10.0, task_id
+
+
+def test_oracle_plan_lengths_follow_the_task_structure():
+    # pick: go, [open], take, go, [open], move -> 4..6; pick2: two such rounds -> 8..12
+    env = make_household_env("fast")
+    bounds = {"pick": (4, 6), "look": (3, 5), "clean": (5, 8), "heat": (5, 8), "cool": (5, 8), "pick2": (8, 12)}
+    for short, (lo, hi) in bounds.items():
+        for i in range(20):
+            n = len(env.oracle(f"train-{short}-{i:04d}"))
+            assert lo <= n <= hi, (short, i, n)
+
+
+def test_hint_is_the_next_oracle_step_from_the_current_state():
+    env = make_household_env("fast")
+    task_id = "train-heat-0004"
+    plan = env.oracle(task_id)
+    env.reset(task_id)
+    assert env.hint() == plan[0]
+    env.step("inventory")  # a detour changes nothing the plan needs
+    assert env.hint() == plan[0]
+    env.step(plan[0])
+    assert env.hint() == plan[1]
+
+
+def test_oracle_from_a_midgame_state_is_shorter():
+    env = make_household_env("fast")
+    task_id = "train-cool-0002"
+    plan = env.oracle(task_id)
+    env.reset(task_id)
+    env.step(plan[0])
+    rest = solve(env._sim, env.task_type, *env._params())
+    assert rest == plan[1:]
+    assert isinstance(env._sim, Sim)

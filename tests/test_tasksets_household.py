@@ -1,0 +1,40 @@
+"""The shipped household task sets: verified, the paper's sizes and per-type counts, reproducible."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from proas import tasksets
+from proas.envs.household import fixed_valid_ids, parse_task_id, task_ids
+
+
+def test_shipped_validation_set_has_the_papers_per_type_counts():
+    val = tasksets.load_val_set("household")
+    assert len(val.task_ids) == 128 == len(set(val.task_ids))
+    counts = Counter(parse_task_id(t)[1] for t in val.task_ids)
+    assert counts == {"pick": 33, "look": 12, "clean": 25, "heat": 12, "cool": 24, "pick2": 22}
+    assert all(parse_task_id(t)[0] == "valid_seen" for t in val.task_ids)
+    assert val.task_ids == fixed_valid_ids() == task_ids("valid")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("ppo, per_step", [(False, 16), (True, 128)])
+def test_shipped_schedules_verify_and_are_reproducible(seed, ppo, per_step):
+    path = tasksets.schedule_dir("household", seed, ppo=ppo)
+    sched = tasksets.load_schedule(path)
+    assert len(sched.steps) == 150 and sched.per_step == per_step
+    assert all(len(set(b)) == per_step for b in sched.steps)
+    val = set(fixed_valid_ids())
+    train = set(task_ids("train"))
+    assert all(t in train and t not in val for b in sched.steps for t in b)
+    # exactly what `proas schedule make` draws from the training pool
+    assert sched.steps == tasksets.draw_schedule(sorted(train), 150, per_step, seed)
+    assert sched.manifest["made_by"].startswith(f"proas schedule make --env household --seed {seed}")
+
+
+def test_seeds_give_different_schedules():
+    a = tasksets.load_schedule(tasksets.schedule_dir("household", 0)).steps
+    b = tasksets.load_schedule(tasksets.schedule_dir("household", 1)).steps
+    assert a != b
