@@ -67,7 +67,7 @@ def test_search_page(env, catalog):
         "search[i need a machine wash shirt with color: blue | navy, and size: x-large]",
         "search[i need a machine wash shirt]",
     ]
-    assert info["abstract_state"] == "shop|search" and info["anchor"] == obs
+    assert info["abstract_state"] == "shop|search" and info["anchor"] == obs and info["task"] == instr
     assert not info["won"] and info["score"] == 0.0 and not info["error"]
 
 

@@ -332,6 +332,7 @@ class ShopEnv:
             "abstract_state": self.abstract_state(),
             "anchor": self.obs,
             "task_type": TASK_TYPE,
+            "task": self._goal["instruction_text"],
             "invalid_candidates": self.invalid_candidates(),
             "page": self.page,
             "has_search_bar": self.has_search_bar,
