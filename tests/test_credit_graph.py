@@ -196,3 +196,39 @@ def test_export_graphml_and_dot(tmp_path):
     g.export(tmp_path / "g.dot")
     dot = (tmp_path / "g.dot").read_text()
     assert dot.startswith("digraph ARG {") and '"B \\"q\\""' in dot and "peripheries=2" in dot
+
+
+def naive_edges(paths):
+    """Reference: add each clean-path edge unless v already reaches u (plain search)."""
+    succ, edges = {}, set()
+
+    def reaches(a, b):
+        stack, seen = [a], {a}
+        while stack:
+            x = stack.pop()
+            if x == b:
+                return True
+            for y in succ.get(x, ()):
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        return False
+
+    for states in paths:
+        nodes, actions = clean_path(path_traj("g", "x", 1, states).steps)
+        for u, a, v in zip(nodes, actions, nodes[1:]):
+            if a is None or (u, a, v) in edges:
+                continue
+            if v in succ.get(u, ()) or not reaches(v, u):
+                edges.add((u, a, v))
+                succ.setdefault(u, set()).add(v)
+    return edges
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([f"s{k}" for k in range(12)]), min_size=1, max_size=12), min_size=1, max_size=15))
+def test_incremental_order_accepts_exactly_the_edges_a_plain_search_accepts(paths):
+    g = ReferenceGraph()
+    for k, states in enumerate(paths):
+        g.add_trajectories([path_traj("g", str(k), 1, states)])
+    assert {(u, a, v) for u, a, v, _ in g.edges()} == naive_edges(paths)

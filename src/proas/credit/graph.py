@@ -93,9 +93,11 @@ class ReferenceGraph:
         self._edges: dict[tuple[int, str, int], int] = {}
         self._succ: dict[int, dict[int, int]] = {}
         self._pred: dict[int, dict[int, int]] = {}
-        self._ord: dict[int, int] = {}
+        self._ord: dict[int, float] = {}
         self._next_id = 0
-        self._next_ord = 0
+        self._ord_values: set[float] = set()  # orders are unique; new ones must not collide
+        self._next_ord = 0.0
+        self._min_ord = 0.0
         self._dist: dict[int, int] | None = None
         self.meta: dict[str, Any] = {}
         #: number of edges refused because they would have closed a cycle
@@ -206,7 +208,10 @@ class ReferenceGraph:
             return
         if len(actions) != len(nodes) - 1:
             raise ValueError("a path needs exactly one action per edge")
+        new = [s not in self._id for s in nodes]
         ids = [self._add_node(s) for s in nodes]
+        if any(new):
+            self._place_new_nodes(ids, new)
         for i in set(ids):
             self._support[i] += 1
         for u, a, v in zip(ids, actions, ids[1:]):
@@ -229,6 +234,54 @@ class ReferenceGraph:
             self._add_edge(self._id[other._name[u]], a, self._id[other._name[v]], sup)
         return len(self._edges) - before
 
+    def _place_new_nodes(self, ids: list[int], new: list[bool]) -> None:
+        """Give each run of new path nodes orders between its known neighbours on the path.
+
+        New nodes are otherwise appended at the end of the topological order, which makes an
+        edge from a new node back into the known graph search a large region. Orders are
+        floats; when a gap is too narrow to split, all orders are renumbered.
+        """
+        k = 0
+        while k < len(ids):
+            if not new[k]:
+                k += 1
+                continue
+            j = k
+            while j + 1 < len(ids) and new[j + 1]:
+                j += 1
+            run = list(dict.fromkeys(ids[k : j + 1]))  # a path may repeat a node (jumps)
+            left = self._ord[ids[k - 1]] if k > 0 else None
+            right = self._ord[ids[j + 1]] if j + 1 < len(ids) else None
+            if left is not None and right is not None and left < right:
+                step = (right - left) / (len(run) + 1)
+                # an irrational offset keeps new orders off the (often integral) existing ones
+                chosen = [left + (m - 0.381966) * step for m in range(1, len(run) + 1)]
+                if step <= max(abs(left), abs(right), 1.0) * 1e-9 or any(
+                    x in self._ord_values or not left < x < right for x in chosen
+                ):
+                    self._renumber()
+                    continue  # retry this run with fresh gaps
+                for i, x in zip(run, chosen):
+                    self._set_ord(i, x)
+            elif right is not None and left is None:
+                for m, i in enumerate(reversed(run), start=1):
+                    self._set_ord(i, self._min_ord - m)
+                self._min_ord -= len(run)
+            # otherwise keep the appended orders (after everything, hence after `left`)
+            k = j + 1
+
+    def _set_ord(self, i: int, value: float) -> None:
+        self._ord_values.discard(self._ord[i])
+        self._ord[i] = value
+        self._ord_values.add(value)
+
+    def _renumber(self) -> None:
+        for rank, i in enumerate(sorted(self._ord, key=self._ord.__getitem__)):
+            self._ord[i] = float(rank)
+        self._ord_values = set(self._ord.values())
+        self._next_ord = float(len(self._ord))
+        self._min_ord = 0.0
+
     def _add_node(self, state: str) -> int:
         i = self._id.get(state)
         if i is None:
@@ -238,7 +291,8 @@ class ReferenceGraph:
             self._name[i] = state
             self._support[i] = 0
             self._ord[i] = self._next_ord
-            self._next_ord += 1
+            self._ord_values.add(self._next_ord)
+            self._next_ord += 1.0
         return i
 
     def _add_edge(self, u: int, action: str, v: int, support: int) -> bool:
@@ -327,7 +381,7 @@ class ReferenceGraph:
         state = self._name.pop(i)
         del self._id[state]
         del self._support[i]
-        del self._ord[i]
+        self._ord_values.discard(self._ord.pop(i))
         self._goal.discard(i)
         self._succ.pop(i, None)
         self._pred.pop(i, None)
