@@ -286,3 +286,9 @@ def test_oracle_does_not_disturb_a_running_episode(shipped):
     obs, *_ = shipped.step("search[red shirt]")
     shipped.oracle(shipped.task_ids("valid")[5])
     assert shipped.obs == obs and shipped.steps == 1
+
+
+def test_done_page_options_are_rendered_like_jinja_tojson():
+    from proas.envs.shop.env import _tojson
+
+    assert _tojson({"size": "men's <1>", "a": "\u00e9"}) == '{"a": "\\u00e9", "size": "men\\u0027s \\u003c1\\u003e"}'

@@ -52,6 +52,14 @@ _ACTION = re.compile(r"(.+)\[(.+)\]")
 _PRICE_CLAUSE = re.compile(r", and price lower than [\d.]+ dollars$")
 
 
+def _tojson(obj: Any) -> str:
+    """Jinja/Flask's ``tojson`` filter: sorted keys, ASCII, HTML-unsafe characters escaped."""
+    text = json.dumps(obj, sort_keys=True)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027")):
+        text = text.replace(ch, esc)
+    return text
+
+
 def parse_action(action: str) -> tuple[str, str | None]:
     """WebShop's ``parse_action``: ``name[arg]`` (greedy, so arg runs to the last ``]``)."""
     m = _ACTION.match(action)
@@ -261,7 +269,7 @@ class ShopEnv:
             clickables["< prev"] = ("button", None)
         else:  # done
             parts = ["Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
-                     "Purchased", "asin", self.asin, "options", json.dumps(self.options, sort_keys=True),
+                     "Purchased", "asin", self.asin, "options", _tojson(self.options),
                      "attrs", "None", "category", "None", "query", "None", "product category", "None",
                      "Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
                      "product category", "query", "Goal", "None", "Reward", "Your score (min 0.0, max 1.0)",
