@@ -6,8 +6,9 @@ names things by their role in the task, never by instance ("cabinet 3", "apple 2
 - ``at``: where the agent is relative to the task: ``start`` (middle of the room),
   ``target`` (a receptacle of the goal's class), ``station`` (sink / microwave / fridge, the
   one the task needs), ``lamp`` (the receptacle holding the goal's lamp), ``obj`` (a receptacle
-  holding a task object that is not yet placed), or ``other``; suffixed ``:closed`` when the
-  receptacle there is openable and closed (so opening is a visible step of progress);
+  holding a task object that is not yet placed), or ``other``; ``target`` and ``obj`` are
+  suffixed ``:closed`` while that receptacle is closed (so opening it is a visible step of
+  progress; the stations work closed, so they carry no such mark);
 - ``hold``: ``none``, ``obj`` (a task object, not yet treated), ``obj+done`` (a task object
   already cleaned/heated/cooled as the goal requires), or ``other`` (a distractor);
 - ``placed``: how many task objects satisfying the goal's conditions are in target receptacles
@@ -84,7 +85,9 @@ def abstract_state(sim: Sim, roles: TaskRoles) -> str:
         else:
             continue
         break
-    if here and any(g.is_("openable", r) and (r,) not in f["opened"] for r in here):
+    # closedness matters only where the task must reach inside (the object's or the target's
+    # receptacle); stations work closed, so marking them would split states for nothing
+    if at in ("target", "obj") and any(g.is_("openable", r) and (r,) not in f["opened"] for r in here):
         at += ":closed"
 
     held = sim.held()
