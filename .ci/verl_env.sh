@@ -24,19 +24,34 @@ STAMP_TEXT="$TORCH $VERL $TRAINER_EXTRAS $PROAS_DEPS"
 STAMP="$VENV/.proas-verl-stamp"
 
 start=$(date +%s)
+# pip install, quiet; the machine's pip config names local index folders that may be absent,
+# and pip warns once per package about each: drop those lines, keep everything else.
+pip_install() {
+    local log rc=0
+    log="$(mktemp)"
+    "$VENV/bin/python" -m pip install -q "$@" 2>"$log" || rc=$?
+    grep -v "^WARNING: Location 'file:" "$log" >&2 || true
+    rm -f "$log"
+    return "$rc"
+}
+
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT" ]] \
-    && "$VENV/bin/python" -c "import verl, proas" 2>/dev/null; then
-    echo "verl venv: reusing $VENV"
+    && "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('verl') is None)"; then
+    # the venv may have been built for another checkout: point its editable proas here
+    where="$("$VENV/bin/python" -c "import proas, os; print(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(proas.__file__)))))" 2>/dev/null || true)"
+    if [[ "$where" != "$REPO" ]]; then
+        pip_install --no-deps -e "$REPO"
+    fi
+    echo "verl venv: reusing $VENV (proas from $REPO)"
     exit 0
 fi
 
 python3 -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q)
-"${PIP[@]}" "$TORCH"
+pip_install "$TORCH"
 # torch pinned again so the resolver keeps the CPU build already installed.
-"${PIP[@]}" "$VERL" "$TORCH" $TRAINER_EXTRAS
-"${PIP[@]}" --no-deps -e "$REPO"
-"${PIP[@]}" "$TORCH" $PROAS_DEPS
+pip_install "$VERL" "$TORCH" $TRAINER_EXTRAS
+pip_install --no-deps -e "$REPO"
+pip_install "$TORCH" $PROAS_DEPS
 "$VENV/bin/python" -c "import torch, verl, proas; print('verl venv: verl', verl.__version__, '| torch', torch.__version__)"
 echo "$STAMP_TEXT" >"$STAMP"
 echo "verl venv: built $VENV in $(( $(date +%s) - start ))s"
