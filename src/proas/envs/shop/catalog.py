@@ -39,7 +39,7 @@ MAX_GOALS_PER_PRODUCT = 16
 _BULLET_TEMPLATES = (
     "{A} for reliable everyday performance.",
     "{A} - a detail our customers love.",
-    "Made with {a} so you can shop with confidence.",
+    "Key feature: {a}, so you can shop with confidence.",
     "{A}, checked by our quality team.",
 )
 _INSTRUCTION_TEMPLATES = (
@@ -59,6 +59,11 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 def _cap(phrase: str) -> str:
     return " ".join(w[:1].upper() + w[1:] for w in phrase.split())
+
+
+def _article(text: str) -> str:
+    """'a' -> 'an' before a vowel ("i need an easy assembly ...")."""
+    return re.sub(r"\ba ([aeio])", r"an \1", text)
 
 
 def check_type(t: ProductType) -> None:
@@ -91,7 +96,7 @@ def _make_product(rng: random.Random, category: str, t: ProductType, brand: str,
     attrs = rng.sample(t.attributes, k=rng.randint(2, min(4, len(t.attributes))))
     title = f"{brand} {adjective} {phrase}"
     if rng.random() < 0.5:
-        title += f" with {_cap(attrs[0])}" if rng.random() < 0.5 else f", {_cap(attrs[0])}"
+        title += f" - {_cap(attrs[0])}" if rng.random() < 0.5 else f", {_cap(attrs[0])}"
     options: dict[str, list[dict[str, Any]]] = {}
     n_goals = 1
     for i, (name, pool) in enumerate(t.options):
@@ -137,7 +142,7 @@ def _make_product(rng: random.Random, category: str, t: ProductType, brand: str,
         "title_nouns": title_nouns,
     }
     ins_attrs = rng.sample(attrs, k=min(len(attrs), rng.choice((1, 2, 2))))
-    instruction = rng.choice(_INSTRUCTION_TEMPLATES).format(attrs=" and ".join(ins_attrs), query=t.query)
+    instruction = _article(rng.choice(_INSTRUCTION_TEMPLATES).format(attrs=" and ".join(ins_attrs), query=t.query))
     attr_entry = {"attributes": attrs, "instruction": instruction, "instruction_attributes": ins_attrs}
     human_attrs = rng.sample(attrs, k=min(len(attrs), 2))
     human_options = [rng.choice(vals)["value"] for vals in options.values()]
