@@ -158,3 +158,25 @@ def test_registry_lists_valid_names_and_refuses_rebinding():
         get_estimator("ppo2")
     with pytest.raises(ValueError, match="already registered"):
         register_estimator("grpo")(lambda batch: None)
+
+
+def test_migpo_hand_worked_with_arg_milestones():
+    from proas.credit import ReferenceGraph, compute_credit
+    from proas.credit.pipeline import arg_milestones
+    from proas.credit import annotate
+
+    g = ReferenceGraph.from_trajectories([path_traj("o", "o", 1, ["A", "B", "C", "G"])])
+    trajs = [path_traj("g", "1", 10, ["A", "B", "X", "B", "C", "G"]), path_traj("g", "2", 0, ["A", "B", "Y", "Y"])]
+    b = CreditBatch.from_trajectories(trajs)
+    # milestones: each new best ARG distance reached by a reasonable step
+    assert arg_milestones(b, g, annotate(b, g).rea).tolist() == [1, 0, 0, 1, 1, 1, 0, 0]
+    res = compute_credit(trajs, g, "migpo", "none", {"gamma": 0.5})
+    # segment rewards: traj 1 [10 | 2.5 5 10 | 10], traj 2 [10 | 0 0 (open segment)]
+    # groups (g, seg0) {10, 10}; (g, seg1) {2.5, 5, 10, 0, 0} mean 3.5; (g, seg2) singleton
+    assert res.base_advantage == pytest.approx([5, 4, 6.5, 11.5, 5, -5, -8.5, -8.5])
+    assert res.uniform.tolist() == [False, False, False, False, True, False, False, False]
+
+
+def test_migpo_needs_milestones_of_the_right_shape():
+    with pytest.raises(ValueError, match="milestones must have shape"):
+        get_estimator("migpo")(batch_of({"g": [(1, 2)]}), milestones=[True])

@@ -290,3 +290,60 @@ def gae(
     return BaseAdvantage(
         traj=np.zeros(batch.n_traj), step=adv, uniform=np.zeros(batch.n_steps, dtype=bool), returns=returns
     )
+
+
+@register_estimator("migpo")
+def migpo(
+    batch: CreditBatch,
+    *,
+    milestones: np.ndarray,
+    gamma: float = 0.9,
+    scale: float = 10.0,
+    step_weight: float = 1.0,
+    mode: str = "mean_norm",
+    epsilon: float = 1e-6,
+    cross_steps: bool = False,
+) -> BaseAdvantage:
+    """MiGPO, milestone-guided policy optimisation (BEACON, arXiv:2605.06078).
+
+    ``milestones`` ``(S,)`` bool marks the steps that reach a milestone. A trajectory is cut
+    into segments that end at its milestone steps; in a completed segment ending at milestone
+    step ``m``, step ``t`` gets the segment reward ``scale · γ^{m − t}`` (the key step gets
+    ``scale``); steps after the last milestone get 0 and form one more segment. Segment groups
+    are ``(task group, segment index)``; within each, rewards are normalised as GiGPO's step
+    level (``mode``; a group of one gets 0 and is credited uniformly). ``A_i`` is GRPO's
+    episode-level advantage and ``B_{i,t} = step_weight · A^seg_{i,t}``.
+
+    ``compute_credit`` derives the milestones from the reference graph when none are given:
+    see ``proas.credit.pipeline.arg_milestones``.
+    """
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"unknown MiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
+    milestones = np.asarray(milestones, dtype=bool)
+    if milestones.shape != (batch.n_steps,):
+        raise ValueError(f"milestones must have shape ({batch.n_steps},), got {milestones.shape}")
+    norm = mode == "mean_std_norm"
+    traj = _outcome_advantage(batch, norm_by_std=norm, epsilon=epsilon, cross_steps=cross_steps)
+    # segment index of each step: milestones strictly before it in its trajectory
+    m = milestones.astype(np.int64)
+    csum = np.cumsum(m)
+    start = batch.offsets[:-1][batch.traj_of_step]
+    before = csum - m - np.where(start > 0, csum[np.maximum(start - 1, 0)], 0)
+    # distance to the segment's closing milestone: next milestone at or after t, same trajectory
+    idx = np.arange(batch.n_steps)
+    next_m = np.full(batch.n_steps + 1, batch.n_steps, dtype=np.int64)
+    pos = np.where(milestones, idx, batch.n_steps)
+    next_m[:-1] = np.minimum.accumulate(pos[::-1])[::-1]
+    end = batch.offsets[1:][batch.traj_of_step]
+    closed = next_m[:-1] < end
+    seg_reward = np.where(closed, scale * np.power(gamma, (next_m[:-1] - idx).astype(np.float64)), 0.0)
+    key = batch.group[batch.traj_of_step] * (int(before.max(initial=0)) + 1) + before
+    _, seg_group = np.unique(key, return_inverse=True)
+    n_sg = int(seg_group.max(initial=-1)) + 1
+    mean, std, count = group_mean_std(seg_reward, seg_group, n_sg)
+    single = count[seg_group] <= 1
+    seg_adv = seg_reward - mean[seg_group]
+    if norm:
+        seg_adv = seg_adv / (std[seg_group] + epsilon)
+    seg_adv[single] = 0.0
+    return BaseAdvantage(traj=traj, step=step_weight * seg_adv, uniform=single)

@@ -25,7 +25,7 @@ from proas.credit.graph import ReferenceGraph
 from proas.credit.shaping import SHAPINGS, progress_bonus, shape
 from proas.types import Trajectory
 
-__all__ = ["CreditResult", "compute_credit", "credit_arrays", "ARG_VARIANTS", "make_reference_graph"]
+__all__ = ["CreditResult", "arg_milestones", "compute_credit", "credit_arrays", "ARG_VARIANTS", "make_reference_graph"]
 
 #: how the reference graph is built and evolved (DESIGN.md §2, ablation table (b))
 ARG_VARIANTS = ("evolving", "static", "incomplete", "incomplete_static", "distill")
@@ -68,6 +68,27 @@ class CreditResult:
         return [arr[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
 
 
+def arg_milestones(batch: CreditBatch, graph: ReferenceGraph, rea: np.ndarray) -> np.ndarray:
+    """``(S,)`` bool: MiGPO milestones read off the reference graph.
+
+    A reasonable step is a milestone when it reaches a state strictly closer to a goal (by
+    ARG distance) than the trajectory's start state and every state it reached before by a
+    reasonable step: each new best step along the ARG's path to the goal.
+    """
+    dist = graph.distances_many(batch.states)
+    reached = np.where(rea.astype(bool), dist[batch.next_state], np.inf)
+    out = np.zeros(batch.n_steps, dtype=bool)
+    for i in range(batch.n_traj):
+        lo, hi = batch.offsets[i], batch.offsets[i + 1]
+        if hi == lo:
+            continue
+        best = dist[batch.state[lo]]
+        seg = reached[lo:hi]
+        prior = np.minimum.accumulate(np.concatenate([[best], seg[:-1]]))
+        out[lo:hi] = np.isfinite(seg) & (seg < prior)
+    return out
+
+
 def credit_arrays(
     batch: CreditBatch,
     graph: ReferenceGraph,
@@ -89,7 +110,10 @@ def credit_arrays(
     ann = annotate(batch, graph)
     if shaping == "progress_reward":
         batch = batch.with_reward(batch.reward + progress_bonus(batch, graph, ann.rea, coef))
-    base = estimate(batch, **dict(estimator_options or {}))
+    est_opts = dict(estimator_options or {})
+    if estimator == "migpo" and "milestones" not in est_opts:
+        est_opts["milestones"] = arg_milestones(batch, graph, ann.rea)
+    base = estimate(batch, **est_opts)
     shaped = shape(shaping, base, ann, batch, epsilon=epsilon, rng=np.random.default_rng(seed))
     a = base.traj[batch.traj_of_step]
     return CreditResult(
