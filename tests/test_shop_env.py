@@ -292,3 +292,30 @@ def test_done_page_options_are_rendered_like_jinja_tojson():
     from proas.envs.shop.env import _tojson
 
     assert _tojson({"size": "men's <1>", "a": "\u00e9"}) == '{"a": "\\u00e9", "size": "men\\u0027s \\u003c1\\u003e"}'
+
+
+def test_hints_lead_to_a_win_from_a_detour(env, catalog):
+    tid = task_for(catalog, "blue | navy", "x-large")
+    env.reset(tid)
+    env.step("search[shirt]")
+    env.step("click[next >]")
+    env.step("click[next >]")  # page 3 of 24 hits: wherever the shirt is, the hints must get there
+    for _ in range(env.max_steps - env.steps):
+        action = env.hint()
+        _, reward, done, info = env.step(action)
+        assert not info["error"], action
+        if done:
+            break
+    assert info["won"] and reward == 10.0
+    assert env.hint() is None
+
+
+def test_hint_after_a_wrong_option_reclicks_it(env, catalog):
+    env.reset(task_for(catalog, "red", "small"))
+    env.step("search[acme]")
+    env.step(f"click[{SHIRT.lower()}]")
+    env.step("click[blue | navy]")
+    env.step("click[small]")
+    assert env.hint() == "click[red]"
+    env.step("click[red]")
+    assert env.hint() == "click[buy now]"

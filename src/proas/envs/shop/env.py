@@ -350,6 +350,41 @@ class ShopEnv:
         }
 
     # ================================================================== oracle
+    def hint(self) -> str | None:
+        """The next action of a shortest known way to win from the current page (for ``proas play``).
+
+        Opens a product that can score 1 if the page shows one, pages towards one, fixes the
+        options one click at a time, buys; otherwise starts over with the oracle's search.
+        """
+        if self._goal_idx is None or self.done:
+            return None
+        if self.page == "sub":
+            return "click[< prev]"
+        if self.page == "item":
+            if not self._matches(self.asin):  # type: ignore[arg-type]
+                return "click[< prev]"
+            _, wanted = self.catalog.best_options(self.asin, self._goal)  # type: ignore[arg-type]
+            if self.catalog.reward(self.asin, self._goal, self.options)[0] == 1.0:  # type: ignore[arg-type]
+                return "click[buy now]"
+            for name, value in wanted.items():
+                if self.options.get(name) != value:
+                    return f"click[{value}]"
+            return "click[buy now]"
+        if self.page == "results":
+            for asin in self.shown:
+                if self._matches(asin):
+                    return f"click[{asin.lower()}]"
+            ranks = [r for r, p in enumerate(self.top_n) if self._matches(p["asin"])]
+            if ranks and ranks[0] // PRODUCT_WINDOW + 1 <= self.max_steps:
+                target_page = ranks[0] // PRODUCT_WINDOW + 1
+                return "click[next >]" if target_page > self.results_page else "click[< prev]"  # type: ignore[operator]
+        saved = self._save()
+        try:
+            plan = self.oracle(str(self._goal_idx))
+        finally:
+            self._restore(saved)
+        return plan[0]
+
     def oracle(self, task_id: str) -> list[str]:
         """A shortest plan found among candidate queries: search, page to the first product that
         can score 1, open it, click the needed option values, buy. Verified by replay.
