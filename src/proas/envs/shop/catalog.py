@@ -25,13 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from proas.envs.shop.catalog_spec import ADJECTIVES, BRAND_PARTS_A, BRAND_PARTS_B, FILLER, TYPES, ProductType
+from proas.envs.shop.data import ATTRS_FILE, DATA_DIR, HUMAN_FILE, ITEMS_FILE
 from proas.envs.shop.reward import MATCH_THRESHOLD, normalize_color, token_set_ratio
 from proas.fileio import atomic_write_bytes
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "shop"
-ITEMS_FILE = "items_shuffle_synth.json.gz"
-ATTRS_FILE = "items_ins_v2_synth.json.gz"
-HUMAN_FILE = "items_human_ins_synth.json.gz"
 DEFAULT_SEED = 0
 PRODUCTS_PER_TYPE = 30
 MAX_GOALS_PER_PRODUCT = 16

@@ -30,6 +30,12 @@ from typing import Any, Iterable, Mapping
 
 from proas.errors import ProasError
 
+#: where the shipped synthetic catalog lives, and its three files
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "shop"
+ITEMS_FILE = "items_shuffle_synth.json.gz"
+ATTRS_FILE = "items_ins_v2_synth.json.gz"
+HUMAN_FILE = "items_human_ins_synth.json.gz"
+
 #: WebShop's PRICE_RANGE: the candidate upper bounds of a goal's price
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 #: price_upper of a goal without a price clause

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from proas.envs.shop import catalog as synth
-from proas.envs.shop.data import human_goals, load_products, product_prices, read_json, synthetic_goals
+from proas.envs.shop.data import ATTRS_FILE, DATA_DIR, HUMAN_FILE, ITEMS_FILE, human_goals, load_products, product_prices, read_json, synthetic_goals
 from proas.envs.shop.nouns import TitleNouns
 from proas.envs.shop.reward import MATCH_THRESHOLD, attribute_matches, get_reward, type_reward, goal_option_items, normalize_color, token_set_ratio
 from proas.envs.shop.search import SEARCH_RETURN_N, SearchIndex, cached_index
@@ -35,9 +34,9 @@ _WIN_CACHE_MAX = 500_000
 def default_files() -> dict[str, Path]:
     """The shipped synthetic catalog's three files."""
     return {
-        "items": synth.DATA_DIR / synth.ITEMS_FILE,
-        "attrs": synth.DATA_DIR / synth.ATTRS_FILE,
-        "human": synth.DATA_DIR / synth.HUMAN_FILE,
+        "items": DATA_DIR / ITEMS_FILE,
+        "attrs": DATA_DIR / ATTRS_FILE,
+        "human": DATA_DIR / HUMAN_FILE,
     }
 
 
