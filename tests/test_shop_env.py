@@ -228,7 +228,7 @@ def test_debug_query_prefix_lists_every_product_of_a_query(env, catalog):
 
 def test_step_limit_ends_the_episode(env, catalog):
     env.reset(task_for(catalog, "red", "small"))
-    for t in range(14):
+    for _ in range(14):
         _, _, done, _ = env.step("click[nothing]")
         assert not done
     _, reward, done, info = env.step("click[nothing]")

@@ -34,7 +34,7 @@ def test_any_text_is_either_a_valid_move_or_a_flagged_no_op(env, first, second):
 def test_random_walks_over_admissible_actions(env):
     rng = random.Random(0)
     valid = env.task_ids("valid")
-    for episode in range(60):
+    for _ in range(60):
         obs, info = env.reset(rng.choice(valid))
         done, steps, reward = False, 0, 0.0
         while not done:

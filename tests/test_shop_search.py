@@ -7,7 +7,7 @@ import pytest
 
 from proas.envs.shop import make_shop_env
 from proas.envs.shop.nouns import TitleNouns, heuristic_nouns
-from proas.envs.shop.search import K1, B, Analyzer, SearchIndex, document_text
+from proas.envs.shop.search import K1, Analyzer, B, SearchIndex, document_text
 from proas.errors import ProasError
 
 

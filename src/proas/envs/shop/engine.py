@@ -16,9 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from proas.envs.shop.data import ATTRS_FILE, DATA_DIR, HUMAN_FILE, ITEMS_FILE, human_goals, load_products, product_prices, read_json, synthetic_goals
+from proas.envs.shop.data import (
+    ATTRS_FILE,
+    DATA_DIR,
+    HUMAN_FILE,
+    ITEMS_FILE,
+    human_goals,
+    load_products,
+    product_prices,
+    read_json,
+    synthetic_goals,
+)
 from proas.envs.shop.nouns import TitleNouns
-from proas.envs.shop.reward import MATCH_THRESHOLD, attribute_matches, get_reward, type_reward, goal_option_items, normalize_color, token_set_ratio
+from proas.envs.shop.reward import (
+    MATCH_THRESHOLD,
+    attribute_matches,
+    get_reward,
+    goal_option_items,
+    normalize_color,
+    token_set_ratio,
+    type_reward,
+)
 from proas.envs.shop.search import SEARCH_RETURN_N, SearchIndex, cached_index
 from proas.errors import ProasError
 from proas.fileio import sha256_file
