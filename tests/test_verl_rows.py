@@ -145,6 +145,17 @@ def test_error_is_not_is_action_valid_unless_an_error_column_is_named():
     assert [s.error for s in layout.trajectories[0].steps] == [False, False, False]
 
 
+def test_won_flags_travel_on_every_row_when_any_trajectory_has_one():
+    trajs = hand_batch()
+    trajs[0].won = False  # a positive reward that the env did not call a win
+    cols = StepColumns(won="won")
+    rows = trajectories_to_rows(trajs, cols)
+    assert rows["won"].tolist() == [False] * 6
+    layout = rows_to_trajectories(rows, cols)
+    assert [t.won for t in layout.trajectories] == [False, False]
+    assert [t.success for t in layout.trajectories] == [False, False]
+
+
 def test_missing_columns_are_named_in_one_clear_error():
     rows = trajectories_to_rows(hand_batch())
     del rows["abstract_state"], rows["step_index"]

@@ -294,6 +294,8 @@ def trajectories_to_rows(
         if name is not None:
             out.setdefault(name, []).append(value)
 
+    # a won column only when some trajectory records it, then on every row (columns stay aligned)
+    with_won = any(traj.won is not None for traj in trajectories)
     for traj in trajectories:
         for t, step in enumerate(traj.steps):
             put(cols.group, traj.group)
@@ -312,8 +314,8 @@ def trajectories_to_rows(
             else:  # the credit layer's convention: the outcome on the last step
                 put(cols.step_reward, float(traj.reward) if t == len(traj.steps) - 1 else 0.0)
             put(cols.episode_reward, float(traj.reward))
-            if traj.won is not None:
-                put(cols.won, bool(traj.won))
+            if with_won:
+                put(cols.won, bool(traj.success))
     result = {}
     for name, values in out.items():
         arr = np.empty(len(values), dtype=object)
