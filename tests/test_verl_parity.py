@@ -267,6 +267,46 @@ def test_reshaped_dataproto_equals_compute_credit_on_the_same_trajectories(estim
     assert credit.graph.num_nodes > ReferenceGraph.from_trajectories(oracle).num_nodes
 
 
+def test_base_verl_on_verls_grpo_equals_base_proas_when_rows_of_a_trajectory_agree():
+    rng = np.random.default_rng(21)
+    trajs = make_trajectories(rng, n_groups=4, group_size=4)
+    oracle = [t for t in trajs if t.success][:2]
+    data = make_dataproto(trajs, rng)
+    data.batch["advantages"], _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"], index=data.non_tensor_batch["uid"],
+    )
+    # padded after verl's GRPO: in verl-agent the copies would also weigh in its statistics
+    data, origin = shuffle_and_pad(data, rng)
+    ProASCredit(ReferenceGraph.from_trajectories(oracle), base="verl").reshape(data)
+    ref = compute_credit(trajs, ReferenceGraph.from_trajectories(oracle), estimator="grpo",
+                         estimator_options={"cross_steps": True}, evolve=True)
+    expected = torch.as_tensor(ref.advantage[origin], dtype=torch.float32)[:, None] * data.batch["response_mask"]
+    torch.testing.assert_close(data.batch["advantages"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_base_verl_keeps_verl_agents_invalid_action_penalty_as_a_row_residual():
+    rng = np.random.default_rng(22)
+    trajs = make_trajectories(rng, n_groups=3, group_size=4)
+    data = make_dataproto(trajs, rng)
+    invalid = ~np.asarray(data.non_tensor_batch["is_action_valid"], dtype=bool)
+    last = data.batch["response_mask"].sum(dim=1) - 1
+    data.batch["token_level_rewards"][torch.arange(len(data)), last] -= 0.1 * torch.as_tensor(invalid, dtype=torch.float32)
+    verl_adv, _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"], index=data.non_tensor_batch["uid"],
+    )
+    data.batch["advantages"] = verl_adv.clone()
+    credit = ProASCredit(base="verl", shaping="none")
+    credit.reshape(data)
+    torch.testing.assert_close(data.batch["advantages"], verl_adv, rtol=1e-5, atol=1e-6)
+    res = credit.last_result
+    assert not np.allclose(res.step_advantage, 0.0)  # the penalty lives in the residual
+    # the residual of a trajectory sums to zero: A_i is its mean
+    sums = np.add.reduceat(res.step_advantage, res.offsets[:-1])
+    np.testing.assert_allclose(sums, 0.0, atol=1e-5)
+
+
 # ---------------------------------------------------------------------- registered estimators
 def test_registered_names_resolve_in_verls_registry_and_registering_twice_is_harmless():
     assert register_estimators() == ESTIMATOR_NAMES
@@ -333,4 +373,6 @@ def test_registered_estimator_refuses_without_a_bound_batch_or_with_another_batc
     with bind(ProASCredit(), other), pytest.raises(ProasError, match="not the bound batch's rows"):
         fn(**kwargs)
     with bind(ProASCredit(estimator="gigpo"), data), pytest.raises(ProasError, match="make them agree"):
+        fn(**kwargs)
+    with bind(ProASCredit(base="verl"), data), pytest.raises(ProasError, match="use base='proas'"):
         fn(**kwargs)

@@ -283,6 +283,42 @@ def random_batch(rng: np.random.Generator, n_groups: int = 3, group_size: int = 
     return trajs
 
 
+def test_base_verl_reshapes_verls_own_advantage_keeping_row_residuals():
+    # verl-agent's GRPO with its invalid-action penalty: the win's error row scores 0.1 lower,
+    # so verl gave rows [0.7, 0.6, 0.7] and [-0.7] * 3 (values made up, the split is the point).
+    data = fake_data(hand_batch())
+    verl_rows = torch.tensor([0.7, 0.6, 0.7, -0.7, -0.7, -0.7])
+    data.batch["advantages"] = verl_rows[:, None] * data.batch["response_mask"]
+    credit = ProASCredit(ReferenceGraph.from_trajectories(hand_batch()), base="verl", evolve=False)
+    credit.reshape(data)
+    # win: A = mean = 2/3, residual B = [1/30, -1/15, 1/30]; MUI with Rea = [1, 0, 1] -> A*Rea + B
+    # lose: A = -0.7, B = 0; APR with D = [3, 2, 1], mean 2
+    expected = np.array([0.7, -1 / 15, 0.7, -1.05, -0.7, -0.35])
+    got = data.batch["advantages"][:, 0].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    np.testing.assert_allclose(credit.last_result.base_advantage, verl_rows.numpy(), rtol=1e-6)
+
+
+def test_base_verl_with_no_shaping_gives_verls_advantage_back():
+    data = fake_data(hand_batch(), [5, 0, 3, 1, 4, 2, 0])
+    verl_rows = torch.tensor([0.3, -1.2, 0.5, 2.0, 0.1, -0.4, -1.2])
+    data.batch["advantages"] = verl_rows[:, None] * data.batch["response_mask"]
+    ProASCredit(base="verl", shaping="none").reshape(data)
+    np.testing.assert_allclose(data.batch["advantages"].numpy(),
+                               (verl_rows[:, None] * data.batch["response_mask"]).numpy(), rtol=1e-6)
+
+
+def test_base_verl_needs_an_outcome_estimator_and_verls_advantages():
+    with pytest.raises(ProasError, match="use base='proas' for GiGPO"):
+        ProASCredit(base="verl", estimator="gigpo")
+    with pytest.raises(ProasError, match="unknown base"):
+        ProASCredit(base="trl")
+    data = fake_data(hand_batch())
+    del data.batch["advantages"]
+    with pytest.raises(ProasError, match="the batch has none yet"):
+        ProASCredit(base="verl").reshape(data)
+
+
 def test_bad_settings_are_clear_errors():
     with pytest.raises(ProasError, match="cannot be reshaped inside verl"):
         ProASCredit(estimator="gae")

@@ -22,7 +22,14 @@ from proas.integrations.verl.estimators import (
     compute_advantage,
     register_estimators,
 )
-from proas.integrations.verl.hook import CHECKPOINT_SUBDIR, HOOK_ESTIMATORS, ProASCredit
+from proas.integrations.verl.hook import (
+    BASES,
+    CHECKPOINT_SUBDIR,
+    HOOK_ESTIMATORS,
+    VERL_BASE_ESTIMATORS,
+    ProASCredit,
+    first_response_values,
+)
 from proas.integrations.verl.rows import (
     RowLayout,
     StepColumns,
@@ -34,6 +41,7 @@ from proas.integrations.verl.rows import (
 )
 
 __all__ = [
+    "BASES",
     "CHECKPOINT_SUBDIR",
     "ERROR_COLUMN",
     "ESTIMATOR_NAMES",
@@ -42,10 +50,12 @@ __all__ = [
     "ProasEnvManager",
     "RowLayout",
     "StepColumns",
+    "VERL_BASE_ESTIMATORS",
     "bind",
     "bound",
     "broadcast_to_tokens",
     "compute_advantage",
+    "first_response_values",
     "project_action",
     "register_estimators",
     "response_mask_of",

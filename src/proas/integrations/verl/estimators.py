@@ -61,6 +61,8 @@ def _make_estimator(base: str) -> Callable[..., tuple[Any, Any]]:
                 f"`with credit.bind(batch):` or through proas.integrations.verl.compute_advantage"
             )
         credit, data = current
+        if credit.base != "proas":
+            raise ProasError(f"{name}: a registered estimator computes the base itself; use base='proas'")
         if credit.estimator != base:
             raise ProasError(
                 f"adv_estimator is {name!r} but the bound ProASCredit uses estimator "

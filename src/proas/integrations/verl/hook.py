@@ -23,7 +23,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from proas.credit import SHAPINGS, CreditResult, ReferenceGraph, compute_credit, get_estimator
+from proas.credit import (
+    SHAPINGS,
+    BaseAdvantage,
+    CreditBatch,
+    CreditResult,
+    ReferenceGraph,
+    annotate,
+    compute_credit,
+    get_estimator,
+    shape,
+)
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.integrations.verl.rows import (
@@ -46,6 +56,11 @@ _STATE_VERSION = 1
 #: base estimators that reshape per step; GAE works on tokens inside verl and ProAS leaves it
 #: unchanged anyway (no step is credited uniformly), so it stays verl's.
 HOOK_ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp")
+#: where ``A_i`` comes from: proas's estimator on the batch's trajectories, or verl's advantage
+BASES = ("proas", "verl")
+#: estimators whose verl advantage is one value per row and per trajectory up to row-level
+#: reward terms, so that ``base="verl"`` can split it into ``A_i`` and a residual
+VERL_BASE_ESTIMATORS = ("grpo", "dapo", "rloo", "reinforce_pp")
 
 
 class ProASCredit:
@@ -66,6 +81,12 @@ class ProASCredit:
             dynamically evolving ARG); ``False`` is the ``static`` ablation.
         columns: the ``non_tensor_batch`` column names (verl-agent's by default).
         seed: seeds the ``random`` ablation; batch ``k`` uses ``seed + k``.
+        base: ``"proas"`` (default): ``A_i`` from proas's ``estimator`` on the batch's
+            trajectories, so the result equals ``compute_credit``. ``"verl"``: reshape the
+            advantage verl already computed (``batch["advantages"]``, one value per row), for
+            outcome estimators (``VERL_BASE_ESTIMATORS``): ``A_i`` is the mean of the
+            trajectory's step values and the rest (e.g. verl-agent's invalid-action penalty)
+            stays as a per-step residual added back unchanged, like GiGPO's ``B_{i,t}``.
     """
 
     def __init__(
@@ -79,7 +100,17 @@ class ProASCredit:
         evolve: bool = True,
         columns: StepColumns | None = None,
         seed: int = 0,
+        base: str = "proas",
     ) -> None:
+        if base not in BASES:
+            raise ProasError(f"unknown base {base!r}; choose one of: {', '.join(BASES)}")
+        if base == "verl" and estimator not in VERL_BASE_ESTIMATORS:
+            raise ProasError(
+                f"base='verl' needs one advantage per trajectory from verl; {estimator!r} is not one of "
+                f"{', '.join(VERL_BASE_ESTIMATORS)} (use base='proas' for GiGPO)"
+            )
+        if base == "verl" and shaping == "progress_reward":
+            raise ProasError("shaping 'progress_reward' changes the rewards before the estimator; use base='proas'")
         if estimator not in HOOK_ESTIMATORS:
             raise ProasError(
                 f"estimator {estimator!r} cannot be reshaped inside verl; choose one of: "
@@ -96,6 +127,7 @@ class ProASCredit:
         self.evolve = bool(evolve)
         self.columns = columns or StepColumns()
         self.seed = int(seed)
+        self.base = base
         #: number of batches reshaped so far (restored on resume)
         self.batches_seen = 0
         #: the last batch's layout and credit, for inspection and logging
@@ -108,7 +140,8 @@ class ProASCredit:
         """Build from a mapping such as a verl YAML's ``proas:`` section (docs/verl.md).
 
         Keys: ``graph`` (path of a saved graph, optional), ``estimator``, ``estimator_options``,
-        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``. Unknown keys raise.
+        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``, ``base``. Unknown
+        keys raise.
         """
         try:
             from omegaconf import DictConfig, OmegaConf
@@ -121,7 +154,7 @@ class ProASCredit:
             raise ProasError(f"proas config must be a mapping, got {type(cfg).__name__}")
         known = {
             "graph", "estimator", "estimator_options", "shaping", "shaping_options",
-            "evolve", "columns", "seed",
+            "evolve", "columns", "seed", "base",
         }
         unknown = sorted(set(cfg) - known)
         if unknown:
@@ -137,44 +170,86 @@ class ProASCredit:
             evolve=bool(cfg.get("evolve", True)),
             columns=StepColumns.from_mapping(cfg.get("columns")),
             seed=int(cfg.get("seed", 0)),
+            base=str(cfg.get("base", "proas")),
         )
 
     # ------------------------------------------------------------------ credit
-    def step_advantages(self, non_tensor_batch: Mapping[str, Any]) -> np.ndarray:
+    def step_advantages(self, non_tensor_batch: Mapping[str, Any], row_base: np.ndarray | None = None) -> np.ndarray:
         """``(bs,)`` the ProAS advantage of every step row; evolves the graph (if on) once.
 
-        Copies of a step (batch padding) get the same value.
+        ``row_base`` is verl's advantage per row, needed (only) with ``base="verl"``. Copies of
+        a step (batch padding) get the same value.
         """
         layout = rows_to_trajectories(non_tensor_batch, self.columns)
         try:
-            result = compute_credit(
-                layout.trajectories,
-                self.graph,
-                estimator=self.estimator,
-                shaping=self.shaping,
-                estimator_options=self.estimator_options,
-                shaping_options=self.shaping_options,
-                seed=self.seed + self.batches_seen,
-                evolve=self.evolve,
-            )
+            if self.base == "verl":
+                if row_base is None:
+                    raise ProasError("base='verl' reshapes verl's advantages: the batch has none yet")
+                result = self._reshape_verl_base(layout, np.asarray(row_base, dtype=np.float64))
+            else:
+                result = compute_credit(
+                    layout.trajectories,
+                    self.graph,
+                    estimator=self.estimator,
+                    shaping=self.shaping,
+                    estimator_options=self.estimator_options,
+                    shaping_options=self.shaping_options,
+                    seed=self.seed + self.batches_seen,
+                    evolve=self.evolve,
+                )
         except (TypeError, ValueError) as exc:  # bad estimator/shaping options
             raise ProasError(f"ProAS credit failed: {exc}") from None
         self.batches_seen += 1
         self.last_layout, self.last_result = layout, result
         return result.advantage[layout.row_to_step]
 
+    def _reshape_verl_base(self, layout: RowLayout, row_base: np.ndarray) -> CreditResult:
+        """ProAS on verl's own per-row advantage: ``A_i`` = the trajectory's mean step value,
+        ``B_{i,t}`` = the step's value minus ``A_i``, every step credited uniformly."""
+        batch = CreditBatch.from_trajectories(layout.trajectories)
+        n_rows = len(layout.row_to_step)
+        if row_base.shape != (n_rows,):
+            raise ProasError(f"expected one verl advantage per row ({n_rows}), got shape {row_base.shape}")
+        # copies of a step carry the same value in verl; average in case they do not
+        count = np.bincount(layout.row_to_step, minlength=batch.n_steps)
+        step_value = np.bincount(layout.row_to_step, weights=row_base, minlength=batch.n_steps) / np.maximum(count, 1)
+        traj = np.bincount(batch.traj_of_step, weights=step_value, minlength=batch.n_traj) / np.maximum(batch.lengths, 1)
+        base = BaseAdvantage(
+            traj=traj, step=step_value - traj[batch.traj_of_step], uniform=np.ones(batch.n_steps, dtype=bool)
+        )
+        opts = dict(self.shaping_options)
+        epsilon = float(opts.pop("epsilon", 1e-6))
+        opts.pop("progress_coef", None)
+        if opts:
+            raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
+        if self.evolve:
+            self.graph.add_trajectories(layout.trajectories)
+        ann = annotate(batch, self.graph)
+        rng = np.random.default_rng(self.seed + self.batches_seen)
+        shaped = shape(self.shaping, base, ann, batch, epsilon=epsilon, rng=rng)
+        a = traj[batch.traj_of_step]
+        return CreditResult(
+            rea=ann.rea, pa=ann.pa, fd=ann.fd, traj_advantage=a, step_advantage=base.step,
+            uniform=base.uniform, base_advantage=step_value, advantage=shaped, reward=batch.reward,
+            returns=None, offsets=batch.offsets,
+        )
+
     def reshape(self, data: Any) -> dict[str, float]:
         """Reshape ``data.batch['advantages']`` (and ``returns``) of a verl ``DataProto`` in place.
 
-        Call it right after verl's ``compute_advantage``. The advantages verl computed are
-        replaced by proas's base estimator + ProAS shaping on the same trajectories; with
-        ``estimator_options={"cross_steps": True}`` the base equals verl-agent's GRPO / GiGPO
-        (tests/test_verl_parity.py). Returns metrics to log (``proas/...``).
+        Call it right after verl's ``compute_advantage``. With ``base="proas"`` the advantages
+        verl computed are replaced by proas's base estimator + ProAS shaping on the same
+        trajectories; with ``estimator_options={"cross_steps": True}`` that base equals
+        verl-agent's GRPO / GiGPO (tests/test_verl_parity.py). With ``base="verl"`` verl's own
+        advantage is reshaped. Returns metrics to log (``proas/...``).
         """
-        row_adv = self.step_advantages(data.non_tensor_batch)
         mask = response_mask_of(data.batch)
-        adv = broadcast_to_tokens(row_adv, mask)
         old = data.batch.get("advantages", None) if hasattr(data.batch, "get") else None
+        row_base = None
+        if self.base == "verl" and old is not None:
+            row_base = first_response_values(old, mask)
+        row_adv = self.step_advantages(data.non_tensor_batch, row_base)
+        adv = broadcast_to_tokens(row_adv, mask)
         if old is not None:
             adv = adv.to(old.dtype)
         data.batch["advantages"] = adv
@@ -264,3 +339,18 @@ class ProASCredit:
             raise ProasError(f"{tracker}: expected a step number, got {text[:40]!r}") from None
         self.load_checkpoint(Path(default_local_dir) / f"global_step_{step}")
         return step
+
+
+def first_response_values(token_values: Any, response_mask: Any) -> np.ndarray:
+    """``(bs,)`` each row's value at its first response token (0 for a row without any).
+
+    verl's outcome estimators give every response token of a row the same advantage, so this is
+    the row's advantage.
+    """
+    import torch
+
+    mask = response_mask.to(torch.bool)
+    first = mask.to(torch.int64).argmax(dim=1)
+    vals = token_values[torch.arange(token_values.shape[0], device=token_values.device), first]
+    vals = torch.where(mask.any(dim=1), vals, torch.zeros_like(vals))
+    return vals.detach().to(torch.float64).cpu().numpy()
