@@ -26,6 +26,7 @@ from proas.integrations.verl import (  # noqa: E402
     ProASCredit,
     bind,
     compute_advantage,
+    patch_ray_trainer,
     register_estimators,
     rows_to_trajectories,
     trajectories_to_rows,
@@ -358,6 +359,29 @@ def test_proas_compute_advantage_binds_for_proas_names_and_passes_others_through
     torch.testing.assert_close(plain.batch["advantages"], want, rtol=1e-6, atol=1e-6)
     with pytest.raises(ProasError, match="needs a ProASCredit"):
         compute_advantage(data, "proas_grpo", config=AlgoConfig())
+
+
+def test_patch_ray_trainer_routes_the_trainers_own_call_and_restores_it():
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo import ray_trainer
+
+    original = ray_trainer.compute_advantage
+    rng = np.random.default_rng(6)
+    trajs = make_trajectories(rng)
+    data = make_dataproto(trajs, rng)
+    credit = ProASCredit(estimator="rloo", shaping="no_apr")
+    with patch_ray_trainer(credit):
+        # what RayPPOTrainer.fit does: look the name up in its module at call time
+        out = ray_trainer.compute_advantage(data, adv_estimator="proas_rloo", gamma=1.0, lam=1.0,
+                                            config=AlgoConfig(adv_estimator="proas_rloo"))
+        plain = ray_trainer.compute_advantage(make_dataproto(trajs), adv_estimator="grpo",
+                                              config=AlgoConfig())
+    assert ray_trainer.compute_advantage is original
+    assert credit.batches_seen == 1
+    want = ProASCredit(estimator="rloo", shaping="no_apr").step_advantages(data.non_tensor_batch)
+    torch.testing.assert_close(out.batch["advantages"],
+                               torch.as_tensor(want, dtype=torch.float32)[:, None] * data.batch["response_mask"])
+    assert plain.batch["advantages"].abs().sum() > 0
 
 
 def test_registered_estimator_refuses_without_a_bound_batch_or_with_another_batch():

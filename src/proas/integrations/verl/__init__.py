@@ -20,6 +20,7 @@ from proas.integrations.verl.estimators import (
     bind,
     bound,
     compute_advantage,
+    patch_ray_trainer,
     register_estimators,
 )
 from proas.integrations.verl.hook import (
@@ -56,6 +57,7 @@ __all__ = [
     "broadcast_to_tokens",
     "compute_advantage",
     "first_response_values",
+    "patch_ray_trainer",
     "project_action",
     "register_estimators",
     "response_mask_of",

@@ -25,7 +25,14 @@ from proas.errors import ProasError
 from proas.integrations.verl.hook import HOOK_ESTIMATORS, ProASCredit
 from proas.integrations.verl.rows import broadcast_to_tokens
 
-__all__ = ["ESTIMATOR_NAMES", "register_estimators", "bind", "bound", "compute_advantage"]
+__all__ = [
+    "ESTIMATOR_NAMES",
+    "register_estimators",
+    "bind",
+    "bound",
+    "compute_advantage",
+    "patch_ray_trainer",
+]
 
 #: the names ``register_estimators`` adds to verl's registry
 ESTIMATOR_NAMES = tuple(f"proas_{base}" for base in HOOK_ESTIMATORS)
@@ -125,3 +132,35 @@ def compute_advantage(data: Any, adv_estimator: str, credit: ProASCredit | None 
     register_estimators()
     with bind(credit, data):
         return verl_compute_advantage(data, name, **kwargs)
+
+
+@contextlib.contextmanager
+def patch_ray_trainer(credit: ProASCredit) -> Iterator[None]:
+    """Route verl's own trainer through the binding, for as long as the context lasts.
+
+    verl 0.9.1's ``RayPPOTrainer.fit`` calls the module-level
+    ``verl.trainer.ppo.ray_trainer.compute_advantage(batch, adv_estimator=..., ...)`` on the whole
+    batch. Inside this context that name is a wrapper that binds ``credit`` to the batch for the
+    ``proas_*`` estimators (registered on entry) and passes every other name through, so
+    ``algorithm.adv_estimator=proas_gigpo`` works without editing the trainer::
+
+        with patch_ray_trainer(credit):
+            trainer.fit()
+    """
+    from verl.trainer.ppo import ray_trainer
+
+    original = ray_trainer.compute_advantage
+    register_estimators()
+
+    def wrapped(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(adv_estimator, "value", adv_estimator)
+        if name not in ESTIMATOR_NAMES:
+            return original(data, adv_estimator, *args, **kwargs)
+        with bind(credit, data):
+            return original(data, name, *args, **kwargs)
+
+    ray_trainer.compute_advantage = wrapped
+    try:
+        yield
+    finally:
+        ray_trainer.compute_advantage = original
