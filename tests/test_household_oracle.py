@@ -84,3 +84,25 @@ def test_oracle_from_a_midgame_state_is_shorter():
     rest = solve(env._sim, env.task_type, *env._params())
     assert rest == plan[1:]
     assert isinstance(env._sim, Sim)
+
+
+def test_hints_finish_the_task_from_random_midgame_states():
+    import random
+
+    env = make_household_env("fast")
+    for short in TASK_TYPES:
+        for i in range(4):
+            task_id = f"train-{short}-{i + 30:04d}"
+            rng = random.Random(task_id)
+            _, info = env.reset(task_id)
+            for _ in range(10):
+                _, _, done, info = env.step(rng.choice(info["admissible"]))
+                if done:
+                    break
+            for _ in range(30):
+                if env.won:
+                    break
+                action = env.hint()
+                _, _, _, info = env.step(action)
+                assert not info["error"], (task_id, action)
+            assert env.won, task_id

@@ -16,6 +16,7 @@ from proas.errors import ProasError
 COMMAND_MODULES = [
     "proas.credit.cli",
     "proas.tasksets_cli",
+    "proas.play_cli",
 ]
 
 
