@@ -326,9 +326,12 @@ def test_bad_settings_are_clear_errors():
         ProASCredit(shaping="sideways")
     with pytest.raises(ProasError, match="unknown proas config key"):
         ProASCredit.from_config({"estimater": "grpo"})
-    credit = ProASCredit(estimator_options={"gamma": 0.9})  # grpo has no gamma
-    with pytest.raises(ProasError, match="ProAS credit failed"):
-        credit.reshape(fake_data(hand_batch()))
+    with pytest.raises(ProasError, match="bad estimator_options for 'grpo'.*gamma"):
+        ProASCredit(estimator_options={"gamma": 0.9})  # grpo has no gamma
+    with pytest.raises(ProasError, match="unknown GiGPO mode"):
+        ProASCredit(estimator="gigpo", estimator_options={"mode": "mean"})
+    with pytest.raises(ProasError, match=r"unknown shaping_options \['eps'\]"):
+        ProASCredit(shaping_options={"eps": 0.1})
 
 
 def test_from_config_loads_the_graph_and_settings(tmp_path):

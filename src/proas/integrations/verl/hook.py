@@ -36,6 +36,7 @@ from proas.credit import (
 )
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
+from proas.types import Step, Trajectory
 from proas.integrations.verl.rows import (
     RowLayout,
     StepColumns,
@@ -116,9 +117,17 @@ class ProASCredit:
                 f"estimator {estimator!r} cannot be reshaped inside verl; choose one of: "
                 f"{', '.join(HOOK_ESTIMATORS)} (PPO/GAE stays verl's own: ProAS leaves it unchanged)"
             )
-        get_estimator(estimator)  # fails early, listing the valid names, if the core lacks it
         if shaping not in SHAPINGS:
             raise ProasError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
+        # a typo in the options should fail at start-up, not after the first rollout
+        probe = CreditBatch.from_trajectories([Trajectory("g", "t", 1.0, [Step("s", "a", "s'")])])
+        try:
+            get_estimator(estimator)(probe, **dict(estimator_options or {}))
+        except (TypeError, ValueError) as exc:
+            raise ProasError(f"bad estimator_options for {estimator!r}: {exc}") from None
+        bad = sorted(set(shaping_options or {}) - {"epsilon", "progress_coef"})
+        if bad:
+            raise ProasError(f"unknown shaping_options {bad}; valid: ['epsilon', 'progress_coef']")
         self.graph = graph if graph is not None else ReferenceGraph()
         self.estimator = estimator
         self.estimator_options = dict(estimator_options or {})
