@@ -178,6 +178,8 @@ class HouseholdEnv:
         self._real: _RealEngine | None = None
         self._sim: Sim | None = None
         self.task_id: str | None = None
+        self._derived_key: tuple | None = None
+        self._derived: tuple[str, list[str]] = ("", [])
 
     # -------------------------------------------------------------- protocol
 
@@ -220,7 +222,7 @@ class HouseholdEnv:
         kind = None
         if is_malformed(text):
             kind = "malformed"
-        elif text.strip() not in self.admissible:
+        elif text.strip() not in self._sim.admissible_map():
             kind = "inadmissible"
         sim_obs = self._sim.step(text)
         if self.backend == "alfworld":
@@ -260,42 +262,61 @@ class HouseholdEnv:
         """A few plausible commands the game would reject now (for policies that score candidates)."""
         sim = self._sim
         assert sim is not None
+        adm = sim.admissible_map() if self.backend == "fast" else set(self.admissible)
+        out: list[str] = []
+        for cand in self._candidate_stream(sim):
+            if cand not in adm and cand not in out:
+                out.append(cand)
+                if len(out) == 4:
+                    break
+        return out
+
+    @staticmethod
+    def _candidate_stream(sim: Sim):
         g, n = sim.game, sim.game.name
-        adm = set(self.admissible)
         loc = sim.loc
-        cands: list[str] = []
         here = g.recs_at.get(loc, []) if loc is not None else []
-        cands += [f"go to {n(r)}" for r in here]
-        cands += [f"take {n(o)} from {n(r)}" for r in g.receptacles if r not in here for o in sim.contents(r)[:1]]
-        cands += [f"open {n(r)}" for r in g.receptacles if g.is_("openable", r) and r not in here]
-        cands += [f"move {n(o)} to {n(r)}" for r in here for o in g.objects[:2] if o not in sim.held()]
+        held = sim.held()
+        for r in here:
+            yield f"go to {n(r)}"  # already there
+        for r in g.receptacles:
+            if r in here:
+                continue
+            inside = sim.contents(r)
+            if inside:
+                yield f"take {n(inside[0])} from {n(r)}"  # from afar
+            if g.is_("openable", r):
+                yield f"open {n(r)}"
+            if held:
+                yield f"move {n(held[0])} to {n(r)}"
+            break
+        for r in here:
+            for o in sim.contents(r)[:1]:
+                yield f"move {n(o)} to {n(r)}"  # not held
         for verb, st in (("heat", "microwavetype"), ("clean", "sinkbasintype"), ("cool", "fridgetype")):
             for r in g.receptacles:
                 if g.rtype.get(r) == st and r not in here:
-                    cands += [f"{verb} {n(o)} with {n(r)}" for o in sim.held() or g.objects[:1]]
-        out = []
-        for c in dict.fromkeys(cands):
-            if c not in adm:
-                out.append(c)
-            if len(out) == 4:
-                break
-        return out
+                    yield f"{verb} {n(held[0] if held else g.objects[0])} with {n(r)}"
 
     def _info(self, error: bool, kind: str | None) -> dict[str, Any]:
         assert self._sim is not None
+        key = (self._sim, self._sim.version)
+        if self._derived_key != key:  # the state changed: recompute what depends on it
+            self._derived = (abstract_state(self._sim, self.roles), self._invalid_candidates())
+            self._derived_key = key
         return {
             "won": bool(self.won),
             "score": 1.0 if self.won else 0.0,
             "error": bool(error),
             "error_kind": kind,
             "admissible": list(self.admissible),
-            "abstract_state": abstract_state(self._sim, self.roles),
+            "abstract_state": self._derived[0],
             "anchor": self.obs,
             "task_type": self.task_type,
             "task_id": self.task_id,
             "goal": self.goal,
             "steps": self.steps,
-            "invalid_candidates": self._invalid_candidates(),
+            "invalid_candidates": list(self._derived[1]),
         }
 
 

@@ -47,6 +47,34 @@ HELP_TEXT = (
 )
 NOTHING = "Nothing happens."
 _STATIONS = {"clean": "sinkbasintype", "heat": "microwavetype", "cool": "fridgetype"}
+_TAKE_PUT = frozenset({"inreceptacle", "not_inreceptacle", "holds", "holdsany", "objectatlocation"})
+#: the predicates each action kind can change: the goal is re-evaluated only when one it reads changed
+CHANGES = {
+    "goto": frozenset({"atlocation"}),
+    "open": frozenset({"opened"}),
+    "close": frozenset({"opened"}),
+    "take": _TAKE_PUT,
+    "put": _TAKE_PUT,
+    "clean": frozenset({"isclean"}),
+    "heat": frozenset({"ishot", "iscool"}),
+    "cool": frozenset({"ishot", "iscool"}),
+    "toggle": frozenset({"ison", "istoggled"}),
+    "slice": frozenset({"issliced"}),
+}
+
+
+def goal_predicates(formula) -> frozenset[str]:
+    out: set[str] = set()
+
+    def walk(f):
+        if isinstance(f, list) and f:
+            if isinstance(f[0], str) and f[0] not in ("and", "or", "not", "exists", "forall", "="):
+                out.add(f[0])
+            for sub in f[1:] if isinstance(f[0], str) else f:
+                walk(sub)
+
+    walk(formula)
+    return frozenset(out)
 
 
 def _listing(items: list[str]) -> str:
@@ -73,6 +101,7 @@ class Game:
     static: dict[str, set[str]] = field(default_factory=dict)  # unary static predicates
     can_contain: set[tuple[str, str]] = field(default_factory=set)
     recs_at: dict[str, list[str]] = field(default_factory=dict)  # location -> sorted receptacles
+    goal_preds: frozenset[str] = frozenset()
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> "Game":
@@ -99,6 +128,7 @@ class Game:
                 game.static.setdefault(pred, set()).add(fact[1])
         for loc in game.recs_at:
             game.recs_at[loc].sort()
+        game.goal_preds = goal_predicates(problem.goal)
         return game
 
     def name(self, ident: str) -> str:
@@ -129,7 +159,8 @@ class Sim:
         other = Sim.__new__(Sim)
         other.game = self.game
         other.facts = {k: set(v) for k, v in self.facts.items()}
-        other.won, other.moves, other._admissible = self.won, self.moves, None
+        other.won, other.moves, other._admissible, other._by_rec = self.won, self.moves, None, None
+        other._sorted_admissible, other.version = None, self.version
         return other
 
     # ------------------------------------------------------------------ state
@@ -144,6 +175,10 @@ class Sim:
         self.won = holds(g.problem.goal, self.facts)
         self.moves = 0
         self._admissible: dict[str, tuple] | None = None
+        self._by_rec: dict[str, list[str]] | None = None
+        self._sorted_admissible: tuple[int, list[str]] | None = None
+        #: bumped on every change of state (looking, examining and failed commands change nothing)
+        self.version = 0
         return "-= Welcome to TextWorld, ALFRED! =-\n\n" + self._look() + "\n\n" + g.intro_task
 
     @property
@@ -157,7 +192,12 @@ class Sim:
         return sorted(o for a, o in self.facts["holds"] if a == self.game.agent)
 
     def contents(self, r: str) -> list[str]:
-        return sorted(o for o, rr in self.facts["inreceptacle"] if rr == r)
+        if self._by_rec is None:
+            by: dict[str, list[str]] = {}
+            for o, rr in sorted(self.facts["inreceptacle"]):
+                by.setdefault(rr, []).append(o)
+            self._by_rec = by
+        return self._by_rec.get(r, [])
 
     def where(self, o: str) -> list[str]:
         return sorted(r for oo, r in self.facts["inreceptacle"] if oo == o)
@@ -216,7 +256,9 @@ class Sim:
         return out
 
     def admissible(self) -> list[str]:
-        return sorted(self.admissible_map())
+        if self._sorted_admissible is None or self._sorted_admissible[0] != self.version:
+            self._sorted_admissible = (self.version, sorted(self.admissible_map()))
+        return list(self._sorted_admissible[1])
 
     def step(self, command: str) -> str:
         """Apply a command; returns the feedback ("Nothing happens." if not admissible)."""
@@ -225,8 +267,14 @@ class Sim:
             return NOTHING
         text = self._apply(act)
         self.moves += 1
-        self._admissible = None
-        self.won = holds(self.game.problem.goal, self.facts)
+        changed = CHANGES.get(act[0], frozenset())
+        if changed:
+            self._admissible = None
+            self.version += 1
+        if "inreceptacle" in changed:
+            self._by_rec = None
+        if changed & self.game.goal_preds:
+            self.won = holds(self.game.problem.goal, self.facts)
         return text
 
     # ------------------------------------------------------------------ effects and text
