@@ -17,6 +17,8 @@ COMMAND_MODULES = [
     "proas.credit.cli",
     "proas.tasksets_cli",
     "proas.play_cli",
+    "proas.envs.household.cli",
+    "proas.train.cli",
 ]
 
 

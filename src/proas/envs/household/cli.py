@@ -1,0 +1,39 @@
+"""`proas household export`: write generated tasks as ALFWorld game directories.
+
+The output is laid out as ALFWorld's data (``<out>/<split>/<task_type>/<task_id>/`` with
+``traj_data.json`` and ``game.tw-pddl``, ``solvable: true`` and the oracle walkthrough), so
+ALFWorld's own tools (``AlfredTWEnv`` with ``dataset.data_path`` pointing there,
+``alfworld-play-tw``) play them unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from proas.envs.household.env import game_file, task_ids
+from proas.errors import ProasError
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    ids = list(args.task) if args.task else task_ids(args.split)
+    if args.limit is not None:
+        if args.limit < 0:
+            raise ProasError("--limit must be >= 0")
+        ids = ids[: args.limit]
+    for task_id in ids:
+        game_file(task_id, args.out)
+    print(f"wrote {len(ids)} ALFWorld game directories under {args.out}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("household", help="household (ALFWorld) environment tools")
+    hsub = p.add_subparsers(dest="household_command", metavar="ACTION")
+    hsub.required = True
+    ex = hsub.add_parser("export", help="write generated tasks as ALFWorld game directories")
+    ex.add_argument("--out", required=True, help="output directory (an ALFWorld data_path)")
+    ex.add_argument("--split", default="valid", help="train, valid_seen, valid_unseen or valid (default)")
+    ex.add_argument("--task", action="append", help="a task id (repeatable); overrides --split")
+    ex.add_argument("--limit", type=int, default=None, help="export only the first N tasks")
+    ex.set_defaults(func=cmd_export)

@@ -1,0 +1,63 @@
+"""`proas household export`: generated games play in ALFWorld's own gym env, AlfredTWEnv."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from proas import cli
+from proas.envs.household import make_household_env
+
+HAS_ALFWORLD = importlib.util.find_spec("alfworld") is not None
+
+
+def test_export_writes_alfworld_layout(tmp_path, capsys):
+    assert cli.main(["household", "export", "--out", str(tmp_path), "--task", "train-cool-0001", "--task", "valid_seen-look-0000"]) == 0
+    assert "wrote 2 ALFWorld game directories" in capsys.readouterr().out
+    d = tmp_path / "train" / "pick_cool_then_place_in_recep" / "train-cool-0001"
+    data = json.loads((d / "game.tw-pddl").read_text())
+    assert data["solvable"] is True
+    assert data["walkthrough"] == make_household_env().oracle("train-cool-0001")
+    assert json.loads((d / "traj_data.json").read_text())["task_type"] == "pick_cool_then_place_in_recep"
+    assert (tmp_path / "valid_seen" / "look_at_obj_in_light" / "valid_seen-look-0000" / "game.tw-pddl").is_file()
+
+
+def test_export_bad_limit_is_an_error(tmp_path, capsys):
+    assert cli.main(["household", "export", "--out", str(tmp_path), "--limit", "-1"]) == 2
+    assert "--limit" in capsys.readouterr().err
+
+
+@pytest.mark.alfworld
+@pytest.mark.skipif(not HAS_ALFWORLD, reason="alfworld is not installed")
+def test_alfredtwenv_collects_and_wins_exported_games(tmp_path):
+    from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+    ids = ["valid_seen-heat-0001", "valid_seen-pick2-0001"]
+    assert cli.main(["household", "export", "--out", str(tmp_path)] + [a for t in ids for a in ("--task", t)]) == 0
+    config = {
+        "env": {"goal_desc_human_anns_prob": 0, "task_types": [1, 2, 3, 4, 5, 6], "domain_randomization": False, "expert_type": "handcoded"},
+        "dataset": {"data_path": str(tmp_path), "eval_id_data_path": str(tmp_path), "eval_ood_data_path": str(tmp_path), "num_train_games": -1, "num_eval_games": -1},
+        "logic": {"domain": "unused", "grammar": "unused"},
+        "general": {"training_method": "dagger"},
+        "dagger": {"training": {"max_nb_steps_per_episode": 50}},
+    }
+    alf = AlfredTWEnv(config, train_eval="eval_in_distribution")
+    assert len(alf.game_files) == 2
+    env = alf.init_env(batch_size=1)
+    try:
+        for _ in ids:
+            obs, infos = env.reset()
+            path = infos["extra.gamefile"][0]
+            walkthrough = json.loads(open(path).read())["walkthrough"]
+            fast = make_household_env("fast")
+            task_id = path.split("/")[-2]
+            fast_obs, _ = fast.reset(task_id)
+            assert obs[0] == fast_obs
+            for cmd in walkthrough:
+                obs, scores, dones, infos = env.step([cmd])
+                assert obs[0] == fast.step(cmd)[0]
+            assert dones[0] and infos["won"][0]
+    finally:
+        env.close()
