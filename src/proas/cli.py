@@ -18,7 +18,6 @@ COMMAND_MODULES = [
     "proas.tasksets_cli",
     "proas.play_cli",
     "proas.envs.household.cli",
-    "proas.train.cli",
 ]
 
 
