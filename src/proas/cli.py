@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "proas.tasksets_cli",
     "proas.play_cli",
     "proas.envs.household.cli",
+    "proas.train.cli",
 ]
 
 

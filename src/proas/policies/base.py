@@ -1,0 +1,146 @@
+"""The one interface every policy implements, and the per-step context it acts on.
+
+A policy sees a batch of ``Context`` objects (one per live environment), returns one
+``Decision`` each, and later, for the loss, re-evaluates the recorded decisions with gradients:
+``evaluate`` returns per-token log-probs and entropies as ``(batch, length)`` tensors with a
+mask. The ``lm`` policy's tokens are its response tokens; the ``scorer`` policy has a single
+"token" per step, the chosen candidate. The losses in ``proas.train.losses`` therefore treat
+both the same way (verl's ``response_mask`` convention).
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["Context", "Decision", "Policy", "TokenStats", "task_text"]
+
+_TASK_RE = re.compile(r"your task is to:\s*(.+?)(?:\n|$)", re.IGNORECASE)
+
+
+def task_text(first_observation: str, info: dict[str, Any]) -> str:
+    """The task description of an episode.
+
+    ``info['task']`` when the env reports it; else ALFWorld's ``Your task is to: ...`` line;
+    else WebShop's instruction (the part after ``Instruction: [SEP]``); else the first
+    observation itself.
+    """
+    task = info.get("task")
+    if isinstance(task, str) and task:
+        return task
+    m = _TASK_RE.search(first_observation)
+    if m:
+        return m.group(1).strip()
+    parts = [p.strip() for p in first_observation.split("[SEP]")]
+    if "Instruction:" in parts:
+        i = parts.index("Instruction:")
+        if i + 1 < len(parts):
+            return parts[i + 1]
+    return first_observation
+
+
+@dataclass
+class Context:
+    """What a policy knows before step ``t`` of one episode.
+
+    Attributes:
+        env_name: the env's short name (selects the prompt template of the ``lm`` policy).
+        task: the task description.
+        observation: the current observation text.
+        history: every earlier ``(observation, action)`` pair of the episode, oldest first.
+        admissible: the commands the env accepts now, or None where the env has none.
+        invalid_candidates: plausible commands the env would reject now (may be empty).
+        step: ``t``, the number of actions taken so far.
+    """
+
+    env_name: str
+    task: str
+    observation: str
+    history: list[tuple[str, str]]
+    admissible: list[str] | None
+    invalid_candidates: list[str]
+    step: int
+
+
+@dataclass
+class Decision:
+    """A policy's choice for one context.
+
+    Attributes:
+        action: the command sent to the env (projected from the response for the ``lm`` policy).
+        response: the raw output (the ``lm`` policy's text; the action itself for ``scorer``).
+        malformed: the response could not be parsed into an action (flagged as an env error).
+        logp: the summed log-probability of the response under the acting policy.
+        data: what ``evaluate`` needs to recompute the log-probs (token ids, feature ids).
+    """
+
+    action: str
+    response: str
+    malformed: bool
+    logp: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TokenStats:
+    """Per-token log-probs and entropies of a batch of decisions, shape ``(batch, length)``."""
+
+    logp: torch.Tensor
+    entropy: torch.Tensor
+    mask: torch.Tensor
+
+
+class Policy(abc.ABC):
+    """A trainable policy; ``module`` holds every trainable parameter."""
+
+    kind: str = ""
+    module: torch.nn.Module
+    #: ``Decision.logp`` equals what ``evaluate`` returns for the same weights, so the trainer
+    #: may use it as PPO's old log-prob (one-token responses only)
+    exact_rollout_logp: bool = False
+
+    @abc.abstractmethod
+    def act(
+        self,
+        contexts: Sequence[Context],
+        rng: np.random.Generator,
+        temperature: float = 1.0,
+    ) -> list[Decision]:
+        """Choose one decision per context, sampling with ``temperature`` (0 = greedy)."""
+
+    def prepare(self, data: Sequence[dict[str, Any]]) -> Any:
+        """Pack recorded decisions' data into the batch ``evaluate`` takes (done once per batch,
+        reused for the policy and its frozen reference)."""
+        return list(data)
+
+    @abc.abstractmethod
+    def evaluate(self, batch: Any, module: torch.nn.Module | None = None) -> TokenStats:
+        """Log-probs and entropies of a ``prepare``d batch, with gradients through ``module``
+        (default: this policy's own; pass a frozen copy to score under the reference policy)."""
+
+    def reference_module(self) -> torch.nn.Module:
+        """A frozen copy of the current weights, for the KL term."""
+        import copy
+
+        ref = copy.deepcopy(self.module)
+        ref.requires_grad_(False)
+        ref.eval()
+        return ref
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """The optimiser of this policy's parameters (Adam unless a policy knows better)."""
+        return torch.optim.Adam(self.parameters(), lr=lr, foreach=True)
+
+    def parameters(self):
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state)

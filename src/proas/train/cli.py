@@ -1,0 +1,89 @@
+"""``proas train`` (the main job) and ``proas eval``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from proas.errors import ProasError
+
+TRAIN_HELP = """\
+Train a policy with multi-turn group RL and ProAS credit.
+
+With no arguments: household env, scorer policy, GRPO + ProAS, seed 0, 150 steps.
+Override any config key with dotted key=value pairs, e.g.
+
+  proas train env=household algo.estimator=gigpo algo.shaping=proas seed=1 \\
+      env.fixed_train_set.path=path/to/schedule train.steps=50
+
+Run `proas train --show-config` for every key and its default (docs/training.md explains them).
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a policy (the main job)", description=TRAIN_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    p.add_argument("--run-dir", metavar="DIR", help="exact run directory (default: train.out_dir/<name>)")
+    p.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+    p.set_defaults(func=_train)
+
+    e = sub.add_parser("eval", help="evaluate a trained policy on the validation set")
+    e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="a run directory (its best checkpoint) or a "
+                   "checkpoint directory / state.pt")
+    e.add_argument("--tasks", type=int, default=None, help="number of validation tasks (default: the run's)")
+    e.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's "
+                   "policy.val_temperature; 0 = greedy)")
+    e.add_argument("--seed", type=int, default=0, help="seed of the evaluation's sampling")
+    e.add_argument("--json", action="store_true", help="print the figures as JSON")
+    e.set_defaults(func=_eval)
+
+
+def _train(args) -> int:
+    from proas.train.config import build_config, config_to_yaml
+    from proas.train.run import train
+
+    if args.resume:
+        from proas.train.loop import load_run_config
+
+        base = load_run_config(Path(args.resume))
+        cfg = build_config(args.overrides, base=base) if args.overrides else None
+        train(cfg, resume=Path(args.resume))
+        return 0
+    cfg = build_config(args.overrides)
+    if args.show_config:
+        print(config_to_yaml(cfg), end="")
+        return 0
+    train(cfg, run_dir=Path(args.run_dir) if args.run_dir else None)
+    return 0
+
+
+def _eval(args) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from proas.train.evaluate import evaluate_checkpoint
+
+    if args.tasks is not None and args.tasks <= 0:
+        raise ProasError("--tasks must be > 0")
+    res, info = evaluate_checkpoint(Path(args.target), tasks=args.tasks, temperature=args.temperature,
+                                    seed=args.seed)
+    if args.json:
+        print(json.dumps({"checkpoint": str(info["checkpoint"]), "step": info["step"], **res.metrics("")}))
+        return 0
+    table = Table(title=f"{info['env']} validation, {info['n']} tasks — {info['checkpoint']} (step {info['step']})")
+    table.add_column("task type")
+    table.add_column("won", justify="right")
+    table.add_column("tasks", justify="right")
+    table.add_column("SR %", justify="right")
+    for t, (won, total) in sorted(res.by_type.items()):
+        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
+    won = sum(w for w, _ in res.by_type.values())
+    total = sum(n for _, n in res.by_type.values())
+    table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")
+    Console().print(table)
+    print(f"TS (mean score x 100): {res.ts:.1f}   mean episode length: {res.steps:.1f}")
+    return 0

@@ -1,0 +1,373 @@
+"""The trainer's one configuration system: structured OmegaConf configs with documented defaults.
+
+Every knob of ``proas train`` lives in a dataclass below, next to its one-line doc and its one
+default. The command line overrides it with dotted keys, the convention of verl and Hydra::
+
+    proas train env=household algo.estimator=gigpo algo.shaping=proas seed=1 \\
+        env.fixed_train_set.path=path/to/schedule_dir train.steps=50
+
+``env=household`` is shorthand for ``env.name=household``, likewise ``policy=lm`` for
+``policy.kind=lm``. Unknown keys, values of the wrong type and values outside their allowed set
+are ``ProasError`` with one line naming the key. The resolved config is written to the run
+directory as ``config.yaml``; ``--resume`` reads it back from there.
+
+Defaults follow verl-agent's GRPO ALFWorld script (reference/verl-notes.md §1.6) where the
+``lm`` policy is concerned (16 tasks x 8 per step, 150 steps, clip 0.2, dual clip 3.0,
+invalid-action penalty 0.1, validation on 128 tasks every 10 steps); the
+``scorer`` policy's learning rate and width are ours, chosen so the household job learns on two
+CPU cores in minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from proas.errors import ProasError
+
+__all__ = [
+    "AlgoConfig",
+    "Config",
+    "ESTIMATORS",
+    "SHAPINGS",
+    "build_config",
+    "config_from_yaml",
+    "config_to_yaml",
+]
+
+#: base estimators of the credit core (``proas.credit.compute_credit``); ``ppo`` = critic + GAE
+ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "ppo")
+#: shaping variants of the credit core; ``proas`` is the method, the rest are its ablations
+SHAPINGS = ("none", "proas", "no_mui", "no_apr", "mask_pm", "suffix", "random", "progress_reward")
+LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+POLICIES = ("scorer", "lm")
+GRAPH_SOURCES = ("oracle", "load", "rollouts")
+
+
+@dataclass
+class FixedTrainSet:
+    #: directory with ``schedule.jsonl`` + ``manifest.json`` (``proas.tasksets``); None samples
+    #: the step's tasks online from the env's ``train`` split with the run's seed
+    path: Optional[str] = None
+
+
+@dataclass
+class FixedValSet:
+    #: validate on the fixed validation set (shipped ``fixed_val_set/<env>.jsonl`` unless ``path``)
+    enabled: bool = True
+    #: a validation ``.jsonl`` of ``proas.tasksets``; None = the one shipped for the env, or the
+    #: first ``size`` ids of the env's ``valid`` split when none is shipped
+    path: Optional[str] = None
+    #: number of validation tasks (the paper's 128)
+    size: int = 128
+
+
+@dataclass
+class EnvConfig:
+    #: ``household``, ``shop``, or ``package.module:factory`` for your own env (a callable that
+    #: takes the ``options`` dict as keyword arguments and returns a ``proas.envs.base.Env``)
+    name: str = "household"
+    #: tasks per RL step (verl-agent's ``data.train_batch_size``)
+    tasks_per_step: int = 16
+    #: trajectories per task, G (verl-agent's ``env.rollout.n``)
+    group_size: int = 8
+    #: episode step limit; None = the env's own (50 household, 15 shop)
+    max_steps: Optional[int] = None
+    #: cost of a step the env rejects (``info['error']`` or a malformed lm response), subtracted
+    #: from that step's final advantage (verl-agent's ``invalid_action_penalty_coef``; see
+    #: docs/training.md for why it is not folded into the outcome reward)
+    invalid_action_penalty: float = 0.1
+    #: outcome reward of a won episode (verl-agent: 10 x won)
+    success_reward: float = 10.0
+    #: keyword arguments for the env's constructor
+    options: dict[str, Any] = field(default_factory=dict)
+    fixed_train_set: FixedTrainSet = field(default_factory=FixedTrainSet)
+    fixed_val_set: FixedValSet = field(default_factory=FixedValSet)
+
+
+@dataclass
+class ScorerConfig:
+    #: width of the bilinear context-action interaction
+    dim: int = 16
+    #: log2 of the hashed feature table size (household's vocabulary needs a few thousand rows)
+    hash_bits: int = 14
+    #: Adam learning rate
+    lr: float = 0.01
+    #: std of the initial weights (small: the untrained policy is close to uniform)
+    init_std: float = 0.01
+
+
+@dataclass
+class LMConfig:
+    #: local directory of a Hugging Face causal LM (no downloads at run time)
+    model_path: Optional[str] = None
+    #: when no ``model_path``: a randomly initialised architecture, ``tiny`` (tests) or
+    #: ``qwen2.5-1.5b`` / ``qwen2.5-7b`` (timing); needs ``tokenizer_path`` or builds a
+    #: character-level tokenizer locally
+    model_config: Optional[str] = None
+    #: tokenizer directory; None = ``model_path``
+    tokenizer_path: Optional[str] = None
+    #: Adam(W) learning rate (verl-agent: 1e-6)
+    lr: float = 1e-6
+    #: LoRA rank; 0 trains every weight
+    lora_rank: int = 0
+    lora_alpha: int = 32
+    #: ``auto`` = bf16 on a GPU, fp32 on CPU
+    dtype: str = "auto"
+    #: ``auto`` = cuda when present
+    device: str = "auto"
+    #: response budget per step (verl-agent: 512)
+    max_new_tokens: int = 512
+    #: prompts longer than this are cut from the left (verl-agent: 2048 household, 4096 shop)
+    max_prompt_tokens: int = 2048
+    #: observation/action pairs of history in the prompt (verl-agent: 2)
+    history_length: int = 2
+    #: sequences per forward pass in the loss
+    micro_batch_size: int = 8
+
+
+@dataclass
+class PolicyConfig:
+    #: ``scorer`` (fast CPU policy over candidate actions) or ``lm`` (Hugging Face causal LM)
+    kind: str = "scorer"
+    #: sampling temperature during training rollouts
+    temperature: float = 1.0
+    #: sampling temperature during validation (verl-agent: 0.4, sampled)
+    val_temperature: float = 0.4
+    scorer: ScorerConfig = field(default_factory=ScorerConfig)
+    lm: LMConfig = field(default_factory=LMConfig)
+
+
+@dataclass
+class GraphConfig:
+    #: where the Agentic Reference Graph comes from: ``oracle`` (the env's oracle replayed on the
+    #: training tasks, the paper's default), ``load`` (a saved graph at ``path``: ``distill``),
+    #: ``rollouts`` (empty; grows from the run's own successes)
+    source: str = "oracle"
+    #: a graph file written by ``ReferenceGraph.save`` (for ``source=load``)
+    path: Optional[str] = None
+    #: merge each step's successful trajectories (False = the paper's ``static`` ablation)
+    evolve: bool = True
+    #: fraction of state-action edges removed before training (the ``incomplete`` ablation: 0.4)
+    prune: float = 0.0
+    #: at most this many training tasks are replayed by the oracle to build the graph (0 = all)
+    oracle_tasks: int = 0
+
+
+@dataclass
+class AlgoConfig:
+    #: base estimator: grpo | dapo | gigpo | rloo | reinforce_pp | ppo (critic + GAE)
+    estimator: str = "grpo"
+    #: none | proas | no_mui | no_apr | mask_pm | suffix | random | progress_reward
+    shaping: str = "proas"
+    #: GRPO/DAPO: divide by the group std (False = Dr.GRPO, mean only)
+    norm_by_std: bool = True
+    #: discount for GiGPO step returns and GAE (verl-agent: 0.95 GiGPO; 1.0 PPO)
+    gamma: float = 0.95
+    #: GAE lambda (verl-agent: 1.0)
+    lam: float = 1.0
+    #: GiGPO normalisation: mean_norm | mean_std_norm
+    gigpo_mode: str = "mean_norm"
+    #: GiGPO weight of the anchor-state term
+    step_weight: float = 1.0
+    #: PPO clip below 1 (ratio >= 1 - clip_low)
+    clip_low: float = 0.2
+    #: PPO clip above 1; None = 0.28 for dapo (clip-higher), else 0.2
+    clip_high: Optional[float] = None
+    #: dual clip for negative advantages (verl's clip_ratio_c)
+    dual_clip: float = 3.0
+    #: token-mean | seq-mean-token-mean | seq-mean-token-sum
+    loss_agg: str = "token-mean"
+    #: low-variance KL (k3) to the frozen initial policy; 0 = off. verl-agent's scripts use 0.01
+    #: with LLMs (set it for the paper's lm runs); the scorer starts near uniform, where a KL
+    #: anchor only slows learning, so the default is off
+    kl_coef: float = 0.0
+    #: entropy bonus (verl: 0.001)
+    entropy_coef: float = 0.001
+    #: passes over the batch per step
+    ppo_epochs: int = 1
+    #: steps per optimiser update (verl-agent's ppo_mini_batch_size counts step rows: 256)
+    minibatch_size: int = 256
+    #: gradient-norm clip
+    max_grad_norm: float = 1.0
+    #: DAPO dynamic sampling: drop groups whose outcome rewards are all equal and roll out more
+    #: tasks, up to ``max_gen_batches`` rollouts; None = on for dapo only
+    dynamic_sampling: Optional[bool] = None
+    max_gen_batches: int = 10
+    #: learning rate of the critic (``ppo`` only; a hashed-feature value model)
+    critic_lr: float = 0.01
+    graph: GraphConfig = field(default_factory=GraphConfig)
+
+    def resolved_clip_high(self) -> float:
+        if self.clip_high is not None:
+            return self.clip_high
+        return 0.28 if self.estimator == "dapo" else 0.2
+
+    def resolved_dynamic_sampling(self) -> bool:
+        if self.dynamic_sampling is not None:
+            return self.dynamic_sampling
+        return self.estimator == "dapo"
+
+
+@dataclass
+class TrainConfig:
+    #: RL steps
+    steps: int = 150
+    #: validate every N steps (and after the last); 0 = never
+    val_every: int = 10
+    #: validate the untrained policy before step 0
+    val_before_train: bool = True
+    #: write a resumable checkpoint every N steps (and after the last)
+    save_every: int = 10
+    #: parent directory of run directories
+    out_dir: str = "runs"
+    #: run directory name; None = ``<env>-<policy>-<estimator>-<shaping>-s<seed>-<time>``
+    run_name: Optional[str] = None
+    #: torch CPU threads. 1 is fastest for the scorer: its ops are small, and a second OpenMP
+    #: thread spin-waits (50x slower per call measured on a busy 2-core machine); raise it for
+    #: the lm policy on CPU
+    threads: int = 1
+    #: show a rich progress bar (off when stdout is not a terminal)
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    #: seeds task sampling, weights, action sampling, graph pruning
+    seed: int = 0
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+#: ``key=value`` shorthands: the group name alone sets its main field
+_SHORTHANDS = {"env": "env.name", "policy": "policy.kind", "estimator": "algo.estimator",
+               "shaping": "algo.shaping"}
+
+
+def _validate(cfg: Config) -> None:
+    def choice(key: str, value: Any, allowed: tuple) -> None:
+        if value not in allowed:
+            raise ProasError(f"config: {key}={value!r} is not one of {', '.join(allowed)}")
+
+    def positive(key: str, value: float, allow_zero: bool = False) -> None:
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ProasError(f"config: {key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+    choice("policy.kind", cfg.policy.kind, POLICIES)
+    choice("algo.estimator", cfg.algo.estimator, ESTIMATORS)
+    choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
+    choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
+    choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
+    choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)
+    if cfg.algo.graph.source == "load" and not cfg.algo.graph.path:
+        raise ProasError("config: algo.graph.source=load needs algo.graph.path=<graph file>")
+    if not 0.0 <= cfg.algo.graph.prune < 1.0:
+        raise ProasError(f"config: algo.graph.prune={cfg.algo.graph.prune} must be in [0, 1)")
+    if not cfg.env.name:
+        raise ProasError("config: env.name must not be empty")
+    for key, val in [
+        ("env.tasks_per_step", cfg.env.tasks_per_step),
+        ("env.group_size", cfg.env.group_size),
+        ("env.fixed_val_set.size", cfg.env.fixed_val_set.size),
+        ("train.steps", cfg.train.steps),
+        ("train.threads", cfg.train.threads),
+        ("algo.ppo_epochs", cfg.algo.ppo_epochs),
+        ("algo.minibatch_size", cfg.algo.minibatch_size),
+        ("algo.max_gen_batches", cfg.algo.max_gen_batches),
+        ("policy.temperature", cfg.policy.temperature),
+        ("policy.scorer.dim", cfg.policy.scorer.dim),
+        ("policy.scorer.lr", cfg.policy.scorer.lr),
+        ("policy.lm.lr", cfg.policy.lm.lr),
+        ("policy.lm.max_new_tokens", cfg.policy.lm.max_new_tokens),
+        ("policy.lm.micro_batch_size", cfg.policy.lm.micro_batch_size),
+        ("algo.critic_lr", cfg.algo.critic_lr),
+        ("algo.dual_clip", cfg.algo.dual_clip),
+    ]:
+        positive(key, val)
+    for key, val in [
+        ("env.invalid_action_penalty", cfg.env.invalid_action_penalty),
+        ("algo.kl_coef", cfg.algo.kl_coef),
+        ("algo.entropy_coef", cfg.algo.entropy_coef),
+        ("algo.clip_low", cfg.algo.clip_low),
+        ("algo.max_grad_norm", cfg.algo.max_grad_norm),
+        ("train.val_every", cfg.train.val_every),
+        ("train.save_every", cfg.train.save_every),
+        ("policy.val_temperature", cfg.policy.val_temperature),
+        ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
+        ("policy.lm.history_length", cfg.policy.lm.history_length),
+    ]:
+        positive(key, val, allow_zero=True)
+    if cfg.algo.clip_high is not None:
+        positive("algo.clip_high", cfg.algo.clip_high, allow_zero=True)
+    if cfg.env.max_steps is not None:
+        positive("env.max_steps", cfg.env.max_steps)
+    if cfg.algo.dual_clip <= 1.0:
+        raise ProasError(f"config: algo.dual_clip={cfg.algo.dual_clip} must be > 1")
+    if not 0.0 < cfg.algo.gamma <= 1.0 or not 0.0 <= cfg.algo.lam <= 1.0:
+        raise ProasError("config: algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
+    if not 4 <= cfg.policy.scorer.hash_bits <= 24:
+        raise ProasError("config: policy.scorer.hash_bits must be in [4, 24]")
+    if cfg.policy.kind == "lm" and not (cfg.policy.lm.model_path or cfg.policy.lm.model_config):
+        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir> or "
+                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b")
+
+
+def _to_config(merged: DictConfig) -> Config:
+    obj = OmegaConf.to_object(merged)
+    assert isinstance(obj, Config)
+    _validate(obj)
+    return obj
+
+
+def build_config(overrides: list[str] | None = None, base: Config | None = None) -> Config:
+    """The default config (or ``base``) with dotted ``key=value`` overrides applied and checked.
+
+    Raises ``ProasError`` on an unknown key, a malformed override, a value of the wrong type or
+    a value outside its allowed set.
+    """
+    schema = OmegaConf.structured(base if base is not None else Config())
+    dotlist = []
+    for item in overrides or []:
+        if "=" not in item:
+            raise ProasError(f"config: override {item!r} must look like key=value")
+        key, value = item.split("=", 1)
+        key = key.strip().lstrip("+")
+        if not key:
+            raise ProasError(f"config: override {item!r} has an empty key")
+        dotlist.append(f"{_SHORTHANDS.get(key, key)}={value}")
+    try:
+        merged = OmegaConf.merge(schema, OmegaConf.from_dotlist(dotlist))
+    except OmegaConfBaseException as exc:
+        raise ProasError(f"config: {_one_line(exc)}") from None
+    return _to_config(merged)
+
+
+def config_to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_from_yaml(text: str, where: str = "config.yaml") -> Config:
+    """Parse a resolved config written by ``config_to_yaml`` (checked like overrides)."""
+    try:
+        loaded = OmegaConf.create(text)
+        merged = OmegaConf.merge(OmegaConf.structured(Config()), loaded)
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise ProasError(f"{where}: {_one_line(exc)}") from None
+    except Exception as exc:  # yaml.YAMLError and friends
+        raise ProasError(f"{where}: not a valid config ({type(exc).__name__})") from None
+    return _to_config(merged)
+
+
+def _one_line(exc: Exception) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    # OmegaConf appends "full_key: ..., object_type=..." lines; keep the message and the key
+    msg = lines[0] if lines else type(exc).__name__
+    for ln in lines[1:]:
+        if ln.startswith("full_key:"):
+            msg += f" ({ln})"
+    return msg

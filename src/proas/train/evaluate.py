@@ -1,0 +1,36 @@
+"""``proas eval``: load a checkpoint and run it on the validation set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from proas.train import checkpoint as ckpt
+from proas.train.config import config_from_yaml
+from proas.train.loop import ValResult, Trainer, build_policy, make_env_factory, validate
+
+__all__ = ["evaluate_checkpoint"]
+
+
+def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: float | None = None,
+                        seed: int = 0) -> tuple[ValResult, dict[str, Any]]:
+    """Validate the policy of a run directory (best checkpoint, else latest) or checkpoint."""
+    directory = ckpt.find_checkpoint(target)
+    state = ckpt.load_state(directory)
+    cfg = config_from_yaml(str(state.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
+    torch.set_num_threads(cfg.train.threads)
+    policy = build_policy(cfg, cfg.seed)
+    policy.load_state_dict(state["policy"])
+    make = make_env_factory(cfg.env.name, cfg.env.options)
+    env0 = make()
+    # the validation set the run used (fixed file, shipped set or the env's valid split)
+    ids = Trainer._val_ids_for(cfg, env0, str(getattr(env0, "name", cfg.env.name)))
+    if tasks is not None:
+        ids = ids[:tasks]
+    envs = [env0] + [make() for _ in range(len(ids) - 1)]
+    res = validate(policy, envs, ids, seed=seed, temperature=cfg.policy.val_temperature if temperature is None
+                   else temperature, max_steps=int(cfg.env.max_steps or env0.max_steps),
+                   env_name=str(getattr(env0, "name", cfg.env.name)), success_reward=cfg.env.success_reward)
+    return res, {"checkpoint": directory, "step": int(state.get("step", -1)), "env": cfg.env.name, "n": len(ids)}

@@ -1,0 +1,531 @@
+"""The RL loop: rollout -> credit -> loss -> policy, with validation, checkpoints and resume.
+
+One RL step, top to bottom (``Trainer.train_step``):
+
+1. pick the step's tasks (fixed schedule, or sampled online with the run's RNG) and roll out
+   G trajectories per task (``proas.train.rollout``); with DAPO's dynamic sampling, groups
+   whose outcome rewards are all equal are dropped and more tasks are rolled out, at most
+   ``algo.max_gen_batches`` rollouts (the last one unfiltered, as verl-agent);
+2. for ``ppo`` the critic values every step;
+3. ``proas.credit.compute_credit``: base estimator, then ProAS (or an ablation) against the
+   reference graph, which first absorbs the batch's successes unless it is static;
+4. PPO-style update of the policy on every step (``proas.train.losses``), minibatches of
+   ``algo.minibatch_size`` steps, ``algo.ppo_epochs`` passes; the critic regresses on the GAE
+   returns;
+5. metrics (JSONL + TensorBoard), validation every ``train.val_every`` steps (best checkpoint
+   kept), a resumable checkpoint every ``train.save_every`` steps.
+
+Everything random draws from RNGs whose states are checkpointed (numpy for tasks and sampling,
+torch and Python's for the rest), so a run resumed from a checkpoint on CPU replays exactly
+the metrics an uninterrupted run writes (the ``time/*`` keys excepted).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
+from proas.envs.base import Env
+from proas.errors import ProasError
+from proas.fileio import atomic_write_json, atomic_write_text
+from proas.policies.base import Policy
+from proas.train import checkpoint as ckpt
+from proas.train.config import Config, config_from_yaml, config_to_yaml
+from proas.train.critic import ValueModel
+from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
+from proas.train.rollout import Slot, rollout
+from proas.types import Step, Trajectory
+
+__all__ = ["Trainer", "build_policy", "make_env_factory", "validate", "oracle_trajectories"]
+
+#: credit-core estimator name of each config estimator
+_CREDIT_NAME = {"ppo": "gae"}
+
+
+# ----------------------------------------------------------------------------- construction
+def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
+    """A zero-argument constructor of the configured env (``household``, ``shop`` or
+    ``module:callable``)."""
+    if name == "household":
+        from proas.envs.household import make_household_env as factory
+    elif name == "shop":
+        from proas.envs.shop import make_shop_env as factory
+    elif ":" in name:
+        mod_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ProasError(f"config: env.name={name!r} cannot be imported ({exc})") from None
+    else:
+        raise ProasError(f"config: env.name={name!r} is not household, shop or module:factory")
+    opts = dict(options)
+
+    def make() -> Env:
+        try:
+            return factory(**opts)
+        except TypeError as exc:
+            raise ProasError(f"config: env.options do not fit env {name!r} ({exc})") from None
+
+    return make
+
+
+def build_policy(cfg: Config, seed: int) -> Policy:
+    """The configured policy, initialised from ``seed`` (and the model path for ``lm``)."""
+    if cfg.policy.kind == "scorer":
+        from proas.policies.scorer import ScorerPolicy
+
+        s = cfg.policy.scorer
+        return ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed)
+    from proas.policies.lm import LMPolicy
+
+    return LMPolicy.from_config(cfg.policy.lm, seed=seed)
+
+
+def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[list[Trajectory], int]:
+    """Replay the env's oracle on ``task_ids``; return the won trajectories and the failures."""
+    out, failed = [], 0
+    for tid in task_ids:
+        try:
+            obs, info = env.reset(tid)
+            steps = []
+            won = False
+            for action in env.oracle(tid)[:max_steps]:
+                _, _, done, nxt = env.step(action)
+                steps.append(Step(state=str(info["abstract_state"]), action=action,
+                                  next_state=str(nxt["abstract_state"]), error=bool(nxt["error"]),
+                                  anchor=str(info.get("anchor", "")), reward=0.0))
+                info = nxt
+                won = bool(nxt["won"])
+                if done:
+                    break
+        except Exception:  # noqa: BLE001 - a broken task must not stop graph building
+            failed += 1
+            continue
+        if won:
+            out.append(Trajectory(group=f"oracle-{tid}", trajectory=f"oracle-{tid}", reward=1.0,
+                                  steps=steps, task_type=info.get("task_type"), won=True))
+        else:
+            failed += 1
+    return out, failed
+
+
+# ----------------------------------------------------------------------------- validation
+@dataclass
+class ValResult:
+    sr: float
+    ts: float
+    steps: float
+    by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # type -> (won, total)
+
+    def metrics(self, prefix: str = "val/") -> dict[str, float]:
+        out = {f"{prefix}sr": self.sr, f"{prefix}ts": self.ts, f"{prefix}steps": self.steps}
+        for t, (won, total) in sorted(self.by_type.items()):
+            out[f"{prefix}sr/{t}"] = won / total if total else 0.0
+        return out
+
+
+def validate(policy: Policy, envs: list[Env], task_ids: list[str], *, seed: int, temperature: float,
+             max_steps: int, env_name: str, success_reward: float) -> ValResult:
+    """One episode per validation task; SR overall and per task type, TS = mean score x 100."""
+    rng = np.random.default_rng(seed)
+    slots = [Slot(t, f"val-{i}", f"val-{i}") for i, t in enumerate(task_ids)]
+    trajs, _ = rollout(envs, slots, policy, rng, temperature=temperature, max_steps=max_steps,
+                       success_reward=success_reward, env_name=env_name)
+    by_type: dict[str, list[int]] = {}
+    for t in trajs:
+        rec = by_type.setdefault(t.task_type or "unknown", [0, 0])
+        rec[0] += int(t.success)
+        rec[1] += 1
+    n = max(1, len(trajs))
+    return ValResult(
+        sr=sum(t.success for t in trajs) / n,
+        ts=100.0 * sum(float(t.extra.get("score", 0.0)) for t in trajs) / n,
+        steps=sum(len(t) for t in trajs) / n,
+        by_type={k: (v[0], v[1]) for k, v in by_type.items()},
+    )
+
+
+# ----------------------------------------------------------------------------- trainer
+def _pad(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(like)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+class Trainer:
+    """Owns the run: env pool, policy, optimiser, graph, RNGs, run directory."""
+
+    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False, console=None):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.console = console
+        torch.set_num_threads(cfg.train.threads)
+        self.make_env = make_env_factory(cfg.env.name, cfg.env.options)
+        self.envs: list[Env] = [self.make_env()]
+        self.env_name = str(getattr(self.envs[0], "name", cfg.env.name))
+        self.max_steps = int(cfg.env.max_steps or self.envs[0].max_steps)
+
+        seed = cfg.seed
+        random.seed(seed)
+        torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.policy = build_policy(cfg, seed)
+        self.lr = cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr
+        self.optimizer = self.policy.make_optimizer(self.lr)
+        self.ref = self.policy.reference_module() if cfg.algo.kl_coef > 0 else None
+        self.critic = self.critic_opt = None
+        if cfg.algo.estimator == "ppo":
+            self.critic = ValueModel(cfg.policy.scorer.hash_bits)
+            self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
+
+        self._load_task_sets()
+        self.step = 0
+        self.best_sr = -1.0
+        self.history: list[dict[str, Any]] = []
+        self.graph: ReferenceGraph | None = None
+        if resume:
+            self._resume()
+        else:
+            self.graph = self._initial_graph()
+
+    # ---- task sets and graph
+    def _load_task_sets(self) -> None:
+        from proas import tasksets
+
+        cfg = self.cfg.env
+        self.schedule = None
+        if cfg.fixed_train_set.path:
+            self.schedule = tasksets.load_schedule(cfg.fixed_train_set.path)
+            if self.schedule.env != self.env_name:
+                raise ProasError(f"{cfg.fixed_train_set.path}: a schedule for {self.schedule.env!r}, "
+                                 f"not for env {self.env_name!r}")
+        self.train_ids = list(self.envs[0].task_ids("train"))
+        if not self.train_ids and self.schedule is None:
+            raise ProasError(f"env {self.env_name!r} has no training tasks")
+        self.val_ids = self._val_ids_for(self.cfg, self.envs[0], self.env_name)
+
+    @staticmethod
+    def _val_ids_for(cfg: Config, env: Env, env_name: str) -> list[str]:
+        """The validation tasks: a given ``.jsonl``, else the shipped fixed set of the env, else
+        the env's ``valid`` split; the first ``size`` of them."""
+        from proas import tasksets
+
+        v = cfg.env.fixed_val_set
+        if not v.enabled:
+            return []
+        if v.path:
+            ids = tasksets.load_val_set(path=v.path, env=env_name).task_ids
+        elif tasksets.val_set_path(env_name).exists():
+            ids = tasksets.load_val_set(env=env_name).task_ids
+        else:
+            ids = list(env.task_ids("valid"))
+        return list(ids[: v.size])
+
+    def _initial_graph(self) -> ReferenceGraph:
+        g = self.cfg.algo.graph
+        if g.source == "load":
+            graph = ReferenceGraph.load(g.path)
+        elif g.source == "rollouts":
+            graph = ReferenceGraph()
+        else:
+            if self.schedule is not None:
+                ids = sorted({t for step in self.schedule.steps for t in step})
+            else:
+                ids = list(self.train_ids)
+            if g.oracle_tasks:
+                ids = ids[: g.oracle_tasks]
+            trajs, failed = oracle_trajectories(self.envs[0], ids, self.max_steps)
+            if not trajs:
+                raise ProasError(f"env {self.env_name!r}: the oracle solved none of {len(ids)} "
+                                 "training tasks; cannot build the reference graph")
+            graph = ReferenceGraph.from_trajectories(trajs)
+            graph.meta.update({"built_from": len(trajs), "oracle_failed": failed})
+        if g.prune > 0:
+            graph.prune(g.prune, seed=self.cfg.seed)
+        return graph
+
+    def _env_pool(self, n: int) -> list[Env]:
+        while len(self.envs) < n:
+            self.envs.append(self.make_env())
+        return self.envs[:n]
+
+    # ---- one RL step
+    def _tasks_for(self, step: int, batch: int) -> list[str]:
+        n = self.cfg.env.tasks_per_step
+        if self.schedule is not None and batch == 0:
+            return self.schedule.tasks_at(step - 1)
+        idx = self.rng.choice(len(self.train_ids), size=min(n, len(self.train_ids)), replace=False)
+        return [self.train_ids[i] for i in idx]
+
+    def _collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        cfg = self.cfg
+        G = cfg.env.group_size
+        dynamic = cfg.algo.resolved_dynamic_sampling()
+        target = cfg.env.tasks_per_step * G
+        kept: list[Trajectory] = []
+        seen: list[Trajectory] = []
+        exceptions = 0
+        batches = 0
+        while True:
+            tasks = self._tasks_for(step, batches)
+            slots = [Slot(t, f"s{step}b{batches}g{k}", f"s{step}b{batches}g{k}t{j}")
+                     for k, t in enumerate(tasks) for j in range(G)]
+            trajs, stats = rollout(
+                self._env_pool(len(slots)), slots, self.policy, self.rng,
+                temperature=cfg.policy.temperature, max_steps=self.max_steps,
+                success_reward=cfg.env.success_reward, env_name=self.env_name)
+            batches += 1
+            exceptions += stats.env_exceptions
+            for msg in stats.exception_messages[:3]:
+                self._log(f"[yellow]env exception[/] step {step}: {msg}")
+            seen.extend(trajs)
+            if not dynamic or batches >= cfg.algo.max_gen_batches:
+                kept.extend(trajs)
+                break
+            keep = dynamic_sampling_keep(trajs)
+            kept.extend(t for t in trajs if keep[t.group])
+            if len(kept) >= target:
+                break
+        kept = [t for t in kept if t.steps]  # an env that failed at reset left nothing to learn from
+        n = max(1, len(seen))
+        info = {
+            "train/sr": sum(t.success for t in seen) / n,
+            "train/reward": sum(t.reward for t in seen) / n,
+            "train/score": sum(float(t.extra.get("score", 0.0)) for t in seen) / n,
+            "train/steps": sum(len(t) for t in seen) / n,
+            "train/env_exceptions": float(exceptions),
+            "train/gen_batches": float(batches),
+            "train/trajectories": float(len(kept)),
+        }
+        return kept, info
+
+    def _credit(self, trajs: list[Trajectory], step: int):
+        a = self.cfg.algo
+        name = _CREDIT_NAME.get(a.estimator, a.estimator)
+        if name in ("grpo", "dapo"):
+            opts: dict[str, Any] = {"norm_by_std": a.norm_by_std}
+        elif name == "gigpo":
+            opts = {"gamma": a.gamma, "step_weight": a.step_weight, "mode": a.gigpo_mode}
+        elif name == "gae":
+            opts = {"gamma": a.gamma, "lam": a.lam}
+        else:
+            opts = {}
+        if self.critic is not None:
+            with torch.no_grad():
+                values = self.critic([s.extra["context"] for t in trajs for s in t.steps]).double().numpy()
+            k = 0
+            for t in trajs:
+                for s in t.steps:
+                    s.value = float(values[k])
+                    k += 1
+        assert self.graph is not None
+        return compute_credit(trajs, self.graph, estimator=name, shaping=a.shaping, estimator_options=opts,
+                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve)
+
+    def _update(self, trajs: list[Trajectory], res) -> dict[str, float]:
+        a = self.cfg.algo
+        steps = [s for t in trajs for s in t.steps]
+        data = [s.extra["policy"] for s in steps]
+        # the invalid-action penalty: a per-step cost on the final advantage (see rollout.py)
+        errors = np.fromiter((s.error for s in steps), dtype=np.float64, count=len(steps))
+        adv = torch.as_tensor(res.advantage - self.cfg.env.invalid_action_penalty * errors, dtype=torch.float32)
+        n = len(steps)
+        mb = a.minibatch_size
+        micro = self.cfg.policy.lm.micro_batch_size if self.policy.kind == "lm" else mb
+        # old log-probs, token by token, before any update (verl's old_log_prob); a policy whose
+        # rollout log-probs are exact (the scorer: same weights, same arithmetic) reuses them
+        old_tok: list[torch.Tensor] = []
+        if self.policy.exact_rollout_logp:
+            old_tok = [torch.tensor([float(s.extra["logp"])]) for s in steps]
+        else:
+            with torch.no_grad():
+                for i in range(0, n, micro):
+                    st = self.policy.evaluate(self.policy.prepare(data[i: i + micro]))
+                    old_tok.extend(st.logp[j][st.mask[j] > 0] for j in range(st.logp.shape[0]))
+        sums = {"loss/pg": 0.0, "loss/kl": 0.0, "loss/entropy": 0.0, "loss/clipfrac": 0.0,
+                "loss/grad_norm": 0.0, "loss/critic": 0.0}
+        updates = 0
+        clip_high = a.resolved_clip_high()
+        returns = torch.as_tensor(res.returns, dtype=torch.float32) if res.returns is not None else None
+        for _ in range(a.ppo_epochs):
+            order = self.rng.permutation(n)
+            for start in range(0, n, mb):
+                idx = order[start: start + mb]
+                self.optimizer.zero_grad(set_to_none=True)
+                for m0 in range(0, len(idx), micro):
+                    sub = idx[m0: m0 + micro]
+                    weight = len(sub) / len(idx)
+                    prepared = self.policy.prepare([data[i] for i in sub])
+                    st = self.policy.evaluate(prepared)
+                    old = _pad([old_tok[i] for i in sub], st.logp)
+                    pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp.dtype), st.mask,
+                                         clip_low=a.clip_low, clip_high=clip_high, dual_clip=a.dual_clip,
+                                         agg=a.loss_agg)
+                    ent = agg_loss(st.entropy, st.mask, a.loss_agg)
+                    loss = pg - a.entropy_coef * ent
+                    kl = torch.zeros(())
+                    if self.ref is not None:
+                        with torch.no_grad():
+                            ref = self.policy.evaluate(prepared, module=self.ref).logp
+                        kl = agg_loss(low_var_kl(st.logp, ref), st.mask, a.loss_agg)
+                        loss = loss + a.kl_coef * kl
+                    (loss * weight).backward()
+                    sums["loss/pg"] += float(pg.detach()) * weight
+                    sums["loss/kl"] += float(kl.detach()) * weight
+                    sums["loss/entropy"] += float(ent.detach()) * weight
+                    sums["loss/clipfrac"] += pm["clipfrac"] * weight
+                gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.max_grad_norm)
+                sums["loss/grad_norm"] += float(gn)
+                self.optimizer.step()
+                if self.critic is not None and returns is not None:
+                    self.critic_opt.zero_grad(set_to_none=True)
+                    v = self.critic([steps[i].extra["context"] for i in idx])
+                    vl = value_loss(v, returns[idx])
+                    vl.backward()
+                    self.critic_opt.step()
+                    sums["loss/critic"] += float(vl.detach())
+                updates += 1
+        out = {k: v / max(1, updates) for k, v in sums.items()}
+        out["loss/updates"] = float(updates)
+        return out
+
+    def train_step(self) -> dict[str, Any]:
+        """Run RL step ``self.step + 1``; return its metrics record."""
+        k = self.step + 1
+        t0 = time.perf_counter()
+        trajs, rec = self._collect(k)
+        t1 = time.perf_counter()
+        if trajs:
+            res = self._credit(trajs, k)
+            t2 = time.perf_counter()
+            rec.update(self._update(trajs, res))
+            rec.update(_credit_metrics(trajs, res))
+        else:
+            t2 = time.perf_counter()
+        t3 = time.perf_counter()
+        assert self.graph is not None
+        rec.update({"graph/nodes": float(self.graph.num_nodes), "graph/edges": float(self.graph.num_edges)})
+        rec.update({"time/rollout": t1 - t0, "time/credit": t2 - t1, "time/update": t3 - t2})
+        self.step = k
+        return {"step": k, **rec}
+
+    # ---- validation, checkpoints, run directory
+    def run_validation(self, step: int) -> dict[str, float]:
+        if not self.val_ids:
+            return {}
+        t0 = time.perf_counter()
+        res = validate(self.policy, self._env_pool(len(self.val_ids)), self.val_ids,
+                       seed=self.cfg.seed * 7919 + step, temperature=self.cfg.policy.val_temperature,
+                       max_steps=self.max_steps, env_name=self.env_name,
+                       success_reward=self.cfg.env.success_reward)
+        out = res.metrics()
+        out["time/val"] = time.perf_counter() - t0
+        if res.sr > self.best_sr:
+            self.best_sr = res.sr
+            out["val/best_sr"] = res.sr
+            self._save_best(step, out)
+        out["val/best_sr"] = self.best_sr
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "config": config_to_yaml(self.cfg),
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "critic": self.critic.state_dict() if self.critic is not None else None,
+            "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt is not None else None,
+            "rng_numpy": self.rng.bit_generator.state,
+            "rng_torch": torch.get_rng_state(),
+            "rng_python": random.getstate(),
+            "best_sr": self.best_sr,
+        }
+
+    def save(self) -> Path:
+        return ckpt.save_resumable(self.run_dir, self.step, self.state(), self.graph)
+
+    def _save_best(self, step: int, metrics: dict[str, float]) -> None:
+        tmp = self.run_dir / "best.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        ckpt.save_checkpoint(tmp, dict(self.state(), step=step), self.graph)
+        atomic_write_json(tmp / "meta.json", {"step": step, **{k: v for k, v in metrics.items()
+                                                               if k.startswith("val/")}})
+        best, old = self.run_dir / "best", self.run_dir / "best.old"
+        if old.exists():
+            shutil.rmtree(old)
+        if best.exists():
+            best.rename(old)
+        tmp.rename(best)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _resume(self) -> None:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        if latest is None:
+            # killed before the first checkpoint: start over
+            self.graph = self._initial_graph()
+            ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", -1)
+            return
+        state = ckpt.load_state(latest)
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
+        self.rng.bit_generator.state = state["rng_numpy"]
+        torch.set_rng_state(state["rng_torch"])
+        random.setstate(state["rng_python"])
+        self.step = int(state["step"])
+        self.best_sr = float(state["best_sr"])
+        graph_file = latest / ckpt.GRAPH_FILE
+        self.graph = ReferenceGraph.load(graph_file) if graph_file.exists() else ReferenceGraph()
+        self.history = ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
+
+    def _log(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+
+
+def _credit_metrics(trajs: list[Trajectory], res) -> dict[str, float]:
+    """Shares of unreasonable (Rea = 0) and non-advancing (PA = 0) steps, overall and in wins."""
+    rea = np.asarray(res.rea, dtype=np.float64)
+    pa = np.asarray(res.pa, dtype=np.float64)
+    won = np.concatenate([np.full(len(t), t.success, dtype=bool) for t in trajs])
+    errors = np.concatenate([[s.error for s in t.steps] for t in trajs]).astype(np.float64)
+    out = {
+        "train/unreasonable": float(1.0 - rea.mean()),
+        "train/na": float(1.0 - pa.mean()),
+        "train/error_rate": float(errors.mean()),
+        "adv/mean": float(np.mean(res.advantage)),
+        "adv/abs_mean": float(np.mean(np.abs(res.advantage))),
+    }
+    out["train/unreasonable_in_success"] = float(1.0 - rea[won].mean()) if won.any() else math.nan
+    out["train/na_in_failure"] = float(1.0 - pa[~won].mean()) if (~won).any() else math.nan
+    return {k: (v if math.isfinite(v) else None) for k, v in out.items()}  # type: ignore[misc]
+
+
+def load_run_config(run_dir: Path) -> Config:
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        raise ProasError(f"{run_dir}: not a run directory (no config.yaml)")
+    return config_from_yaml(path.read_text(), where=str(path))
+
+
+def write_run_config(run_dir: Path, cfg: Config) -> None:
+    atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
+
+
+def metrics_line(rec: dict[str, Any]) -> str:
+    return json.dumps(rec, separators=(",", ":"), allow_nan=False)

@@ -1,0 +1,190 @@
+"""Batched multi-turn group rollout over the env protocol, recorded in ``proas.types``.
+
+All episodes of a batch advance together: at every turn the live environments' contexts go to
+the policy in one call (one forward pass for the ``lm`` policy), and each env is stepped with
+its action. An episode ends when the env says done or after the step limit.
+
+Rewards (the decision documented in docs/training.md): the step reward ``Step.reward`` is
+``success_reward`` on the step that wins and 0 elsewhere (verl-agent's ``10 x won``), and the
+trajectory's outcome reward ``R_i`` is ``success_reward x won``. The invalid-action penalty is
+not folded into these: the trainer subtracts it from the final advantage of each step the env
+rejected (``Step.error``: ``info['error']`` or a malformed ``lm`` response). Folded into ``R_i``,
+a 0.1 penalty would be blown up to unit scale by GRPO's std normalisation in every group where
+all trajectories fail, drowning the success signal (measured: the household scorer then learns
+only to avoid errors and its success rate stays at 0).
+
+An environment that raises ends its trajectory as failed (``won=False``); the exception is
+counted and its message kept in ``extra['env_exception']``; the batch goes on.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from proas.envs.base import Env
+from proas.policies.base import Context, Policy, task_text
+from proas.types import Step, Trajectory
+
+__all__ = ["RolloutStats", "Slot", "rollout"]
+
+
+@dataclass
+class Slot:
+    """One episode to play: which task, which group and trajectory ids."""
+
+    task_id: str
+    group: str
+    trajectory: str
+
+
+@dataclass
+class RolloutStats:
+    """Counts of one rollout batch."""
+
+    env_exceptions: int = 0
+    exception_messages: list[str] = field(default_factory=list)
+    env_steps: int = 0
+
+
+@dataclass
+class _Live:
+    slot: Slot
+    env: Env
+    task: str
+    obs: str
+    info: dict[str, Any]
+    history: list[tuple[str, str]]
+    steps: list[Step]
+    won: bool = False
+    score: float = 0.0
+    errors: int = 0
+    exception: str | None = None
+    done: bool = False
+
+
+def _describe(exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    loc = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
+    return f"{type(exc).__name__}: {exc}{loc}"
+
+
+def rollout(
+    envs: Sequence[Env],
+    slots: Sequence[Slot],
+    policy: Policy,
+    rng: np.random.Generator,
+    *,
+    temperature: float = 1.0,
+    max_steps: int,
+    success_reward: float = 10.0,
+    env_name: str = "",
+    on_turn: Callable[[int], None] | None = None,
+) -> tuple[list[Trajectory], RolloutStats]:
+    """Play ``slots[i]`` on ``envs[i]`` with ``policy``; return one trajectory per slot.
+
+    ``envs`` must hold at least ``len(slots)`` distinct instances. Trajectories come back in
+    slot order. A step's ``extra`` holds ``context`` (the ``Context`` acted on), ``policy`` (the
+    decision's data for ``Policy.evaluate``), ``response``, ``malformed``, ``env_reward`` and
+    ``logp``.
+    """
+    if len(envs) < len(slots):
+        raise ValueError(f"rollout: {len(slots)} slots but only {len(envs)} envs")
+    stats = RolloutStats()
+    live: list[_Live] = []
+    for slot, env in zip(slots, envs):
+        try:
+            obs, info = env.reset(slot.task_id)
+            state = _Live(slot, env, task_text(obs, info), obs, info, [], [])
+        except Exception as exc:  # noqa: BLE001 - any env failure ends only this episode
+            state = _Live(slot, env, "", "", {}, [], [], exception=_describe(exc), done=True)
+            stats.env_exceptions += 1
+            stats.exception_messages.append(f"{slot.task_id} reset: {state.exception}")
+        live.append(state)
+
+    for turn in range(max_steps):
+        active = [s for s in live if not s.done]
+        if not active:
+            break
+        contexts = [
+            Context(
+                env_name=env_name,
+                task=s.task,
+                observation=s.obs,
+                history=list(s.history),
+                admissible=s.info.get("admissible"),
+                invalid_candidates=list(s.info.get("invalid_candidates") or []),
+                step=turn,
+            )
+            for s in active
+        ]
+        decisions = policy.act(contexts, rng, temperature=temperature)
+        for s, ctx, dec in zip(active, contexts, decisions):
+            prev_info = s.info
+            try:
+                obs, env_reward, done, info = s.env.step(dec.action)
+            except Exception as exc:  # noqa: BLE001
+                s.exception = _describe(exc)
+                s.done = True
+                stats.env_exceptions += 1
+                stats.exception_messages.append(f"{s.slot.task_id} step {turn}: {s.exception}")
+                continue
+            stats.env_steps += 1
+            error = bool(info.get("error", False)) or dec.malformed
+            won = bool(info.get("won", False))
+            reward = success_reward if won else 0.0
+            s.errors += int(error)
+            s.steps.append(
+                Step(
+                    state=str(prev_info.get("abstract_state", "")),
+                    action=dec.action,
+                    next_state=str(info.get("abstract_state", "")),
+                    error=error,
+                    anchor=str(prev_info.get("anchor", s.obs)),
+                    reward=reward,
+                    extra={
+                        "context": ctx,
+                        "policy": dec.data,
+                        "response": dec.response,
+                        "malformed": dec.malformed,
+                        "env_reward": float(env_reward),
+                        "logp": dec.logp,
+                    },
+                )
+            )
+            s.history.append((s.obs, dec.action))
+            s.obs, s.info = obs, info
+            s.score = float(info.get("score", 0.0))
+            if won:
+                s.won = True
+            if done or won:
+                s.done = True
+        if on_turn is not None:
+            on_turn(turn)
+
+    out = []
+    for s in live:
+        outcome = success_reward if s.won else 0.0
+        extra: dict[str, Any] = {
+            "outcome": outcome,
+            "score": s.score if s.exception is None else 0.0,
+            "task_id": s.slot.task_id,
+            "errors": s.errors,
+        }
+        if s.exception is not None:
+            extra["env_exception"] = s.exception
+        out.append(
+            Trajectory(
+                group=s.slot.group,
+                trajectory=s.slot.trajectory,
+                reward=outcome,
+                steps=s.steps,
+                task_type=s.info.get("task_type") if s.info else None,
+                won=s.won,
+                extra=extra,
+            )
+        )
+    return out, stats

@@ -1,0 +1,201 @@
+"""Driving a run: the run directory, metrics (JSONL + TensorBoard), progress bar, curve, summary."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from proas.errors import ProasError
+from proas.fileio import atomic_write_bytes, atomic_write_json
+from proas.train import checkpoint as ckpt
+from proas.train.config import Config
+from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
+
+__all__ = ["default_run_name", "plot_curve", "train"]
+
+
+def default_run_name(cfg: Config) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    a = cfg.algo
+    return f"{cfg.env.name.replace(':', '_')}-{cfg.policy.kind}-{a.estimator}-{a.shaping}-s{cfg.seed}-{stamp}"
+
+
+class _MetricsSink:
+    """Appends records to metrics.jsonl (flushed and fsynced per record) and TensorBoard."""
+
+    def __init__(self, run_dir: Path, purge_step: int | None):
+        self.path = run_dir / "metrics.jsonl"
+        self.fh = open(self.path, "a", encoding="utf-8")
+        self.tb = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(run_dir / "tb"), purge_step=purge_step)
+        except ImportError:  # tensorboard is a dependency; stay usable without it
+            self.tb = None
+
+    def write(self, rec: dict[str, Any]) -> None:
+        self.fh.write(metrics_line(rec) + "\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        if self.tb is not None:
+            step = int(rec["step"])
+            for k, v in rec.items():
+                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
+    """The learning curve: training SR per step and validation SR, as a PNG (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    tr = [(r["step"], r["train/sr"]) for r in history if r.get("train/sr") is not None]
+    va = [(r["step"], r["val/sr"]) for r in history if r.get("val/sr") is not None]
+    if tr:
+        xs, ys = zip(*tr)
+        ax.plot(xs, [100 * y for y in ys], color="tab:blue", alpha=0.35, lw=1, label="train SR")
+        w = max(1, len(ys) // 15)
+        sm = [100 * sum(ys[max(0, i - w + 1): i + 1]) / len(ys[max(0, i - w + 1): i + 1]) for i in range(len(ys))]
+        ax.plot(xs, sm, color="tab:blue", lw=2, label=f"train SR (mean of {w})")
+    if va:
+        xs, ys = zip(*va)
+        ax.plot(xs, [100 * y for y in ys], "o-", color="tab:red", lw=2, label="validation SR")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("success rate (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | None = None,
+          console: Console | None = None, stop_after: int | None = None) -> dict[str, Any]:
+    """Run (or resume) a training run; return its summary.
+
+    ``stop_after`` ends the process's work after that many RL steps (used by tests to stop a
+    run part-way; a checkpoint is not forced, exactly as for a kill).
+    """
+    console = console or Console(stderr=False)
+    if resume is not None:
+        run_dir = Path(resume)
+        cfg_on_disk = load_run_config(run_dir)
+        if cfg is None:
+            cfg = cfg_on_disk
+        else:
+            same = copy.deepcopy(cfg)
+            same.train.steps, same.train.progress = cfg_on_disk.train.steps, cfg_on_disk.train.progress
+            if same != cfg_on_disk:
+                raise ProasError(f"{run_dir}: --resume continues the run's own config; only train.steps "
+                                 "and train.progress may be overridden")
+            write_run_config(run_dir, cfg)
+    else:
+        assert cfg is not None
+        if run_dir is None:
+            run_dir = Path(cfg.train.out_dir) / (cfg.train.run_name or default_run_name(cfg))
+        if (run_dir / "config.yaml").exists():
+            raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
+                             "train.run_name")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_config(run_dir, cfg)
+
+    t_start = time.perf_counter()
+    trainer = Trainer(cfg, run_dir, resume=resume is not None, console=console)
+    history = trainer.history
+    sink = _MetricsSink(run_dir, purge_step=trainer.step + 1 if resume is not None else None)
+    total = cfg.train.steps
+    show_bar = cfg.train.progress and console.is_terminal
+    progress = Progress(
+        TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, disable=not show_bar,
+    )
+    done_this_process = 0
+    try:
+        with progress:
+            bar = progress.add_task("train", total=total, completed=trainer.step, info="")
+            if trainer.step == 0 and not history:
+                rec: dict[str, Any] = {"step": 0}
+                if cfg.train.val_before_train and cfg.train.val_every:
+                    rec.update(trainer.run_validation(0))
+                sink.write(rec)
+                history.append(rec)
+                trainer.save()
+            while trainer.step < total:
+                if stop_after is not None and done_this_process >= stop_after:
+                    break
+                t0 = time.perf_counter()
+                rec = trainer.train_step()
+                k = trainer.step
+                if cfg.train.val_every and (k % cfg.train.val_every == 0 or k == total):
+                    rec.update(trainer.run_validation(k))
+                rec["time/step"] = time.perf_counter() - t0
+                sink.write(rec)
+                history.append(rec)
+                if cfg.train.save_every and (k % cfg.train.save_every == 0 or k == total):
+                    trainer.save()
+                done_this_process += 1
+                info = (f"SR {100 * rec['train/sr']:5.1f}%  reward {rec['train/reward']:6.2f}  "
+                        f"{rec['time/step']:.2f}s/step")
+                if "val/sr" in rec:
+                    info += f"  val SR {100 * rec['val/sr']:5.1f}%"
+                progress.update(bar, completed=k, info=info)
+                if not show_bar and ("val/sr" in rec or k == total):
+                    console.print(f"step {k}/{total}  {info}")
+    finally:
+        sink.close()
+
+    summary = _summarise(cfg, run_dir, history, time.perf_counter() - t_start, trainer)
+    if trainer.step >= total:
+        plot_curve(history, run_dir / "curve.png",
+                   f"{cfg.env.name} / {cfg.policy.kind} / {cfg.algo.estimator}+{cfg.algo.shaping} / seed {cfg.seed}")
+        atomic_write_json(run_dir / "summary.json", summary)
+        console.print(
+            f"[bold green]done[/]: {trainer.step} steps in {summary['wall_s']:.0f}s; best validation SR "
+            f"{_pct(summary['best_val_sr'])} (step {summary['best_val_step']}), last {_pct(summary['last_val_sr'])}\n"
+            f"run:            {run_dir}\n"
+            f"learning curve: {run_dir / 'curve.png'}\n"
+            f"best checkpoint: {run_dir / 'best'}  (proas eval {run_dir})"
+        )
+    return summary
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _summarise(cfg: Config, run_dir: Path, history: list[dict[str, Any]], wall: float, trainer) -> dict[str, Any]:
+    vals = [(r["step"], r["val/sr"]) for r in history if r.get("val/sr") is not None]
+    best = max(vals, key=lambda x: (x[1], -x[0])) if vals else (None, None)
+    return {
+        "run_dir": str(run_dir),
+        "steps": trainer.step,
+        "wall_s": wall,
+        "best_val_sr": best[1],
+        "best_val_step": best[0],
+        "last_val_sr": vals[-1][1] if vals else None,
+        "first_val_sr": vals[0][1] if vals else None,
+        "last_train_sr": next((r["train/sr"] for r in reversed(history) if "train/sr" in r), None),
+    }

@@ -1,0 +1,99 @@
+"""The scorer policy: candidates, sampling, log-probs that the loss can trust, learning."""
+
+import numpy as np
+import pytest
+import torch
+
+from proas.errors import ProasError
+from proas.policies.base import Context, task_text
+from proas.policies.features import Featurizer, words
+from proas.policies.scorer import ScorerPolicy
+
+torch.set_num_threads(1)
+
+
+def ctx(admissible=("go to desk", "take key from desk"), invalid=("take mug from desk",), history=()):
+    return Context("toy", "put the key on the bed", "You arrive at the desk. You see a key.",
+                   list(history), list(admissible) if admissible is not None else None, list(invalid), len(history))
+
+
+def test_task_text_reads_alfworld_and_webshop_forms():
+    assert task_text("Welcome.\n\nYour task is to: put some apple on table.", {}) == "put some apple on table."
+    assert task_text("WebShop [SEP] Instruction: [SEP] buy red socks [SEP] Search", {}) == "buy red socks"
+    assert task_text("anything", {"task": "given"}) == "given"
+
+
+def test_candidates_are_admissible_then_invalid_without_duplicates():
+    p = ScorerPolicy(seed=0)
+    c = ctx(admissible=("a 1", "b 2"), invalid=("c 3", "a 1"))
+    assert p.candidates(c) == ["a 1", "b 2", "c 3"]
+
+
+def test_an_env_without_admissible_actions_is_a_clear_error():
+    with pytest.raises(ProasError, match="admissible"):
+        ScorerPolicy(seed=0).act([ctx(admissible=None)], np.random.default_rng(0))
+
+
+def test_untrained_policy_is_close_to_uniform():
+    d = ScorerPolicy(seed=0).act([ctx()], np.random.default_rng(0))[0]
+    assert d.logp == pytest.approx(np.log(1 / 3), abs=0.01)
+
+
+def test_evaluate_reproduces_the_rollout_log_prob_exactly():
+    p = ScorerPolicy(seed=1, init_std=0.5)
+    decisions = p.act([ctx(), ctx(history=[("o", "go to desk")])], np.random.default_rng(3))
+    st = p.evaluate(p.prepare([d.data for d in decisions]))
+    assert st.logp.shape == (2, 1) and st.mask.sum().item() == 2
+    assert st.logp[:, 0].tolist() == pytest.approx([d.logp for d in decisions], abs=1e-6)
+    assert p.exact_rollout_logp
+
+
+def test_greedy_picks_the_argmax_and_sampling_follows_the_probabilities():
+    p = ScorerPolicy(seed=2, init_std=0.5)
+    c = ctx()
+    st_data = p.act([c], np.random.default_rng(0), temperature=0)[0]
+    logps = []
+    for k in range(3):
+        data = dict(st_data.data, choice=k)
+        logps.append(p.evaluate(p.prepare([data])).logp.item())
+    assert st_data.data["choice"] == int(np.argmax(logps))
+    rng = np.random.default_rng(0)
+    picks = [p.act([c], rng)[0].data["choice"] for _ in range(3000)]
+    freq = np.bincount(picks, minlength=3) / 3000
+    assert freq == pytest.approx(np.exp(logps), abs=0.03)
+
+
+def test_a_gradient_step_on_positive_advantage_raises_the_chosen_probability():
+    p = ScorerPolicy(seed=0)
+    d = p.act([ctx()], np.random.default_rng(0))[0]
+    opt = p.make_optimizer(0.05)
+    before = p.evaluate(p.prepare([d.data])).logp.item()
+    for _ in range(5):
+        opt.zero_grad()
+        (-p.evaluate(p.prepare([d.data])).logp.sum()).backward()
+        opt.step()
+    assert p.evaluate(p.prepare([d.data])).logp.item() > before + 0.2
+
+
+def test_feature_ids_are_stable_across_instances():
+    a, b = Featurizer(14), Featurizer(14)
+    c = ctx(history=[("o", "go to desk")])
+    assert a.context_ids(c).tolist() == b.context_ids(c).tolist()
+    assert a.action_ids("take key from desk").tolist() == b.action_ids("take key from desk").tolist()
+    assert words("Take the Key 1!") == ("take", "the", "key", "1")
+
+
+def test_pair_features_see_the_task_match_and_repetition():
+    f = Featurizer(14)
+    c = ctx(history=[("o", "go to desk")])
+    take, go = f.pair_ids(c, ["take key from desk", "go to desk"])
+    assert f._id("m:take:1") in take.tolist()  # 'key' is in the task
+    assert f._id("r:go:1") in go.tolist()  # 'go to desk' was taken once
+    assert f._id("rl:go:1") in go.tolist()  # and it was the last action
+
+
+def test_state_dict_round_trip():
+    p, q = ScorerPolicy(seed=0), ScorerPolicy(seed=5)
+    q.load_state_dict(p.state_dict())
+    for x, y in zip(p.module.parameters(), q.module.parameters()):
+        assert torch.equal(x, y)

@@ -1,0 +1,69 @@
+"""The trainer's config: defaults, dotted overrides, shorthands, clear errors, YAML round trip."""
+
+import pytest
+
+from proas.errors import ProasError
+from proas.train.config import Config, build_config, config_from_yaml, config_to_yaml
+
+
+def test_defaults_are_the_main_job():
+    cfg = build_config([])
+    assert (cfg.env.name, cfg.policy.kind, cfg.algo.estimator, cfg.algo.shaping, cfg.seed) == (
+        "household", "scorer", "grpo", "proas", 0)
+    assert cfg.train.steps == 150 and cfg.env.group_size == 8 and cfg.env.tasks_per_step == 16
+    assert cfg.env.invalid_action_penalty == 0.1 and cfg.train.val_every == 10
+    assert cfg.env.fixed_val_set.size == 128
+
+
+def test_dotted_overrides_and_shorthands_from_the_issue():
+    cfg = build_config(["env=household", "algo.estimator=gigpo", "algo.shaping=proas", "seed=1",
+                        "env.fixed_train_set.path=/some/dir"])
+    assert cfg.algo.estimator == "gigpo" and cfg.seed == 1
+    assert cfg.env.fixed_train_set.path == "/some/dir"
+    assert build_config(["policy=lm", "policy.lm.model_config=tiny"]).policy.kind == "lm"
+
+
+def test_dapo_defaults_to_clip_higher_and_dynamic_sampling():
+    a = build_config(["algo.estimator=dapo"]).algo
+    assert a.resolved_clip_high() == 0.28 and a.resolved_dynamic_sampling()
+    g = build_config([]).algo
+    assert g.resolved_clip_high() == 0.2 and not g.resolved_dynamic_sampling()
+    assert build_config(["algo.estimator=dapo", "algo.clip_high=0.3"]).algo.resolved_clip_high() == 0.3
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("algo.nope=1", "algo.nope"),
+        ("seed=abc", "seed"),
+        ("algo.estimator=ppo2", "algo.estimator='ppo2' is not one of"),
+        ("algo.shaping=magic", "algo.shaping"),
+        ("train.steps=0", "train.steps=0 must be > 0"),
+        ("env.invalid_action_penalty=-1", "env.invalid_action_penalty"),
+        ("algo.graph.prune=1.5", "algo.graph.prune"),
+        ("algo.graph.source=load", "algo.graph.path"),
+        ("policy=lm", "policy.lm.model_path"),
+        ("no_equals_sign", "key=value"),
+    ],
+)
+def test_bad_overrides_are_one_line_errors(override, fragment):
+    with pytest.raises(ProasError) as info:
+        build_config([override])
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_yaml_round_trip_is_exact():
+    cfg = build_config(["algo.estimator=gigpo", "seed=3", "env.options.backend=fast"])
+    assert config_from_yaml(config_to_yaml(cfg)) == cfg
+
+
+def test_corrupt_yaml_is_a_clear_error():
+    with pytest.raises(ProasError, match="config.yaml"):
+        config_from_yaml("seed: [1, 2\n")
+    with pytest.raises(ProasError, match="algo"):
+        config_from_yaml("algo:\n  bogus: 1\n")
+
+
+def test_config_is_a_plain_dataclass():
+    assert isinstance(build_config([]), Config)
