@@ -19,6 +19,7 @@ from proas.errors import ProasError
 
 ENV_FACTORIES: dict[str, str] = {
     "household": "proas.envs.household:make_household_env",
+    "shop": "proas.envs.shop:make_shop_env",
 }
 
 
