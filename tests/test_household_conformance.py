@@ -71,3 +71,11 @@ def test_oracle_and_random_play_match_the_real_engine(envs, task_id):
             break
     # the sequence really exercised both valid and rejected actions
     assert None in kinds and kinds & {"malformed", "inadmissible"}
+
+
+def test_real_backend_passes_the_protocol_checker(envs):
+    from proas.envs import check_env
+
+    _, real = envs
+    check_env(real, "valid_seen-clean-0001")
+    assert real.won and real.backend == "alfworld"

@@ -225,3 +225,19 @@ def test_observations_never_leak_pddl_ids(env):
     for a in env.oracle("train-pick2-0003"):
         obs, _, _, info = env.step(a)
         assert not re.search(r"_bar_|Type\b", obs + " ".join(info["admissible"]))
+
+
+def test_generated_games_match_the_shipped_fingerprints():
+    # made in another process: generation does not depend on hash seeds or run order
+    import json as _json
+    from pathlib import Path
+
+    import proas
+    from proas.envs.household.generator import GENERATOR_VERSION, fingerprint
+
+    path = Path(proas.__file__).parent / "data" / "household" / "fingerprints.json"
+    shipped = _json.loads(path.read_text())
+    assert shipped["generator_version"] == GENERATOR_VERSION
+    assert len(shipped["fingerprints"]) == 128 + 36
+    for task_id, digest in shipped["fingerprints"].items():
+        assert fingerprint(task_id) == digest, f"{task_id}: generated game changed"

@@ -393,6 +393,20 @@ def traj_data(spec: TaskSpec) -> dict[str, Any]:
     }
 
 
+def fingerprint(task_id: str) -> str:
+    """sha256 of what defines a generated game (its PDDL problem and goal text).
+
+    ``src/proas/data/household/fingerprints.json`` records it for the fixed validation tasks
+    and a sample of training tasks; a test regenerates them, so any change of the generator,
+    of ALFWorld's tables or of Python's random module that would silently change the games
+    behind the shipped task sets is caught.
+    """
+    import hashlib
+
+    spec = generate_spec(task_id)
+    return hashlib.sha256((to_pddl(spec) + "\n" + spec.goal_text).encode("utf-8")).hexdigest()
+
+
 def game_data(spec: TaskSpec, walkthrough: list[str] | None = None) -> dict[str, Any]:
     """The ``game.tw-pddl`` JSON object."""
     domain, grammar = domain_and_grammar()
@@ -403,3 +417,34 @@ def game_data(spec: TaskSpec, walkthrough: list[str] | None = None) -> dict[str,
         "solvable": walkthrough is not None,
         "walkthrough": walkthrough,
     }
+
+
+def fingerprint_ids() -> list[str]:
+    """The tasks whose fingerprints are shipped: the fixed validation set and a sample of others."""
+    from proas.envs.household.env import fixed_valid_ids
+
+    return fixed_valid_ids() + [f"{split}-{short}-{i:04d}" for split in ("train", "valid_unseen") for short in TASK_TYPES for i in range(3)]
+
+
+def write_fingerprints(path: str | Path) -> None:
+    """Record the fingerprints of ``fingerprint_ids()`` (run after a deliberate generator change)."""
+    from proas.fileio import atomic_write_json
+
+    import alfworld.info
+
+    atomic_write_json(
+        path,
+        {
+            "generator_version": GENERATOR_VERSION,
+            "alfworld_version": alfworld.info.__version__,
+            "what": "sha256 of each generated game's PDDL problem + newline + goal text (generator.fingerprint)",
+            "made_by": "python -m proas.envs.household.generator src/proas/data/household/fingerprints.json",
+            "fingerprints": {t: fingerprint(t) for t in fingerprint_ids()},
+        },
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    write_fingerprints(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "data" / "household" / "fingerprints.json")
