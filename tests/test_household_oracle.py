@@ -106,3 +106,19 @@ def test_hints_finish_the_task_from_random_midgame_states():
                 _, _, _, info = env.step(action)
                 assert not info["error"], (task_id, action)
             assert env.won, task_id
+
+
+def test_oracle_trajectory_records_states_actions_and_the_win():
+    from proas.envs.household import oracle_trajectory
+    from proas.types import Trajectory
+
+    env = make_household_env("fast")
+    traj = oracle_trajectory(env, "train-heat-0003")
+    assert traj.won and traj.reward == 10.0 and traj.task_type == "pick_heat_then_place_in_recep"
+    assert [s.action for s in traj.steps] == env.oracle("train-heat-0003")
+    assert traj.steps[0].state == "pick_heat_then_place_in_recep|at=start|hold=none|placed=0"
+    assert traj.steps[-1].next_state == "pick_heat_then_place_in_recep|at=target|hold=none|placed=1"
+    # consecutive steps chain, no errors, reward only on the last step
+    assert all(a.next_state == b.state for a, b in zip(traj.steps, traj.steps[1:]))
+    assert [s.reward for s in traj.steps] == [0.0] * 6 + [10.0] and not any(s.error for s in traj.steps)
+    assert Trajectory.from_json(traj.to_json()).steps[3].anchor == traj.steps[3].anchor

@@ -21,6 +21,7 @@ from proas.envs.household.env import (
     game_file,
     load_task,
     make_household_env,
+    oracle_trajectory,
     task_ids,
 )
 from proas.envs.household.generator import GENERATOR_VERSION, SPLIT_SIZES, TASK_TYPES, parse_task_id
@@ -37,6 +38,7 @@ __all__ = [
     "game_file",
     "load_task",
     "make_household_env",
+    "oracle_trajectory",
     "parse_task_id",
     "task_ids",
 ]
