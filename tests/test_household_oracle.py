@@ -122,3 +122,16 @@ def test_oracle_trajectory_records_states_actions_and_the_win():
     assert all(a.next_state == b.state for a, b in zip(traj.steps, traj.steps[1:]))
     assert [s.reward for s in traj.steps] == [0.0] * 6 + [10.0] and not any(s.error for s in traj.steps)
     assert Trajectory.from_json(traj.to_json()).steps[3].anchor == traj.steps[3].anchor
+
+
+def test_abstraction_generalises_oracle_paths_across_tasks():
+    # 30 different rooms and objects per type collapse onto a handful of progress states
+    from proas.envs.household import oracle_trajectory
+
+    env = make_household_env("fast")
+    for short in TASK_TYPES:
+        states = set()
+        for i in range(30):
+            for step in oracle_trajectory(env, f"train-{short}-{i:04d}").steps:
+                states.update((step.state, step.next_state))
+        assert 4 <= len(states) <= 16, (short, sorted(states))
