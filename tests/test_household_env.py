@@ -181,6 +181,15 @@ def test_official_layout_games_load_by_path(tmp_path, monkeypatch):
         (trial / name).write_text((src.parent / name).read_text())
     env = make_household_env("fast")
     task = "alfworld:json_2.1.1/valid_seen/pick_clean_then_place_in_recep-X/trial_1"
+    # ALFWorld's loader rules: sliced / movable variants and unsolvable games are skipped
+    for skipped, solvable in (("pick_clean_then_place_in_recep-Sliced-Y", True), ("pick_heat_then_place_in_recep-Z", False)):
+        d = trial.parent.parent / skipped / "trial_1"
+        d.mkdir(parents=True)
+        (d / "traj_data.json").write_text((src.parent / "traj_data.json").read_text())
+        (d / "game.tw-pddl").write_text(json.dumps(dict(json.loads(src.read_text()), solvable=solvable)))
+    assert task_ids("alfworld:valid_seen") == [task]
+    with pytest.raises(ProasError, match="no official ALFWorld games"):
+        task_ids("alfworld:valid_unseen")
     check_env(env, task)
     assert env.oracle(task) == env.oracle("train-clean-0005")
     with pytest.raises(ProasError, match="missing"):

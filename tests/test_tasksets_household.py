@@ -38,3 +38,23 @@ def test_seeds_give_different_schedules():
     a = tasksets.load_schedule(tasksets.schedule_dir("household", 0)).steps
     b = tasksets.load_schedule(tasksets.schedule_dir("household", 1)).steps
     assert a != b
+
+
+def test_config_selects_shipped_sets_like_the_seed():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"fixed_train_set": {"path": "fixed_train_set/seed1/household"}, "fixed_val_set": {"enabled": True}})
+    sched = tasksets.schedule_from_config(cfg)
+    assert sched is not None and sched.seed == 1 and sched.tasks_at(150) == sched.steps[0]
+    val = tasksets.val_set_from_config(cfg, "household")
+    assert val is not None and len(val.task_ids) == 128
+    off = OmegaConf.create({"fixed_train_set": {"path": None}, "fixed_val_set": {"enabled": False}})
+    assert tasksets.schedule_from_config(off) is None and tasksets.val_set_from_config(off, "household") is None
+    assert tasksets.schedule_from_config({}) is None
+
+
+def test_config_with_a_missing_path_is_a_clear_error():
+    from proas.errors import ProasError
+
+    with pytest.raises(ProasError, match="not found"):
+        tasksets.schedule_from_config({"fixed_train_set": {"path": "fixed_train_set/seed9/household"}})

@@ -39,6 +39,9 @@ __all__ = [
     "load_val_set",
     "make_schedule",
     "make_val_set",
+    "resolve_data_path",
+    "schedule_from_config",
+    "val_set_from_config",
     "schedule_dir",
     "val_set_path",
 ]
@@ -324,6 +327,49 @@ def load_schedule(path: str | Path, val_path: str | Path | None = None) -> Sched
     if shared is not None:
         raise ProasError(f"{sched_dir}: task {shared!r} is in both the schedule and the validation set")
     return Schedule(env=env, seed=int(manifest.get("seed", -1)), steps=steps, path=sched_dir, manifest=manifest)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def resolve_data_path(path: str | Path) -> Path:
+    """``path`` as given if it exists, else relative to the shipped data root (the seed's
+    ``recipe/graph_guide/data``), so ``fixed_train_set/seed0/household`` works anywhere."""
+    p = Path(path)
+    if p.exists():
+        return p
+    q = default_root() / p
+    if not p.is_absolute() and q.exists():
+        return q
+    raise ProasError(f"{path}: not found (looked here and under the shipped data {default_root()})")
+
+
+def _section(cfg: Any, key: str) -> Any:
+    if cfg is None:
+        return None
+    try:
+        return cfg.get(key)
+    except AttributeError:
+        raise ProasError(f"env config must be a mapping, got {type(cfg).__name__}") from None
+
+
+def schedule_from_config(env_cfg: Any) -> Schedule | None:
+    """The schedule named by ``env.fixed_train_set.path``; ``None`` when unset (sample online)."""
+    sec = _section(env_cfg, "fixed_train_set")
+    path = _section(sec, "path") if sec is not None else None
+    if not path:
+        return None
+    return load_schedule(resolve_data_path(str(path)))
+
+
+def val_set_from_config(env_cfg: Any, env: str) -> ValSet | None:
+    """The fixed validation set when ``env.fixed_val_set.enabled`` is true (else ``None``);
+    ``env.fixed_val_set.root`` overrides the data root (default: the shipped data)."""
+    sec = _section(env_cfg, "fixed_val_set")
+    if sec is None or not _section(sec, "enabled"):
+        return None
+    root = _section(sec, "root")
+    return load_val_set(env, root=resolve_data_path(str(root)) if root else None)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -21,6 +21,7 @@ from proas.envs.household.env import (
     game_file,
     load_task,
     make_household_env,
+    official_task_ids,
     oracle_trajectory,
     task_ids,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "game_file",
     "load_task",
     "make_household_env",
+    "official_task_ids",
     "oracle_trajectory",
     "parse_task_id",
     "task_ids",

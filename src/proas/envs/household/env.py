@@ -113,8 +113,44 @@ def game_file(task_id: str, root: str | Path | None = None) -> Path:
     return path
 
 
+def official_task_ids(split: str, root: str | Path | None = None) -> list[str]:
+    """Ids (``"alfworld:<dir>"``) of the official games of a split found under ``$ALFWORLD_DATA``.
+
+    Looks under ``<root>/json_2.1.1/<split>`` (ALFWorld's layout; ``root`` defaults to
+    ``$ALFWORLD_DATA``) and keeps, as ``AlfredTWEnv`` does, directories with ``traj_data.json``
+    and a ``game.tw-pddl`` marked solvable, skipping movable-receptacle and sliced variants and
+    task types other than the six.
+    """
+    base = Path(root) if root is not None else official_root()
+    split_dir = base / "json_2.1.1" / split
+    if not split_dir.is_dir():
+        raise ProasError(f"no official ALFWorld games at {split_dir} (set ALFWORLD_DATA to ALFWorld's data directory)")
+    out = []
+    for traj in sorted(split_dir.rglob("traj_data.json")):
+        d = traj.parent
+        rel = d.relative_to(base)
+        if "movable" in str(rel) or "Sliced" in str(rel) or not (d / "game.tw-pddl").is_file():
+            continue
+        try:
+            if json.loads(traj.read_text()).get("task_type") not in generator.SHORT_OF:
+                continue
+            if json.loads((d / "game.tw-pddl").read_text()).get("solvable") is not True:
+                continue
+        except (json.JSONDecodeError, OSError):
+            continue
+        out.append(OFFICIAL_PREFIX + str(rel))
+    return out
+
+
 def task_ids(split: str) -> list[str]:
-    """Generated task ids of a split: train, valid_seen, valid_unseen, or valid (the fixed 128)."""
+    """Task ids of a split.
+
+    Generated: ``train``, ``valid_seen``, ``valid_unseen``, or ``valid`` (the fixed 128).
+    Official data (when ``$ALFWORLD_DATA`` holds it): ``alfworld:train``, ``alfworld:valid_seen``,
+    ``alfworld:valid_unseen``.
+    """
+    if split.startswith(OFFICIAL_PREFIX):
+        return official_task_ids(split[len(OFFICIAL_PREFIX) :])
     if split == "valid":
         return fixed_valid_ids()
     if split not in generator.SPLIT_SIZES:
