@@ -79,3 +79,35 @@ def test_real_backend_passes_the_protocol_checker(envs):
     _, real = envs
     check_env(real, "valid_seen-clean-0001")
     assert real.won and real.backend == "alfworld"
+
+
+# a scripted tour of the engine's corners: slicing, examine texts for sliced/hot/clean
+# combinations, open receptacles, refused moves, closing, help
+SCENARIO = ("train-clean-0002", ["go to diningtable 1", "take knife 1 from diningtable 1", "slice tomato 1 with knife 1", "go to microwave 1", "slice bread 1 with knife 1", "open microwave 1", "go to countertop 1", "move knife 1 to countertop 1", "go to microwave 1", "take bread 1 from microwave 1", "examine bread 1", "heat bread 1 with microwave 1", "examine bread 1", "go to sinkbasin 1", "move bread 1 to sinkbasin 1", "take bread 1 from sinkbasin 1", "look", "go to diningtable 1", "move bread 1 to diningtable 1", "take tomato 1 from diningtable 1", "examine tomato 1", "go to sinkbasin 1", "clean tomato 1 with sinkbasin 1", "examine tomato 1", "go to fridge 1" , "go to microwave 1", "heat tomato 1 with microwave 1", "examine tomato 1", "close microwave 1", "move tomato 1 to microwave 1", "inventory", "help"])
+
+
+def _lamp_scenario(env):
+    plan = env.oracle("train-look-0001")
+    host = plan[-2]  # "go to <lamp host>"
+    return ("train-look-0001", [host, plan[-1], plan[-1], "look", "inventory"] + plan)
+
+
+@pytest.mark.parametrize("which", ["slice-heat-clean", "lamp"])
+def test_scripted_scenarios_match_the_real_engine(envs, which):
+    fast, real = envs
+    task_id, script = SCENARIO if which == "slice-heat-clean" else _lamp_scenario(fast)
+    o1, _ = fast.reset(task_id)
+    o2, _ = real.reset(task_id)
+    assert o1 == o2
+    texts = []
+    for action in script:
+        out = fast.step(action)
+        _same(out, real.step(action), f"{task_id} {action!r}")
+        texts.append(out[0])
+        if out[2]:
+            break
+    if which == "slice-heat-clean":
+        assert "This is a hot and clean sliced tomato 1." in texts
+    else:
+        assert texts[1].startswith("You turn on the ") and texts[2] == texts[1]
+        assert fast.won
