@@ -21,6 +21,11 @@ def test_analyzer_lucene_like():
     assert a("The Women's Running Shoes, size 7 and 6.5 x-large") == ["women", "run", "shoe", "size", "7", "6.5", "x", "larg"]
 
 
+def test_tokens_follow_unicode_word_breaks():
+    a = Analyzer()
+    assert a("L'eau d'Issey's 1,299.00 u.s.a t-shirt b2 a.5") == ["l'eau", "d'issei", "1,299.00", "u.s.a", "t", "shirt", "b2", "5"]  # 'a' is a stop word
+
+
 def test_document_text_is_webshops_indexed_text():
     p = prod("Red Shirt", "Soft.", ["First bullet", "Second bullet"], {"color": ["red", "blue"], "size": ["s"]})
     assert document_text(p) == "red shirt soft. first bullet color: red, blue, and size: s"

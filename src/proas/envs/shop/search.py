@@ -3,9 +3,10 @@
 WebShop indexes, per product, ``lower(Title + ' ' + Description + ' ' + BulletPoints[0] + ' ' +
 option_text)`` where ``option_text = ', and '.join('name: v1, v2')``, and asks Lucene for the top 50
 with BM25 (k1 0.9, b 0.4) under Anserini's default English analyzer (lower-case, Lucene's English
-stop words, Porter stemming). Here: ``bm25s`` with ``method='lucene'``, the same k1/b, a tokenizer
-that keeps one-character tokens and decimals ("6.5", "7"), Lucene's 33 English stop words and the
-original Porter stemmer from PyStemmer. Only documents that contain a query term are hits, in
+stop words, Porter stemming). Here: ``bm25s`` with ``method='lucene'``, the same k1/b, a
+tokenizer after Unicode word breaks like Lucene's (one-character tokens, "6.5", "1,299" and
+"l'eau" kept), possessive 's removed, Lucene's 33 English stop words and the original Porter
+stemmer from PyStemmer. Only documents that contain a query term are hits, in
 score order, ties broken by document order (as newer Anserini does). Lucene's lossy length norm is
 not reproduced, so rankings can differ in small ways from WebShop's.
 
@@ -30,8 +31,10 @@ LUCENE_STOP_WORDS = frozenset(
 SEARCH_RETURN_N = 50
 K1, B = 0.9, 0.4
 
-# letters/digits runs, keeping inner '.' between digits and inner apostrophes (UAX#29-like)
-_TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*(?:\.\d+)*", re.UNICODE)
+# Lucene's StandardTokenizer follows Unicode word breaks (UAX#29): letters and digits run together,
+# and a run continues over '.', ':' or an apostrophe between two letters ("l'eau", "u.s.a") and
+# over '.', ',', ';' or an apostrophe between two digits ("6.5", "1,299.00")
+_TOKEN = re.compile(r"[^\W_]+(?:(?:(?<=[^\W\d_])[.:'’](?=[^\W\d_])|(?<=\d)[.,;'’](?=\d))[^\W_]+)*")
 
 
 class Analyzer:
