@@ -375,7 +375,7 @@ class ShopEnv:
                 if self._matches(asin):
                     return f"click[{asin.lower()}]"
             ranks = [r for r, p in enumerate(self.top_n) if self._matches(p["asin"])]
-            if ranks and ranks[0] // PRODUCT_WINDOW + 1 <= self.max_steps:
+            if ranks:
                 target_page = ranks[0] // PRODUCT_WINDOW + 1
                 return "click[next >]" if target_page > self.results_page else "click[< prev]"  # type: ignore[operator]
         saved = self._save()
