@@ -246,7 +246,7 @@ class Trainer:
                 ids = list(self.train_ids)
             if g.oracle_tasks:
                 ids = ids[: g.oracle_tasks]
-            trajs, failed = oracle_trajectories(self.envs[0], ids, self.max_steps)
+            trajs, failed = oracle_trajectories(self.envs[0], ids, int(self.envs[0].max_steps))
             if not trajs:
                 raise ProasError(f"env {self.env_name!r}: the oracle solved none of {len(ids)} "
                                  "training tasks; cannot build the reference graph")
@@ -370,7 +370,7 @@ class Trainer:
                     prepared = self.policy.prepare([data[i] for i in sub])
                     st = self.policy.evaluate(prepared)
                     old = _pad([old_tok[i] for i in sub], st.logp)
-                    pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp.dtype), st.mask,
+                    pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp), st.mask,
                                          clip_low=a.clip_low, clip_high=clip_high, dual_clip=a.dual_clip,
                                          agg=a.loss_agg)
                     ent = agg_loss(st.entropy, st.mask, a.loss_agg)

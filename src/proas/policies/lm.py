@@ -1,0 +1,292 @@
+"""The ``lm`` policy: a Hugging Face causal LM prompted in verl-agent's style.
+
+Each step the model gets one user message (rendered with the tokenizer's chat template): the
+task, the last ``history_length`` observation/action pairs, the current observation, the
+admissible actions where the env has them, and the instruction to think inside
+``<think>...</think>`` and answer inside ``<action>...</action>``. The answer is projected to an
+action as verl-agent does: the text between the first ``<action>`` and ``</action>``; a response
+without both tag pairs is *malformed*, and the trainer records the step as an error (the env
+still receives the text, as in verl-agent, and usually rejects it).
+
+Models come from a local directory (``model_path``; nothing is downloaded) or, for tests and
+timing, from a named architecture with random weights (``model_config``: ``tiny``,
+``qwen2.5-1.5b``, ``qwen2.5-7b``) and a small byte-level BPE tokenizer built on the spot.
+Log-probs are per response token at temperature 1. LoRA via peft is optional; bf16 on a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from proas.errors import ProasError
+from proas.policies.base import Context, Decision, Policy, TokenStats
+
+__all__ = ["LMPolicy", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS"]
+
+#: random-weight architectures (Qwen2 family; sizes of Qwen2.5-1.5B / 7B for timing)
+MODEL_CONFIGS: dict[str, dict[str, Any]] = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1024, max_position_embeddings=4096),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
+                         rope_theta=1000000.0, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+                       rope_theta=1000000.0, tie_word_embeddings=False),
+}
+
+_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_ENV_INTRO = {
+    "household": "You are an expert agent acting in a household (the ALFRED embodied environment).",
+    "shop": "You are an expert agent shopping on a web store (the WebShop environment).",
+}
+
+_ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+
+def build_prompt(ctx: Context, history_length: int = 2) -> str:
+    """The user message for one step (verl-agent's template structure, our wording)."""
+    intro = _ENV_INTRO.get(ctx.env_name, "You are an expert agent acting in a text environment.")
+    parts = [intro, f"Your task is to: {ctx.task}"]
+    recent = ctx.history[-history_length:] if history_length > 0 else []
+    if recent:
+        first = len(ctx.history) - len(recent) + 1
+        lines = [f"[Observation {first + k}: '{o}', Action {first + k}: '{a}']" for k, (o, a) in enumerate(recent)]
+        parts.append(
+            f"You have taken {ctx.step} step(s) so far. Your last {len(recent)} observation(s) and the action(s) "
+            "you took:\n" + "\n".join(lines)
+        )
+    parts.append(f"You are now at step {ctx.step + 1}. Current observation: {ctx.observation}")
+    if ctx.admissible is not None:
+        parts.append("Admissible actions now: [" + ", ".join(f"'{a}'" for a in ctx.admissible if a != "help") + "].")
+    parts.append(
+        "Think about the situation step by step inside <think> </think> tags, then give exactly one "
+        "action inside <action> </action> tags."
+    )
+    return "\n\n".join(parts)
+
+
+def project_action(response: str, env_name: str = "") -> tuple[str, bool]:
+    """Map a response to ``(action, malformed)``.
+
+    The action is the stripped text inside the first ``<action>...</action>``; the response is
+    malformed when that pair or a ``<think>...</think>`` pair is missing. A malformed response
+    becomes the last 30 characters of the text (verl-agent's fallback), which the env rejects.
+    Household commands are lower-case, so its actions are lower-cased.
+    """
+    m = _ACTION_RE.search(response)
+    if m:
+        action = m.group(1).strip()
+        malformed = _THINK_RE.search(response) is None or not action
+    else:
+        action = response.strip()[-30:]
+        malformed = True
+    if env_name == "household":
+        action = action.lower()
+    return action, malformed
+
+
+def local_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer with a chat template, trained here on the prompt vocabulary.
+
+    Used with random-weight models (tests, timing) so nothing is downloaded. Any text encodes:
+    the byte alphabet is always in the vocabulary.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    corpus = [build_prompt(Context("household", "put some apple on table", "You see a table 1.", [("o", "go to table 1")],
+                                   ["go to table 1", "take apple 1 from table 1"], [], 1)),
+              "<think> I should go to the table. </think><action>go to table 1</action>",
+              "search[red shoes] click[buy now] open close take put move heat cool clean examine use"]
+    tok.train_from_iterator(corpus * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = _CHAT_TEMPLATE
+    return fast
+
+
+class _AdapterOff(nn.Module):
+    """The reference policy of a LoRA model: the same model with its adapters switched off."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.inner = [model]  # a list, so the model is not registered (and not copied) twice
+
+    def forward(self, **kwargs):
+        model = self.inner[0]
+        with model.disable_adapter():
+            return model(**kwargs)
+
+
+class LMPolicy(Policy):
+    """A causal LM that writes ``<think>…</think><action>…</action>`` answers."""
+
+    kind = "lm"
+
+    def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
+                 max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False):
+        self.module = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.max_new_tokens = max_new_tokens
+        self.max_prompt_tokens = max_prompt_tokens
+        self.history_length = history_length
+        self.lora = lora
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.stop_ids = sorted({i for i in [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+                                if isinstance(i, int) and i >= 0})
+
+    # ---- construction
+    @classmethod
+    def from_config(cls, lm, seed: int = 0) -> "LMPolicy":
+        """Build from ``proas.train.config.LMConfig``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+        device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
+                              ("cpu" if lm.device == "auto" else lm.device))
+        if lm.dtype == "auto":
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        else:
+            dtype = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+                     "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}.get(lm.dtype)
+            if dtype is None:
+                raise ProasError(f"config: policy.lm.dtype={lm.dtype!r} is not auto, bf16, fp16 or fp32")
+        torch.manual_seed(seed)
+        if lm.model_path:
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(lm.tokenizer_path or lm.model_path, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(lm.model_path, torch_dtype=dtype, local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise ProasError(f"policy.lm.model_path={lm.model_path!r}: cannot load a local model "
+                                 f"({str(exc).splitlines()[0]})") from None
+        else:
+            if lm.model_config not in MODEL_CONFIGS:
+                raise ProasError(f"config: policy.lm.model_config={lm.model_config!r} is not one of "
+                                 f"{', '.join(MODEL_CONFIGS)}")
+            arch = MODEL_CONFIGS[lm.model_config]
+            if lm.tokenizer_path:
+                tokenizer = AutoTokenizer.from_pretrained(lm.tokenizer_path, local_files_only=True)
+            else:
+                tokenizer = local_tokenizer(min(1024, arch["vocab_size"]))
+            config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            model = Qwen2ForCausalLM(config).to(dtype)
+        if tokenizer.chat_template is None:
+            tokenizer.chat_template = _CHAT_TEMPLATE
+        model.to(device)
+        if lm.lora_rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=lm.lora_rank, lora_alpha=lm.lora_alpha, lora_dropout=0.0,
+                                                     target_modules="all-linear", task_type="CAUSAL_LM"))
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        return cls(model, tokenizer, device=device, max_new_tokens=lm.max_new_tokens,
+                   max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
+                   lora=lm.lora_rank > 0)
+
+    def reference_module(self) -> nn.Module:
+        if self.lora:
+            return _AdapterOff(self.module)
+        ref = copy.deepcopy(self.module)
+        ref.requires_grad_(False)
+        ref.eval()
+        return ref
+
+    # ---- acting
+    def encode_prompt(self, ctx: Context) -> list[int]:
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, self.history_length)}],
+                                                  tokenize=False, add_generation_prompt=True)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[-self.max_prompt_tokens:]  # keep the end: the current observation and the instruction
+
+    @torch.no_grad()
+    def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
+        if not contexts:
+            return []
+        prompts = [self.encode_prompt(c) for c in contexts]
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding, as generation needs
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        self.module.eval()
+        out = self.module.generate(
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=self.max_new_tokens,
+            do_sample=temperature > 0, temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0,
+            eos_token_id=self.stop_ids, pad_token_id=pad, return_dict_in_generate=True, output_logits=True,
+        )
+        seqs = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V), raw: temperature 1
+        logp_all = torch.log_softmax(logits, dim=-1).gather(-1, seqs[:, : logits.shape[1], None].to(logits.device))
+        logp_all = logp_all.squeeze(-1).cpu()
+        decisions = []
+        for i, ctx in enumerate(contexts):
+            resp: list[int] = []
+            for tok in seqs[i].tolist():
+                resp.append(tok)
+                if tok in self.stop_ids:
+                    break
+            if resp and resp[-1] == pad and pad not in self.stop_ids:
+                resp = resp[:-1]
+            text = self.tokenizer.decode(resp, skip_special_tokens=True)
+            action, malformed = project_action(text, ctx.env_name)
+            decisions.append(Decision(action=action, response=text, malformed=malformed,
+                                      logp=float(logp_all[i, : len(resp)].sum()),
+                                      data={"prompt": prompts[i], "response": resp}))
+        return decisions
+
+    # ---- the loss side
+    def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Right-padded prompt+response ids and the response-token positions."""
+        seqs = [list(d["prompt"]) + list(d["response"]) for d in data]
+        width = max(len(s) for s in seqs)
+        resp_w = max(1, max(len(d["response"]) for d in data))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        attn = torch.zeros((len(seqs), width), dtype=torch.long)
+        pos = torch.zeros((len(seqs), resp_w), dtype=torch.long)
+        tgt = torch.zeros((len(seqs), resp_w), dtype=torch.long)
+        rmask = torch.zeros((len(seqs), resp_w), dtype=torch.float32)
+        for i, (s, d) in enumerate(zip(seqs, data)):
+            ids[i, : len(s)] = torch.tensor(s)
+            attn[i, : len(s)] = 1
+            n, p = len(d["response"]), len(d["prompt"])
+            if n:
+                pos[i, :n] = torch.arange(p - 1, p - 1 + n)  # logits at t predict token t+1
+                tgt[i, :n] = torch.tensor(d["response"])
+                rmask[i, :n] = 1.0
+        return {"ids": ids, "attn": attn, "pos": pos, "tgt": tgt, "mask": rmask}
+
+    def evaluate(self, batch: dict[str, Any], module: nn.Module | None = None) -> TokenStats:
+        module = module if module is not None else self.module
+        if module is self.module:
+            module.train()
+        dev = self.device
+        logits = module(input_ids=batch["ids"].to(dev), attention_mask=batch["attn"].to(dev)).logits
+        pos = batch["pos"].to(dev)
+        picked = logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1])).float()  # (B, R, V)
+        logp_all = torch.log_softmax(picked, dim=-1)
+        logp = logp_all.gather(-1, batch["tgt"].to(dev)[:, :, None]).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        mask = batch["mask"].to(dev)
+        return TokenStats(logp=logp, entropy=entropy, mask=mask)
