@@ -171,7 +171,7 @@ def _can_contain(constants, rclass: str, oclass: str) -> bool:
 
 def _pickupable_classes(constants) -> set[str]:
     out: set[str] = set()
-    for rclass, objs in constants.VAL_RECEPTACLE_OBJECTS.items():
+    for objs in constants.VAL_RECEPTACLE_OBJECTS.values():
         out.update(objs)
     return {o for o in out if not o.endswith("Sliced")}
 
@@ -353,7 +353,7 @@ def to_pddl(spec: TaskSpec) -> str:
     lines += [f"        {mangle(r)} - receptacle" for r, _ in spec.receptacles]
     lines += [f"        {mangle(loc)} - location" for loc in locs]
     lines += ["        )", "    (:init", f"        (atLocation agent1 {mangle(spec.start)})"]
-    for rid, loc in spec.receptacles:
+    for rid, _ in spec.receptacles:
         lines.append(f"        (receptacleType {mangle(rid)} {rclass[rid]}Type)")
     for rid, loc in spec.receptacles:
         lines.append(f"        (receptacleAtLocation {mangle(rid)} {mangle(loc)})")
