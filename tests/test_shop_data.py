@@ -161,3 +161,10 @@ def test_catalog_from_webshop_files_is_seeded(tmp_path):
     rng = random.Random(1)
     price = rng.uniform(10.0, 20.0)
     assert a.prices["A1"] == price
+
+
+def test_option_without_contents_is_skipped_and_an_empty_one_yields_no_goals():
+    [p] = load_products([raw("A1", customization_options={"Color": None, "Size": []})], ATTRS)
+    assert p["options"] == {"size": []}
+    # WebShop takes the product of the option value lists: an empty list means no goal at all
+    assert synthetic_goals([p], {"A1": 15.0}, random.Random(0)) == []
