@@ -250,3 +250,17 @@ def test_generated_games_match_the_shipped_fingerprints():
     assert len(shipped["fingerprints"]) == 128 + 36
     for task_id, digest in shipped["fingerprints"].items():
         assert fingerprint(task_id) == digest, f"{task_id}: generated game changed"
+
+
+def test_problem_parser_reads_types_facts_and_skips_numeric_init():
+    from proas.envs.household.pddl import parse_problem
+
+    prob = parse_problem(
+        "; comment\n(define (problem p) (:domain alfred) (:objects agent1 - agent a_bar_1 b_bar_2 # object L1 - location)"
+        " (:init (atLocation agent1 L1) (= (distance L1 L1) 3) (inReceptacle a_bar_1 r)) (:goal (and (holds agent1 a_bar_1))))"
+    )
+    assert prob.objects == {"agent1": "agent", "a_bar_1": "object", "b_bar_2": "object", "l1": "location"}
+    assert prob.init == [("atlocation", "agent1", "l1"), ("inreceptacle", "a_bar_1", "r")]
+    assert holds(prob.goal, {"holds": {("agent1", "a_bar_1")}}) and not holds(prob.goal, {})
+    with pytest.raises(ProasError, match="unbalanced"):
+        parse_problem("(define (problem p)")

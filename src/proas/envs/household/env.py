@@ -49,7 +49,7 @@ def is_malformed(action: Any) -> bool:
     return not isinstance(action, str) or not _COMMAND_SHAPES.match(action.strip())
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)  # the parsed games below are what episodes use
 def _generated(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(game.tw-pddl data, traj_data) of a generated task, walkthrough included."""
     spec = generator.generate_spec(task_id)

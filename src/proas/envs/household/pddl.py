@@ -61,7 +61,8 @@ def parse_problem(text: str) -> Problem:
             items = part[1:]
             i = 0
             while i < len(items):
-                if items[i] == "-" and i + 1 < len(items):
+                # "a b - type" (ALFWorld's state_to_pddl writes "#" before the replace)
+                if items[i] in ("-", "#") and i + 1 < len(items):
                     for name in pending:
                         objects[name] = items[i + 1]
                     pending = []
