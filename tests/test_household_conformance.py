@@ -111,3 +111,14 @@ def test_scripted_scenarios_match_the_real_engine(envs, which):
     else:
         assert texts[1].startswith("You turn on the ") and texts[2] == texts[1]
         assert fast.won
+
+
+def test_real_backend_leaves_sys_argv_alone(envs, monkeypatch):
+    # fast-downward's translator rewrites sys.argv on every load/reset; the env restores it
+    import sys
+
+    _, real = envs
+    monkeypatch.setattr(sys, "argv", ["trainer.py", "env.backend=alfworld"])
+    real.reset("train-look-0011")
+    real.step("look")
+    assert sys.argv == ["trainer.py", "env.backend=alfworld"]

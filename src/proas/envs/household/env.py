@@ -20,6 +20,7 @@ import functools
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,10 +189,15 @@ class _RealEngine:
         self._loaded: str | None = None
 
     def reset(self, path: Path) -> tuple[str, list[str], bool]:
-        if self._loaded != str(path):
-            self._env.load(str(path))
-            self._loaded = str(path)
-        state = self._env.reset()
+        # fast-downward's translator, run on every load and reset, overwrites sys.argv
+        argv = list(sys.argv)
+        try:
+            if self._loaded != str(path):
+                self._env.load(str(path))
+                self._loaded = str(path)
+            state = self._env.reset()
+        finally:
+            sys.argv[:] = argv
         return state.feedback, list(state["admissible_commands"]), bool(state["won"])
 
     def step(self, command: str) -> tuple[str, list[str], bool]:
