@@ -218,15 +218,13 @@ def test_goal_evaluator_on_hand_written_facts():
     assert holds(goal, facts)
 
 
-def test_constructor_is_cheap_and_reset_is_fast(env):
-    import time
-
-    env.reset("train-pick-0100")  # generate once
-    t = time.perf_counter()
-    for _ in range(20):
-        HouseholdEnv()
-        env.reset("train-pick-0100")
-    assert time.perf_counter() - t < 2.0  # generous: about a millisecond each in practice
+def test_constructor_is_cheap_engine_and_games_are_made_lazily():
+    # construction starts no engine and generates nothing; speed figures live in benchmarks/
+    env = HouseholdEnv(backend="alfworld", cache_dir="/nonexistent/never-written")
+    assert env._real is None and env._sim is None and env.task_id is None
+    fast = HouseholdEnv()
+    first = fast.reset("train-pick-0100")
+    assert fast.reset("train-pick-0100") == first  # a reset replays the same start
 
 
 def test_observations_never_leak_pddl_ids(env):
