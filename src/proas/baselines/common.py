@@ -1,0 +1,103 @@
+"""Helpers shared by the baselines: a validation table like ``proas eval``'s, figures from a list
+of validation trajectories, and the one-checkpoint run directory that ``proas eval`` reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from proas.errors import ProasError
+from proas.fileio import atomic_write_json
+from proas.train import checkpoint as ckpt
+from proas.train.loop import ValResult
+from proas.types import Trajectory
+
+__all__ = ["env_name", "load_policy", "print_val_table", "val_result", "validation_ids", "write_checkpoint_dir"]
+
+
+def val_result(trajs: Sequence[Trajectory]) -> ValResult:
+    """SR overall and per task type, TS = mean score x 100, mean length; as ``proas eval``."""
+    by_type: dict[str, list[int]] = {}
+    for t in trajs:
+        rec = by_type.setdefault(t.task_type or "unknown", [0, 0])
+        rec[0] += int(t.success)
+        rec[1] += 1
+    n = max(1, len(trajs))
+    return ValResult(
+        sr=sum(t.success for t in trajs) / n,
+        ts=100.0 * sum(float(t.extra.get("score", 0.0)) for t in trajs) / n,
+        steps=sum(len(t) for t in trajs) / n,
+        by_type={k: (v[0], v[1]) for k, v in by_type.items()},
+    )
+
+
+def print_val_table(res: ValResult, title: str) -> None:
+    """The per-task-type table ``proas eval`` prints, with the same columns."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name, justify in (("task type", "left"), ("won", "right"), ("tasks", "right"), ("SR %", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for t, (won, total) in sorted(res.by_type.items()):
+        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
+    won = sum(w for w, _ in res.by_type.values())
+    total = sum(n for _, n in res.by_type.values())
+    table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")
+    Console().print(table)
+    print(f"TS (mean score x 100): {res.ts:.1f}   mean episode length: {res.steps:.1f}")
+
+
+def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dict[str, Any], step: int,
+                         meta: dict[str, Any], graph=None) -> None:
+    """Write a complete checkpoint into ``directory`` (replacing it only once complete).
+
+    The layout is the trainer's (``state.pt`` with ``config`` and ``policy``), so ``proas eval``,
+    ``proas serve`` and the probes load it like an RL checkpoint.
+    """
+    import shutil
+
+    tmp = directory.with_name(directory.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    ckpt.save_checkpoint(tmp, {"step": step, "config": config_yaml, "policy": policy_state}, graph)
+    atomic_write_json(tmp / "meta.json", {"step": step, **meta})
+    old = directory.with_name(directory.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if directory.exists():
+        directory.rename(old)
+    tmp.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_policy(target: str | Path):
+    """``(policy, cfg, checkpoint_dir, state)`` of a run directory (best, else latest checkpoint),
+    a checkpoint directory or a ``state.pt``: the same resolution as ``proas eval``."""
+    import torch
+
+    from proas.train.config import config_from_yaml
+    from proas.train.loop import build_policy
+
+    directory = ckpt.find_checkpoint(target)
+    state = ckpt.load_state(directory)
+    cfg = config_from_yaml(str(state.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
+    torch.set_num_threads(cfg.train.threads)
+    policy = build_policy(cfg, cfg.seed)
+    try:
+        policy.load_state_dict(state["policy"])
+    except (KeyError, RuntimeError) as exc:
+        raise ProasError(f"{directory / ckpt.STATE_FILE}: policy weights do not fit the config "
+                         f"({type(exc).__name__})") from None
+    return policy, cfg, directory, state
+
+
+def validation_ids(cfg, env) -> list[str]:
+    """The validation tasks an RL run of ``cfg`` uses (fixed file, shipped set or valid split)."""
+    from proas.train.loop import Trainer
+
+    return Trainer._val_ids_for(cfg, env, env_name(cfg, env))
+
+
+def env_name(cfg, env) -> str:
+    return str(getattr(env, "name", cfg.env.name))

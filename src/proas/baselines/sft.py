@@ -1,0 +1,215 @@
+"""The SFT baseline: maximise the log-likelihood of the oracle's actions on the training tasks.
+
+Data: the env's oracle is replayed on the training tasks an RL run of the same config would see
+(the tasks of ``env.fixed_train_set`` when set, else the env's ``train`` split, the first
+``max_tasks`` of it when given). At every step the policy's ``Context`` is rebuilt exactly as the
+rollout builds it (task text, observation, history, admissible actions, invalid candidates), and
+the oracle's action is the target.
+
+Loss: the negative token-mean log-likelihood of the target through the policy's own
+``prepare``/``evaluate`` path, the one the RL losses use: for the ``scorer`` a "token" is the
+chosen candidate; for the ``lm`` the response ``<think>...</think><action>ACTION</action>`` plus
+the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses.
+
+Validation on the fixed validation set, as RL runs do (same seed rule, same temperature), after
+every ``val_every`` epochs and before training (epoch 0); the best checkpoint is kept in
+``RUN_DIR/best`` so ``proas eval RUN_DIR`` evaluates it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from proas.baselines.common import env_name, validation_ids, write_checkpoint_dir
+from proas.envs.base import Env
+from proas.errors import ProasError
+from proas.fileio import atomic_write_json
+from proas.policies.base import Context, Policy, task_text
+from proas.train.config import Config, config_to_yaml
+from proas.train.loop import build_policy, make_env_factory, validate, write_run_config
+
+__all__ = ["SFTOptions", "oracle_examples", "teacher_data", "train_sft", "sft_task_ids"]
+
+#: the thought the lm policy is taught to write before the oracle action
+LM_THOUGHT = "I will take the next step towards the goal."
+
+
+@dataclass
+class SFTOptions:
+    """Knobs of ``proas sft`` (the rest comes from the RL config: env, policy, validation)."""
+
+    epochs: int = 10
+    #: learning rate; None = the policy's RL learning rate from the config
+    lr: float | None = None
+    #: examples (steps) per gradient step
+    batch_size: int = 64
+    #: validate every this many epochs (and after the last)
+    val_every: int = 1
+    #: use at most this many training tasks (None = all of them)
+    max_tasks: int | None = None
+
+
+def sft_task_ids(cfg: Config, env: Env, max_tasks: int | None = None) -> list[str]:
+    """The training tasks: those of the fixed schedule when configured, else the train split."""
+    from proas import tasksets
+
+    if cfg.env.fixed_train_set.path:
+        sched = tasksets.load_schedule(cfg.env.fixed_train_set.path)
+        ids = list(dict.fromkeys(t for step in sched.steps for t in step))
+    else:
+        ids = list(env.task_ids("train"))
+    if max_tasks is not None:
+        ids = ids[:max_tasks]
+    if not ids:
+        raise ProasError(f"env {getattr(env, 'name', '?')!r}: no training tasks for SFT")
+    return ids
+
+
+def oracle_examples(env: Env, task_ids: Sequence[str], *, env_label: str,
+                    max_steps: int) -> tuple[list[tuple[Context, str]], int]:
+    """Replay the oracle on each task; return ``(context, oracle action)`` pairs and the number
+    of tasks whose oracle did not win within ``max_steps`` (their steps are left out)."""
+    out: list[tuple[Context, str]] = []
+    failed = 0
+    for tid in task_ids:
+        obs, info = env.reset(tid)
+        task = task_text(obs, info)
+        history: list[tuple[str, str]] = []
+        pairs = []
+        won = False
+        for t, action in enumerate(env.oracle(tid)[:max_steps]):
+            pairs.append((Context(env_name=env_label, task=task, observation=obs, history=list(history),
+                                  admissible=info.get("admissible"),
+                                  invalid_candidates=list(info.get("invalid_candidates") or []), step=t), action))
+            nobs, _, done, info = env.step(action)
+            history.append((obs, action))
+            obs = nobs
+            won = bool(info.get("won"))
+            if done:
+                break
+        if won:
+            out.extend(pairs)
+        else:
+            failed += 1
+    return out, failed
+
+
+def teacher_data(policy: Policy, ctx: Context, action: str) -> dict[str, Any] | None:
+    """The decision data ``policy.prepare`` takes for "``policy`` chose ``action`` in ``ctx``";
+    None when the policy cannot express the action (a scorer whose candidates lack it)."""
+    if policy.kind == "scorer":
+        cands, data = policy.featurize(ctx)  # type: ignore[attr-defined]
+        if action not in cands:
+            return None
+        return dict(data, choice=cands.index(action))
+    if policy.kind == "lm":
+        tok = policy.tokenizer  # type: ignore[attr-defined]
+        text = f"<think>{LM_THOUGHT}</think><action>{action}</action>"
+        resp = tok(text, add_special_tokens=False)["input_ids"] + [policy.stop_ids[0]]  # type: ignore[attr-defined]
+        return {"prompt": policy.encode_prompt(ctx), "response": resp}  # type: ignore[attr-defined]
+    raise ProasError(f"sft: policy kind {policy.kind!r} is not supported (scorer or lm)")
+
+
+def _save_best(run_dir: Path, cfg: Config, policy: Policy, epoch: int, metrics: dict[str, Any]) -> None:
+    write_checkpoint_dir(run_dir / "best", config_yaml=config_to_yaml(cfg), policy_state=policy.state_dict(),
+                         step=epoch, meta={"baseline": "sft", **metrics})
+
+
+def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
+              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run SFT into ``run_dir``; return the summary (also written to ``summary.json``)."""
+    if opts.epochs < 1 or opts.batch_size < 1 or opts.val_every < 1:
+        raise ProasError("sft: --epochs, --batch-size and --val-every must be >= 1")
+    if (run_dir / "config.yaml").exists():
+        raise ProasError(f"{run_dir}: a run already lives here; choose another directory")
+    log = log or (lambda s: None)
+    t_start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.train.threads)
+    rng = np.random.default_rng(cfg.seed)
+    make = make_env_factory(cfg.env.name, cfg.env.options)
+    env0 = make()
+    label = env_name(cfg, env0)
+    max_steps = int(cfg.env.max_steps or env0.max_steps)
+    policy = build_policy(cfg, cfg.seed)
+    lr = opts.lr if opts.lr is not None else (cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr)
+    optimizer = policy.make_optimizer(lr)
+
+    train_ids = sft_task_ids(cfg, env0, opts.max_tasks)
+    examples, failed = oracle_examples(env0, train_ids, env_label=label, max_steps=max_steps)
+    data = [d for d in (teacher_data(policy, c, a) for c, a in examples) if d is not None]
+    if not data:
+        raise ProasError(f"sft: no oracle step to learn from ({len(train_ids)} tasks, {failed} unsolved)")
+    log(f"sft: {len(data)} oracle steps from {len(train_ids) - failed} tasks "
+        f"({failed} unsolved, {len(examples) - len(data)} steps not expressible)")
+
+    val_ids = validation_ids(cfg, env0)
+    envs = [env0] + [make() for _ in range(max(0, len(val_ids) - 1))]
+
+    def run_val(epoch: int) -> dict[str, Any]:
+        if not val_ids:
+            return {}
+        res = validate(policy, envs[: len(val_ids)], val_ids, seed=cfg.seed * 7919 + epoch,
+                       temperature=cfg.policy.val_temperature, max_steps=max_steps, env_name=label,
+                       success_reward=cfg.env.success_reward)
+        return res.metrics()
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_config(run_dir, cfg)
+    metrics_path = run_dir / "metrics.jsonl"
+    history: list[dict[str, Any]] = []
+
+    def record(rec: dict[str, Any]) -> None:
+        history.append(rec)
+        with open(metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, allow_nan=False) + "\n")
+
+    best = -1.0
+    rec0 = {"step": 0, "sft/examples": len(data), **run_val(0)}
+    if "val/sr" in rec0:
+        best = rec0["val/sr"]
+        _save_best(run_dir, cfg, policy, 0, rec0)
+    record(rec0)
+    for epoch in range(1, opts.epochs + 1):
+        order = rng.permutation(len(data))
+        losses = []
+        for start in range(0, len(order), opts.batch_size):
+            idx = order[start: start + opts.batch_size]
+            batch = policy.prepare([data[i] for i in idx])
+            stats = policy.evaluate(batch)
+            loss = -(stats.logp * stats.mask).sum() / stats.mask.sum().clamp(min=1.0)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        rec: dict[str, Any] = {"step": epoch, "sft/nll": float(np.mean(losses))}
+        if epoch % opts.val_every == 0 or epoch == opts.epochs:
+            rec.update(run_val(epoch))
+            if "val/sr" in rec and rec["val/sr"] > best:
+                best = rec["val/sr"]
+                _save_best(run_dir, cfg, policy, epoch, rec)
+        if not val_ids and epoch == opts.epochs:
+            _save_best(run_dir, cfg, policy, epoch, rec)
+        record(rec)
+        log(f"epoch {epoch}/{opts.epochs}  nll {rec['sft/nll']:.4f}"
+            + (f"  val SR {100 * rec['val/sr']:.1f}%" if "val/sr" in rec else ""))
+
+    vals = [(r["step"], r["val/sr"]) for r in history if "val/sr" in r]
+    top = max(vals, key=lambda x: (x[1], -x[0])) if vals else (None, None)
+    summary = {
+        "run_dir": str(run_dir), "baseline": "sft", "epochs": opts.epochs, "examples": len(data),
+        "train_tasks": len(train_ids), "oracle_failed": failed, "wall_s": time.perf_counter() - t_start,
+        "first_val_sr": vals[0][1] if vals else None, "best_val_sr": top[1], "best_val_epoch": top[0],
+        "last_val_sr": vals[-1][1] if vals else None,
+        "final_nll": history[-1].get("sft/nll", math.nan) if history else None,
+    }
+    atomic_write_json(run_dir / "summary.json", summary)
+    return summary
