@@ -39,10 +39,10 @@ __all__ = [
 ]
 
 KIND_NOTE = {
-    "masked": "MUI: masked",
+    "masked": "MUI masked",
     "zeroed": "zeroed",
-    "up": "APR: up-weighted",
-    "down": "APR: down-weighted",
+    "up": "APR ↑",
+    "down": "APR ↓",
     "kept": "",
 }
 
@@ -201,7 +201,7 @@ def trajectory_table(traj: LoggedTrajectory, obs_width: int = 48) -> Table:
     table.add_column("next state")
     for col in ("Rea", "PA", "FD", "base", "shaped"):
         table.add_column(col, justify="right")
-    table.add_column("note")
+    table.add_column("note", no_wrap=True)
     for s in traj.steps:
         style = step_style(s)
         table.add_row(

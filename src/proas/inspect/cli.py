@@ -1,0 +1,88 @@
+"""``proas inspect RUN_DIR``: a logged batch's credit in the terminal, or as an HTML page.
+
+The batch comes from ``RUN_DIR/rollouts/step_N.jsonl.gz`` (``write_rollouts``); the
+reference graph for the page from ``--graph``, else the checkpoint of the same step, else the
+run's latest checkpoint, else its best one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from proas.errors import ProasError
+from proas.fileio import atomic_write_text
+from proas.inspect.rollout_log import read_rollouts
+from proas.inspect.view import inspection, select
+
+GRAPH_FILE = "graph.json"
+
+
+def find_graph(run_dir: Path, step: int) -> Path:
+    """The reference graph to draw for ``step`` of a run (see the module docstring)."""
+    same = run_dir / "checkpoints" / f"step_{step:06d}" / GRAPH_FILE
+    if same.is_file():
+        return same
+    from proas.train.checkpoint import latest_checkpoint  # imports torch: only when a page is asked for
+
+    latest = latest_checkpoint(run_dir)
+    if latest is not None and (latest / GRAPH_FILE).is_file():
+        return latest / GRAPH_FILE
+    best = run_dir / "best" / GRAPH_FILE
+    if best.is_file():
+        return best
+    raise ProasError(f"{run_dir}: no checkpoint with a reference graph ({GRAPH_FILE}); pass --graph PATH")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    log = read_rollouts(run_dir, args.step)
+    if args.html is None:
+        Console(width=args.width).print(inspection(log, args.task, args.trajectory))
+        return 0
+    from proas.credit import ReferenceGraph
+    from proas.inspect.html import render_html
+
+    group, traj = select(log, args.task, args.trajectory)
+    graph_path = Path(args.graph) if args.graph else find_graph(run_dir, log.step)
+    graph = ReferenceGraph.load(graph_path)  # a missing or corrupt file is a GraphFileError (a ProasError)
+    page = render_html(log, group, traj, graph, str(graph_path), max_nodes=args.max_nodes)
+    atomic_write_text(args.html, page)
+    print(f"wrote {args.html}: step {log.step}, task {traj.task_id}, trajectory {traj.trajectory}, graph {graph_path}")
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _step(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
+    return n
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("inspect", help="show why each step of a logged batch got its credit (terminal or HTML)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory (with rollouts/)")
+    p.add_argument("--step", type=_step, default=None, help="RL step to inspect (default: the newest logged)")
+    p.add_argument("--task", default=None, help="group id or task id (default: the first of the batch)")
+    p.add_argument("--trajectory", default=None, help="trajectory id, or its index in the group")
+    p.add_argument("--html", default=None, metavar="OUT.html", help="write a self-contained page with the reference graph")
+    p.add_argument("--graph", default=None, help="reference graph file (default: the run's checkpoint)")
+    p.add_argument("--max-nodes", type=_positive, default=300, help="cap on the graph states drawn (default 300)")
+    p.add_argument("--width", type=_positive, default=None, help="terminal width (default: detected)")
+    p.set_defaults(func=cmd_inspect)
