@@ -1,0 +1,125 @@
+"""Direct and SFT baselines: Direct = step 0 of an RL run, SFT learns from the oracle and keeps its
+best checkpoint where ``proas eval`` finds it."""
+
+import json
+
+import pytest
+import torch
+
+from proas.baselines.direct import direct_eval
+from proas.baselines.sft import LM_THOUGHT, SFTOptions, oracle_examples, teacher_data, train_sft
+from proas.cli import main as proas_main
+from proas.errors import ProasError
+from proas.policies.lm import project_action
+from proas.train.config import build_config
+from proas.train.evaluate import evaluate_checkpoint
+from proas.train.loop import build_policy
+from proas.train.run import train
+
+torch.set_num_threads(1)
+
+TOY = ["env.name=toy_env:make_env", "env.options.n_places=4", "env.options.max_steps=8", "env.options.n_train=32",
+       "env.options.n_valid=16", "train.progress=false"]
+
+
+def test_direct_equals_step_zero_of_an_rl_run(tmp_path):
+    c = build_config(TOY + ["policy.val_temperature=1.0", "train.steps=1", "env.tasks_per_step=2",
+                            "env.group_size=2"])
+    train(c, run_dir=tmp_path / "rl")
+    step0 = json.loads((tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()[0])
+    res, info = direct_eval(c)
+    assert info["n"] == 16
+    got = res.metrics()
+    assert {k: got[k] for k in ("val/sr", "val/ts", "val/steps")} == {
+        k: step0[k] for k in ("val/sr", "val/ts", "val/steps")}
+    # at temperature 1 the untrained policy wanders: episodes are not all of the maximal length
+    assert 0 < got["val/steps"] <= 8
+
+
+def test_direct_save_is_a_run_dir_that_eval_reads(tmp_path, capsys):
+    assert proas_main(["direct", *TOY, "policy.val_temperature=1.0", "--seed", "3", "--save",
+                       str(tmp_path / "d"), "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert proas_main(["eval", str(tmp_path / "d"), "--seed", "3", "--json"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["step"] == 0 and ev["checkpoint"].endswith("best")
+    assert {k: ev[k] for k in ("sr", "ts", "steps")} == {k: direct[k] for k in ("sr", "ts", "steps")}
+    # a second save into the same run directory is refused, the first one is intact
+    assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d")]) == 2
+    assert (tmp_path / "d" / "best" / "state.pt").exists()
+
+
+def test_oracle_examples_rebuild_the_rollout_contexts():
+    from toy_env import make_env
+
+    env = make_env(n_places=4, max_steps=8)
+    ex, failed = oracle_examples(env, ["train-000", "train-001"], env_label="toy", max_steps=8)
+    assert failed == 0 and len(ex) == 8  # the toy oracle has 4 steps
+    ctx, action = ex[2]
+    assert action == env.oracle("train-000")[2] and ctx.step == 2
+    assert [a for _, a in ctx.history] == env.oracle("train-000")[:2]
+    assert ctx.task.startswith("put the ")
+    assert action in ctx.admissible
+    # an oracle cut short by the step limit does not win: its steps are left out
+    ex, failed = oracle_examples(env, ["train-000"], env_label="toy", max_steps=3)
+    assert ex == [] and failed == 1
+
+
+def test_sft_raises_validation_sr_above_the_untrained_policy(tmp_path):
+    c = build_config(TOY)
+    summary = train_sft(c, tmp_path / "sft", SFTOptions(epochs=20, max_tasks=8, lr=0.05, batch_size=8, val_every=5))
+    rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0 and rows[0]["sft/examples"] == 32
+    nll = [r["sft/nll"] for r in rows[1:]]
+    assert nll[-1] < 0.7 * nll[0]
+    assert summary["first_val_sr"] == rows[0]["val/sr"]
+    assert summary["best_val_sr"] >= summary["first_val_sr"] + 0.25
+    # the best checkpoint is where proas eval looks, and reproduces its recorded figure
+    epoch = summary["best_val_epoch"]
+    res, info = evaluate_checkpoint(tmp_path / "sft", seed=c.seed * 7919 + epoch)
+    assert info["step"] == epoch and res.sr == summary["best_val_sr"]
+
+
+def test_sft_on_household_beats_untrained(tmp_path):
+    c = build_config(["env=household", "env.fixed_val_set.size=24", "train.progress=false"])
+    s = train_sft(c, tmp_path / "h", SFTOptions(epochs=4, max_tasks=150, lr=0.01, batch_size=32, val_every=2))
+    assert s["oracle_failed"] == 0 and s["examples"] > 150
+    assert s["best_val_sr"] > s["first_val_sr"]
+
+
+def test_sft_refuses_bad_input(tmp_path):
+    c = build_config(TOY)
+    with pytest.raises(ProasError, match="--epochs"):
+        train_sft(c, tmp_path / "a", SFTOptions(epochs=0))
+    train_sft(c, tmp_path / "b", SFTOptions(epochs=1, max_tasks=2))
+    with pytest.raises(ProasError, match="already"):
+        train_sft(c, tmp_path / "b", SFTOptions(epochs=1, max_tasks=2))
+    assert proas_main(["sft", *TOY, "--run-dir", str(tmp_path / "c"), "--epochs", "-1"]) == 2
+
+
+def test_teacher_data_of_the_scorer_and_the_lm():
+    from toy_env import make_env
+
+    env = make_env(n_places=4, max_steps=8)
+    (ctx, action), *_ = oracle_examples(env, ["train-003"], env_label="toy", max_steps=8)[0]
+    scorer = build_policy(build_config(TOY), 0)
+    d = teacher_data(scorer, ctx, action)
+    cands, _ = scorer.featurize(ctx)
+    assert cands[d["choice"]] == action
+    assert teacher_data(scorer, ctx, "fly to the moon") is None
+    # lm: the taught response decodes to the oracle action through the policy's own projection
+    lm = build_policy(build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny"]), 0)
+    d = teacher_data(lm, ctx, action)
+    assert d["prompt"] == lm.encode_prompt(ctx) and d["response"][-1] in lm.stop_ids
+    text = lm.tokenizer.decode(d["response"], skip_special_tokens=True)
+    assert LM_THOUGHT in text and project_action(text, "toy") == (action, False)
+
+
+def test_sft_trains_the_lm_policy(tmp_path):
+    c = build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=8",
+                            "env.fixed_val_set.size=2"])
+    train_sft(c, tmp_path / "lm", SFTOptions(epochs=3, max_tasks=4, lr=3e-3, batch_size=8, val_every=3))
+    rows = [json.loads(x) for x in (tmp_path / "lm" / "metrics.jsonl").read_text().splitlines()]
+    nll = [r["sft/nll"] for r in rows[1:]]
+    assert nll[-1] < nll[0]
+    assert (tmp_path / "lm" / "best" / "state.pt").exists()
