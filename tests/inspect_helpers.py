@@ -56,16 +56,20 @@ def batch(env: HouseholdEnv, tasks=TASKS, seed: int = 0) -> list[Trajectory]:
     return out
 
 
-def make_run(run_dir: Path, steps=(1, 2), tasks=TASKS) -> tuple[list[Trajectory], ReferenceGraph]:
-    """Write rollout logs for ``steps`` and a checkpoint with the evolved graph; return the last batch."""
+def make_run(run_dir: Path, steps=(1, 2), tasks=TASKS):
+    """Write rollout logs for ``steps`` and a checkpoint with the evolved graph.
+
+    Returns ``(trajectories, credit, graph)`` of the last step.
+    """
     from proas.train.checkpoint import save_resumable
 
     env = HouseholdEnv()
     graph = ReferenceGraph.from_trajectories([oracle_trajectory(env, t) for t in tasks])
     trajs: list[Trajectory] = []
+    credit = None
     for n, step in enumerate(steps):
         trajs = batch(env, tasks, seed=n)
         credit = compute_credit(trajs, graph, estimator="grpo", shaping="proas", evolve=True)
         write_rollouts(run_dir, step, trajs, credit)
     save_resumable(run_dir, steps[-1], {"step": steps[-1]}, graph)
-    return trajs, graph
+    return trajs, credit, graph

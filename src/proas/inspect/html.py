@@ -191,12 +191,13 @@ def _detail(t: LoggedTrajectory) -> str:
     for s in t.steps:
         obs = s.observation or ""
         rows.append(
-            f'<tr class="{_step_classes(s)}"><td>{s.t}</td>'
+            f'<tr class="row-{s.kind}"><td>{s.t}</td>'
             f'<td class="obs" title="{_e(obs)}">{_e(abbreviate(obs, 90))}</td>'
             f"<td>{_e(s.action)}{' <em>(error)</em>' if s.error else ''}</td>"
             f"<td class=\"state\">{_e(short_state(s.next_state, t.task_type))}</td>"
             f"<td>{s.rea}</td><td>{s.pa}</td><td>{s.fd:g}</td><td>{_num(s.base_advantage)}</td>"
-            f'<td class="adv">{_num(s.advantage)}</td><td class="note">{_e(step_note(s))}</td></tr>'
+            f'<td class="adv {_step_classes(s)}">{_num(s.advantage)}</td>'
+            f'<td class="note {_step_classes(s)}">{_e(step_note(s))}</td></tr>'
         )
     head = "".join(f"<th>{h}</th>" for h in ("t", "observation", "action", "next state", "Rea", "PA", "FD", "base", "shaped", "note"))
     title = (f"trajectory {_e(t.trajectory)}: {'won' if t.success else 'failed'}, R = {t.reward:g}, "
@@ -212,9 +213,8 @@ table{border-collapse:collapse;margin:.4em 0} th,td{padding:2px 8px;border-botto
 th{background:#f6f8fa} tr.current td{background:#fff8c5}
 .pos{color:#1a7f37} .neg{color:#cf222e} .zero{color:#57606a}
 .k-up{font-weight:700} .k-down{opacity:.6} .k-masked,.k-zeroed{color:#8c959f;text-decoration:line-through}
-table.steps tr.k-masked td,table.steps tr.k-zeroed td{background:#f3f4f6}
-table.steps tr.k-up td{background:#ffebe9} table.steps tr.k-up.pos td{background:#dafbe1}
-table.steps td:not(.adv):not(.note){color:#1f2328;text-decoration:none;font-weight:400;opacity:1}
+table.steps tr.row-masked td,table.steps tr.row-zeroed td{background:#f3f4f6}
+table.steps tr.row-up td{background:#fff1ef} td.note{white-space:nowrap}
 td.obs{max-width:34em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:#57606a} td.state{font-family:monospace;font-size:12px}
 td.strip{font-family:monospace;font-size:15px;letter-spacing:1px} .cell{cursor:help}
 tr.traj-row{cursor:pointer} tr.traj-row:hover td{background:#f6f8fa} tr.traj-row.selected td{background:#ddf4ff}
