@@ -19,8 +19,10 @@ PLACES = ("shelf", "desk", "bed", "sofa", "table", "drawer")
 class ToyEnv:
     name = "toy"
 
-    def __init__(self, max_steps: int = 12, crash_task: str | None = None, n_train: int = 40, n_valid: int = 16):
+    def __init__(self, max_steps: int = 12, crash_task: str | None = None, n_train: int = 40, n_valid: int = 16,
+                 n_places: int = len(PLACES)):
         self.max_steps = max_steps
+        self.places = PLACES[:n_places]
         self.crash_task = crash_task
         self.n_train = n_train
         self.n_valid = n_valid
@@ -30,7 +32,7 @@ class ToyEnv:
     def _layout(self, task_id: str) -> tuple[str, str, str]:
         rnd = random.Random(task_id)
         item = rnd.choice(ITEMS)
-        src, dst = rnd.sample(PLACES, 2)
+        src, dst = rnd.sample(self.places, 2)
         return item, src, dst
 
     def task_ids(self, split: str) -> list[str]:
@@ -43,7 +45,7 @@ class ToyEnv:
 
     def _info(self, error: bool, won: bool) -> dict[str, Any]:
         item, src, dst = self.layout
-        adm = [f"go to {p}" for p in PLACES if p != self.at]
+        adm = [f"go to {p}" for p in self.places if p != self.at]
         invalid = []
         if self.at == src and not self.holding and not self.placed:
             adm.append(f"take {item} from {src}")
@@ -80,7 +82,7 @@ class ToyEnv:
         item, src, dst = self.layout
         won = False
         error = False
-        if action.startswith("go to ") and action[6:] in PLACES and action[6:] != self.at:
+        if action.startswith("go to ") and action[6:] in self.places and action[6:] != self.at:
             self.at = action[6:]
             there = f" You see a {item}." if self.at == src and not self.holding and not self.placed else ""
             self.obs = f"You arrive at the {self.at}.{there}"

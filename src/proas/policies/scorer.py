@@ -114,9 +114,16 @@ class ScorerPolicy(Policy):
     kind = "scorer"
     exact_rollout_logp = True
 
-    def __init__(self, bits: int = 14, dim: int = 16, init_std: float = 0.01, seed: int = 0):
+    def __init__(self, bits: int = 14, dim: int = 16, init_std: float = 0.01, seed: int = 0,
+                 optimizer: str = "adam"):
+        self.optimizer = optimizer
         self.features = Featurizer(bits)
         self.module = ScorerModule(bits, dim, init_std, seed)
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(self.parameters(), lr=lr)
+        return torch.optim.Adam(self.parameters(), lr=lr, foreach=True)
 
     def candidates(self, ctx: Context) -> list[str]:
         if ctx.admissible is None:

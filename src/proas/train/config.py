@@ -76,9 +76,9 @@ class EnvConfig:
     group_size: int = 8
     #: episode step limit; None = the env's own (50 household, 15 shop)
     max_steps: Optional[int] = None
-    #: cost of a step the env rejects (``info['error']`` or a malformed lm response), subtracted
-    #: from that step's final advantage (verl-agent's ``invalid_action_penalty_coef``; see
-    #: docs/training.md for why it is not folded into the outcome reward)
+    #: cost of an invalid action, i.e. a response that cannot be parsed into an action (verl-agent's
+    #: ``invalid_action_penalty_coef`` on ``is_action_valid``), subtracted from that step's final
+    #: advantage. Actions the env rejects are ProAS's unreasonable steps instead (docs/training.md)
     invalid_action_penalty: float = 0.1
     #: outcome reward of a won episode (verl-agent: 10 x won)
     success_reward: float = 10.0
@@ -94,8 +94,10 @@ class ScorerConfig:
     dim: int = 16
     #: log2 of the hashed feature table size (household's vocabulary needs a few thousand rows)
     hash_bits: int = 14
-    #: Adam learning rate
-    lr: float = 0.01
+    #: optimiser: adam | sgd
+    optimizer: str = "adam"
+    #: learning rate
+    lr: float = 0.03
     #: std of the initial weights (small: the untrained policy is close to uniform)
     init_std: float = 0.01
 
@@ -262,6 +264,7 @@ def _validate(cfg: Config) -> None:
     choice("algo.estimator", cfg.algo.estimator, ESTIMATORS)
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
+    choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
     choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
     choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)
     if cfg.algo.graph.source == "load" and not cfg.algo.graph.path:

@@ -86,7 +86,7 @@ def build_policy(cfg: Config, seed: int) -> Policy:
         from proas.policies.scorer import ScorerPolicy
 
         s = cfg.policy.scorer
-        return ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed)
+        return ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed, optimizer=s.optimizer)
     from proas.policies.lm import LMPolicy
 
     return LMPolicy.from_config(cfg.policy.lm, seed=seed)
@@ -338,9 +338,10 @@ class Trainer:
         a = self.cfg.algo
         steps = [s for t in trajs for s in t.steps]
         data = [s.extra["policy"] for s in steps]
-        # the invalid-action penalty: a per-step cost on the final advantage (see rollout.py)
-        errors = np.fromiter((s.error for s in steps), dtype=np.float64, count=len(steps))
-        adv = torch.as_tensor(res.advantage - self.cfg.env.invalid_action_penalty * errors, dtype=torch.float32)
+        # the invalid-action penalty: a per-step cost on the final advantage of a response that
+        # could not be parsed into an action (see rollout.py)
+        invalid = np.fromiter((bool(s.extra.get("malformed")) for s in steps), dtype=np.float64, count=len(steps))
+        adv = torch.as_tensor(res.advantage - self.cfg.env.invalid_action_penalty * invalid, dtype=torch.float32)
         n = len(steps)
         mb = a.minibatch_size
         micro = self.cfg.policy.lm.micro_batch_size if self.policy.kind == "lm" else mb

@@ -6,12 +6,10 @@ its action. An episode ends when the env says done or after the step limit.
 
 Rewards (the decision documented in docs/training.md): the step reward ``Step.reward`` is
 ``success_reward`` on the step that wins and 0 elsewhere (verl-agent's ``10 x won``), and the
-trajectory's outcome reward ``R_i`` is ``success_reward x won``. The invalid-action penalty is
-not folded into these: the trainer subtracts it from the final advantage of each step the env
-rejected (``Step.error``: ``info['error']`` or a malformed ``lm`` response). Folded into ``R_i``,
-a 0.1 penalty would be blown up to unit scale by GRPO's std normalisation in every group where
-all trajectories fail, drowning the success signal (measured: the household scorer then learns
-only to avoid errors and its success rate stays at 0).
+trajectory's outcome reward ``R_i`` is ``success_reward x won``. A step is an error
+(``Step.error``, ProAS's ``error_t``) when the env rejects the action or the ``lm`` response is
+malformed; the invalid-action penalty is charged by the trainer, on the final advantage of
+malformed responses only (verl-agent's ``is_action_valid``).
 
 An environment that raises ends its trajectory as failed (``won=False``); the exception is
 counted and its message kept in ``extra['env_exception']``; the batch goes on.

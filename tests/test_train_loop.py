@@ -1,0 +1,116 @@
+"""The RL loop end to end on the toy env: it learns, every estimator runs, graph options work."""
+
+import json
+
+import pytest
+import torch
+
+from proas.cli import main as proas_main
+from proas.credit import ReferenceGraph
+from proas.errors import ProasError
+from proas.train.config import build_config
+from proas.train.loop import Trainer
+from proas.train.run import train
+
+torch.set_num_threads(1)
+
+TOY = ["env.name=toy_env:make_env", "env.options.n_places=4", "env.options.max_steps=8", "env.options.n_train=32",
+       "env.options.n_valid=16"]
+
+
+def cfg(*over):
+    return build_config(TOY + ["env.tasks_per_step=4", "env.group_size=4", "train.progress=false", *over])
+
+
+def test_training_raises_the_success_rate_above_the_untrained_policy(tmp_path):
+    c = cfg("env.tasks_per_step=8", "train.steps=24", "train.val_every=8", "policy.scorer.lr=0.03")
+    summary = train(c, run_dir=tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    untrained = rows[0]["val/sr"]
+    assert summary["first_val_sr"] == untrained
+    assert summary["best_val_sr"] >= untrained + 0.25, rows[-1]
+    train_sr = [r["train/sr"] for r in rows[1:]]
+    assert sum(train_sr[-4:]) / 4 > sum(train_sr[:4]) / 4 + 0.2
+    assert (tmp_path / "run" / "curve.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "best" / "state.pt").exists()
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "ppo"])
+def test_every_estimator_runs_a_step(tmp_path, estimator):
+    # two places: random play wins often, so every estimator sees non-zero rewards
+    t = Trainer(cfg(f"algo.estimator={estimator}", "algo.kl_coef=0.01", "env.options.n_places=2"), tmp_path)
+    rec = t.train_step()
+    assert rec["step"] == 1 and rec["loss/updates"] >= 1 and rec["train/sr"] > 0
+    assert 0.0 <= rec["train/unreasonable"] <= 1.0 and 0.0 <= rec["train/na"] <= 1.0
+    if estimator == "ppo":
+        assert rec["loss/critic"] > 0.0
+    if estimator == "dapo":
+        assert rec["train/gen_batches"] >= 1
+
+
+@pytest.mark.parametrize("shaping", ["none", "no_mui", "no_apr", "mask_pm", "suffix", "random", "progress_reward"])
+def test_every_shaping_runs_a_step(tmp_path, shaping):
+    assert Trainer(cfg(f"algo.shaping={shaping}"), tmp_path).train_step()["step"] == 1
+
+
+def test_dapo_dynamic_sampling_is_bounded(tmp_path):
+    # a policy that never wins: every group is all-equal, so DAPO re-samples until the bound
+    t = Trainer(cfg("algo.estimator=dapo", "algo.max_gen_batches=3", "env.max_steps=1"), tmp_path)
+    rec = t.train_step()
+    assert rec["train/gen_batches"] == 3.0
+    assert rec["train/trajectories"] == 16.0  # the last batch is kept unfiltered
+
+
+def test_static_graph_does_not_evolve_and_evolving_graph_does(tmp_path):
+    static = Trainer(cfg("algo.graph.evolve=false", "policy.scorer.lr=0.05"), tmp_path / "a")
+    before = static.graph.to_json()
+    for _ in range(3):
+        static.train_step()
+    assert static.graph.to_json() == before
+
+    evolving = Trainer(cfg("algo.graph.source=rollouts"), tmp_path / "b")
+    assert evolving.graph.num_nodes == 0
+    for _ in range(4):
+        rec = evolving.train_step()
+    assert evolving.graph.num_nodes > 0 and rec["graph/nodes"] == evolving.graph.num_nodes
+
+
+def test_incomplete_graph_is_pruned_and_a_saved_graph_loads(tmp_path):
+    full = Trainer(cfg(), tmp_path / "a").graph
+    pruned = Trainer(cfg("algo.graph.prune=0.4"), tmp_path / "b").graph
+    assert pruned.num_edges < full.num_edges
+    path = tmp_path / "g.json"
+    full.save(path)
+    loaded = Trainer(cfg("algo.graph.source=load", f"algo.graph.path={path}"), tmp_path / "c").graph
+    assert loaded.to_json() == ReferenceGraph.load(path).to_json()
+    with pytest.raises(ProasError):
+        Trainer(cfg("algo.graph.source=load", f"algo.graph.path={tmp_path / 'missing.json'}"), tmp_path / "d")
+
+
+def test_env_exceptions_are_counted_and_training_goes_on(tmp_path):
+    t = Trainer(cfg("env.options.crash_task=train-000", "env.options.n_train=4"), tmp_path)
+    rec = t.train_step()
+    assert rec["train/env_exceptions"] == 4.0  # the crashing task's whole group
+    assert rec["train/trajectories"] == 12.0 and rec["loss/updates"] >= 1
+
+
+def test_a_foreign_env_name_is_a_clear_error(tmp_path):
+    with pytest.raises(ProasError, match="cannot be imported"):
+        Trainer(cfg("env.name=no_such_module:make"), tmp_path)
+
+
+def test_eval_prints_the_per_type_table(tmp_path, capsys):
+    train(cfg("train.steps=2", "train.val_every=2"), run_dir=tmp_path / "run")
+    capsys.readouterr()
+    assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "fetch" in out and "all" in out and "8" in out
+    assert proas_main(["eval", str(tmp_path / "run" / "checkpoints"), "--json"]) == 2  # not a checkpoint
+
+
+def test_eval_json_figures(tmp_path, capsys):
+    train(cfg("train.steps=1", "train.val_every=1"), run_dir=tmp_path / "run")
+    capsys.readouterr()
+    assert proas_main(["eval", str(tmp_path / "run" / "best"), "--json", "--tasks", "4", "--temperature", "0"]) == 0
+    fig = json.loads(capsys.readouterr().out)
+    assert set(fig) >= {"sr", "ts", "steps", "sr/fetch", "step"} and 0.0 <= fig["sr"] <= 1.0
