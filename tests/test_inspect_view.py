@@ -1,0 +1,192 @@
+"""``proas inspect``: step classification, selection, terminal views, the HTML page's content."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from inspect_helpers import make_run
+from proas.cli import main
+from proas.credit import ReferenceGraph
+from proas.errors import ProasError
+from proas.inspect.html import arg_elements, path_states
+from proas.inspect.rollout_log import LoggedStep, read_rollouts
+from proas.inspect.view import group_table, select, short_state, trajectory_table
+
+TYPE = "pick_and_place_simple"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    trajs, credit, graph = make_run(run_dir)
+    return SimpleNamespace(dir=run_dir, trajs=trajs, credit=credit, graph=graph, log=read_rollouts(run_dir))
+
+
+def _step(a_i: float, base: float, adv: float) -> LoggedStep:
+    return LoggedStep(t=0, state="s", action="a", next_state="s2", error=False, observation=None, rea=1, pa=1, fd=0.0,
+                      base_advantage=base, advantage=adv, uniform=True, traj_advantage=a_i)
+
+
+@pytest.mark.parametrize(
+    "a_i, base, adv, kind, weight",
+    [
+        (0.5, 0.5, 0.0, "masked", 0.0),  # MUI: Rea = 0 on a won trajectory
+        (0.5, 0.5, 0.5, "kept", 1.0),
+        (-1.0, -0.8, -1.3, "up", 1.5),  # B = 0.2 stays; Ã = -1.5 = 1.5 · A_i
+        (-1.0, -1.0, -0.25, "down", 0.25),
+        (-1.0, -1.0, 0.0, "zeroed", 0.0),  # mask_pm on a reasonable step of a failed trajectory
+        (0.0, 0.3, 0.3, "kept", None),  # GAE: no trajectory part, nothing to shape
+    ],
+)
+def test_step_kind_and_weight(a_i, base, adv, kind, weight):
+    s = _step(a_i, base, adv)
+    assert s.kind == kind
+    assert (s.weight is None) if weight is None else s.weight == pytest.approx(weight)
+
+
+def test_default_selection_is_the_first_group_and_its_first_reshaped_trajectory(run):
+    group, traj = select(run.log)
+    assert [t.trajectory for t in group] == ["g0/oracle", "g0/noisy", "g0/random0", "g0/random1"]
+    assert traj.trajectory == "g0/noisy"  # the oracle's credit is unchanged by shaping
+
+
+def test_select_by_task_id_group_id_and_index(run):
+    assert select(run.log, task="train-pick-0001")[0][0].group == "g1"
+    assert select(run.log, task="g1", trajectory="2")[1].trajectory == "g1/random0"
+    assert select(run.log, trajectory="g1/oracle")[1].group == "g1"
+
+
+def test_unknown_task_or_trajectory_lists_what_exists(run):
+    with pytest.raises(ProasError, match=r"no task 'nope'; tasks: g0, g1"):
+        select(run.log, task="nope")
+    with pytest.raises(ProasError, match=r"no trajectory 'g0/x' in task 'g0'; its trajectories: g0/oracle, g0/noisy"):
+        select(run.log, task="g0", trajectory="g0/x")
+
+
+def _text(renderable) -> str:
+    console = Console(width=250, record=True, file=open("/dev/null", "w"))
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_group_view_strips_align_steps(run):
+    group, traj = select(run.log)
+    text = _text(group_table(group, traj))
+    # oracle: 5 advancing steps; noisy: go, 2 garbage (unreasonable), then the 4 remaining oracle steps
+    assert re.search(r"g0/oracle .*│ ●●●●● ", text)
+    assert re.search(r"▶ │ g0/noisy .*│ ●✗✗●●●● ", text)
+
+
+def test_trajectory_view_shows_credit_and_notes(run):
+    _, traj = select(run.log, trajectory="g0/noisy")
+    lines = _text(trajectory_table(traj)).splitlines()
+    row1 = next(x for x in lines if "xyzzy frobnicate" in x)
+    assert "(error)" in row1 and "+0.866" in row1 and "+0.000" in row1 and "MUI masked" in row1
+    _, failed = select(run.log, trajectory="g0/random0")
+    text = _text(trajectory_table(failed))
+    first = failed.steps[0]
+    assert f"APR ↑ ×{first.weight:.2f}" in text and first.weight > 1
+    assert "APR ↓" in text
+
+
+def test_styles_mark_masked_and_up_weighted_steps(run):
+    from proas.inspect.view import step_style
+
+    _, noisy = select(run.log, trajectory="g0/noisy")
+    assert "strike" in step_style(noisy.steps[1]) and step_style(noisy.steps[0]) == "green"
+    _, failed = select(run.log, trajectory="g0/random0")
+    assert step_style(failed.steps[0]) == "bold red"
+    assert step_style(failed.steps[-1]) == "dim red"
+
+
+def test_short_state_drops_only_the_own_type_prefix():
+    assert short_state(f"{TYPE}|at=start|hold=none", TYPE) == "at=start|hold=none"
+    assert short_state("other|at=start", TYPE) == "other|at=start"
+
+
+def test_cli_terminal(run, capsys):
+    assert main(["inspect", str(run.dir), "--task", "g1", "--trajectory", "g1/noisy", "--width", "220"]) == 0
+    out = capsys.readouterr().out
+    assert "RL step 2: 8 trajectories, 2 tasks" in out
+    assert "trajectory g1/noisy: won" in out and "MUI masked" in out
+
+
+def test_cli_bad_step_is_exit_2_with_one_line(run, capsys):
+    assert main(["inspect", str(run.dir), "--step", "9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("proas: error:") and "logged steps: 1, 2" in err and "\n" not in err
+
+
+def test_arg_elements_for_the_task_type(run):
+    group, traj = select(run.log)
+    el = arg_elements(run.graph, TYPE, group)
+    type_nodes = [n for n in run.graph.nodes() if n.startswith(TYPE + "|")]
+    visited = {s for t in group for s in path_states(t)}
+    off = visited - set(run.graph.nodes())
+    assert el["type_nodes"] == len(type_nodes) and not el["capped"]
+    assert sorted(n["id"] for n in el["nodes"]) == sorted(set(type_nodes) | off)
+    by_id = {n["id"]: n for n in el["nodes"]}
+    for goal in run.graph.goals():
+        assert by_id[goal]["goal"] and by_id[goal]["distance"] == 0
+    assert all(not by_id[s]["arg"] for s in off)
+    # the oracle's path is in the graph: every transition is an ARG edge
+    oracle = group[0]
+    path = el["paths"]["g0/oracle"]
+    assert path["nodes"] == list(dict.fromkeys(path_states(oracle)))
+    edges = {e["id"]: e for e in el["edges"]}
+    assert len(path["edges"]) == len(oracle) and all(edges[e]["arg"] for e in path["edges"])
+    # support is the node size: the most supported node is the largest
+    top = max(type_nodes, key=run.graph.support)
+    assert by_id[top]["size"] == max(n["size"] for n in el["nodes"])
+
+
+def test_a_large_graph_keeps_the_paths_and_goals_then_the_most_supported(run):
+    big = ReferenceGraph()
+    # 40 detours of support 1 from the start to a goal, plus one walked 3 times
+    group, _ = select(run.log)
+    big.merge(run.graph)
+    start = group[0].steps[0].state
+    goal = group[0].steps[-1].next_state
+    for k in range(40):
+        big.add_path([start, f"{TYPE}|side={k}", goal], ["detour", "finish"])
+    for _ in range(3):
+        big.add_path([start, f"{TYPE}|popular", goal], ["detour", "finish"])
+    must = {s for t in group for s in path_states(t) if s in big} | set(big.goals())
+    el = arg_elements(big, TYPE, group, max_nodes=len(must) + 1)
+    shown = {n["id"] for n in el["nodes"] if n["arg"]}
+    assert el["capped"] and el["type_nodes"] == len(run.graph.nodes()) + 41
+    assert shown == must | {f"{TYPE}|popular"}
+    assert all(e["source"] in shown | {n["id"] for n in el["nodes"]} for e in el["edges"])
+
+
+def test_cli_html_is_self_contained(run, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert main(["inspect", str(run.dir), "--html", str(out)]) == 0
+    page = out.read_text()
+    assert "checkpoints/step_000002/graph.json" in capsys.readouterr().out
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import", page)
+    assert "The Cytoscape Consortium" in page  # the vendored library and its licence header are inline
+    assert page.count('class="traj-detail"') == 4 and page.count('class="traj-row"') == 4
+
+
+def test_cli_html_for_a_step_without_its_checkpoint_uses_the_latest(run, tmp_path, capsys):
+    out = tmp_path / "page1.html"
+    assert main(["inspect", str(run.dir), "--step", "1", "--html", str(out)]) == 0
+    assert "checkpoints/step_000002/graph.json" in capsys.readouterr().out
+
+
+def test_cli_html_without_a_graph_is_a_clear_error(run, tmp_path, capsys):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(run.dir / "rollouts", bare / "rollouts")
+    assert main(["inspect", str(bare), "--html", str(tmp_path / "x.html")]) == 2
+    assert "pass --graph PATH" in capsys.readouterr().err
+    assert not (tmp_path / "x.html").exists()
+    (tmp_path / "g.json").write_text("{broken")
+    assert main(["inspect", str(bare), "--html", str(tmp_path / "x.html"), "--graph", str(tmp_path / "g.json")]) == 2
+    assert not (tmp_path / "x.html").exists()
