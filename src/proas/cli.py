@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "proas.train.cli",
     "proas.inspect.cli",
     "proas.baselines.cli",
+    "proas.probes.cli",
 ]
 
 
