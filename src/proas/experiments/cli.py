@@ -1,0 +1,99 @@
+"""``proas experiment run|list`` (the grid runner) and ``proas report`` (tables and curves)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from proas.errors import ProasError
+
+RUN_HELP = """\
+Run a study's grid of `proas train` runs in parallel processes.
+
+CONFIG is a study config file or the name of a shipped study (`proas experiment list`).
+Finished runs are skipped, interrupted ones resumed, so the same command can be repeated
+until everything is done. Runs land in OUT/<env>/<row>/seed<N>/; `proas report OUT` then
+writes the tables.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("experiment", help="run a study (one of the paper's tables) over seeds")
+    esub = p.add_subparsers(dest="experiment_command", metavar="ACTION")
+    esub.required = True
+    r = esub.add_parser("run", help="run a study's grid", description=RUN_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("config", metavar="CONFIG", help="study config (.yaml) or shipped study name")
+    r.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the study's)")
+    r.add_argument("--rows", nargs="+", metavar="ROW", help="row ids to run (default: every runnable row)")
+    r.add_argument("--envs", nargs="+", metavar="ENV", help="environments (default: the study's)")
+    r.add_argument("--steps", type=int, help="step budget (default: the study's; a smaller one is a reduced "
+                   "setting and the report says so)")
+    r.add_argument("--jobs", "-j", type=int, default=None, help="runs at a time (default: CPU cores)")
+    r.add_argument("--out", default="results/runs", help="results directory (default: results/runs)")
+    r.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop every run after this long "
+                   "(checkpoints kept; run the command again to resume)")
+    r.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
+    r.set_defaults(func=_run)
+
+    ls = esub.add_parser("list", help="list the shipped studies and their rows")
+    ls.set_defaults(func=_list)
+
+    rep = sub.add_parser("report", help="tables (Markdown, CSV) and learning curves of a results directory")
+    rep.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run`")
+    rep.add_argument("--out", help="where to write report.md, CSVs and PNGs (default: RESULTS_DIR)")
+    rep.add_argument("--steps", type=int, help="step budget for 'best checkpoint within' (default: each study's)")
+    rep.add_argument("--studies", nargs="+", help="only these saved studies")
+    rep.add_argument("--no-plots", action="store_true", help="skip the PNG curves")
+    rep.set_defaults(func=_report)
+
+
+def _run(args) -> int:
+    from proas.experiments.runner import plan, run_grid
+    from proas.experiments.spec import load_study
+
+    study = load_study(args.config)
+    if args.steps is not None:
+        if args.steps <= 0:
+            raise ProasError("--steps must be > 0")
+        study.steps = args.steps
+    if args.seeds is not None and any(s < 0 for s in args.seeds):
+        raise ProasError("--seeds must be >= 0")
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs <= 0:
+        raise ProasError("--jobs must be > 0")
+    out = Path(args.out)
+    specs = study.runs(out, seeds=args.seeds, rows=args.rows, envs=args.envs)
+    if args.dry_run:
+        status = plan(study, specs, out.resolve())
+        for s in specs:
+            print(f"{status[s.key]:8s} {s.key}")
+        return 0
+    res = run_grid(study, specs, out, jobs=jobs, time_limit=args.time_limit)
+    print(f"{study.name}: {len(res.done)} finished now, {len(res.skipped)} already finished, {len(res.failed)} failed"
+          + (f", {len(res.stopped)} stopped at the time limit" if res.stopped else ""))
+    return 1 if res.failed else 0
+
+
+def _list(args) -> int:
+    from proas.experiments.spec import load_study, shipped_studies
+
+    for name in shipped_studies():
+        st = load_study(name)
+        print(f"{name}: {st.title} — envs {', '.join(st.envs)}, seeds {', '.join(map(str, st.seeds))}, {st.steps} steps")
+        for r in st.rows:
+            tag = f"not run: {r.not_run}" if r.not_run else ("hidden helper run" if r.hidden else "")
+            print(f"  {r.id:24s} {r.label}" + (f"  [{tag}]" if tag else ""))
+    return 0
+
+
+def _report(args) -> int:
+    from proas.experiments.report import make_report
+
+    if args.steps is not None and args.steps <= 0:
+        raise ProasError("--steps must be > 0")
+    path = make_report(Path(args.results), Path(args.out) if args.out else None, budget=args.steps,
+                       studies=args.studies, plots=not args.no_plots)
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,424 @@
+"""The report: a results directory of runs turned into the paper's tables, CSV files and curves.
+
+For every study saved under ``RESULTS/studies/`` (the runner copies each study's config there)
+and every row of it, the runs at ``RESULTS/<env>/<row>/seed<N>/`` are read from their
+``metrics.jsonl``. One run contributes the validation record with the best ``val/sr`` among
+those at steps <= the budget (ties: the earliest), i.e. the best validation checkpoint within the
+budget, as the paper does; a row is the mean ± sample std (ddof 1) of that over its seeds.
+
+Columns follow the paper: household SR per task type (Pick, Look, Clean, Heat, Cool, Pick2) and
+overall, shop TS and SR, all in percent. In a ``main`` study a ``+ProAS`` row (one with a
+``base``) is bold where its mean beats the base's and gets Spd.@K: on the seed-mean validation
+curve, the first step at which the base reaches K% SR divided by the first step at which the
++ProAS row does (K = 70 household, 50 shop). When one of them never reaches K within the budget
+the cell says so (a bound, or "n/r") and a note explains it. In an ``ablation`` study a cell is
+bold where it beats the reference row (GRPO).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proas.errors import ProasError
+from proas.experiments.spec import RowSpec, Study, load_study
+from proas.fileio import atomic_write_bytes, atomic_write_text
+
+__all__ = ["RunCurve", "best_within", "collect_runs", "first_reach", "make_report", "speedup", "summarise"]
+
+#: household task types in the paper's column order, with the paper's column names
+HOUSEHOLD_TYPES = [
+    ("pick_and_place_simple", "Pick"),
+    ("look_at_obj_in_light", "Look"),
+    ("pick_clean_then_place_in_recep", "Clean"),
+    ("pick_heat_then_place_in_recep", "Heat"),
+    ("pick_cool_then_place_in_recep", "Cool"),
+    ("pick_two_obj_and_place", "Pick2"),
+]
+#: Spd.@K thresholds (% SR): the paper's
+SPEEDUP_K = {"household": 70.0, "shop": 50.0}
+
+
+def env_columns(env: str) -> list[tuple[str, str]]:
+    """(metric key in metrics.jsonl, column name) of an env's block, values in percent."""
+    if env == "household":
+        return [(f"val/sr/{t}", name) for t, name in HOUSEHOLD_TYPES] + [("val/sr", "All")]
+    if env == "shop":
+        return [("val/ts", "TS"), ("val/sr", "SR")]
+    return [("val/sr", "SR")]
+
+
+def _percent(key: str, value: float) -> float:
+    # val/ts is already mean score x 100; success rates are fractions
+    return float(value) if key == "val/ts" else 100.0 * float(value)
+
+
+@dataclass
+class RunCurve:
+    """A run's validation records (step -> metrics), as read from its metrics.jsonl."""
+
+    path: Path
+    val: list[dict[str, Any]]
+    steps_done: int
+    steps_planned: int | None = None
+
+    def sr_curve(self, budget: int) -> list[tuple[int, float]]:
+        return [(int(r["step"]), 100.0 * float(r["val/sr"])) for r in self.val if int(r["step"]) <= budget]
+
+
+def read_run(run_dir: Path) -> RunCurve | None:
+    """The run's validation records; None when it has none yet. Corrupt lines are an error."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    val: list[dict[str, Any]] = []
+    steps_done = 0
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            step = int(rec["step"])
+        except (ValueError, KeyError, TypeError):
+            if n == len(lines):  # a record cut off by a kill mid-write: the run stopped there
+                break
+            raise ProasError(f"{path}:{n}: not a metrics record") from None
+        steps_done = max(steps_done, step)
+        if rec.get("val/sr") is not None:
+            val.append(rec)
+    planned = None
+    cfg = run_dir / "config.yaml"
+    if cfg.exists():
+        import yaml
+
+        try:
+            planned = int(yaml.safe_load(cfg.read_text())["train"]["steps"])
+        except Exception:  # noqa: BLE001 - the budget note is informative only
+            planned = None
+    if not val:
+        return None
+    # a resumed run may repeat steps; keep the last record of each step
+    by_step = {int(r["step"]): r for r in val}
+    return RunCurve(run_dir, [by_step[s] for s in sorted(by_step)], steps_done, planned)
+
+
+def best_within(run: RunCurve, budget: int) -> dict[str, Any] | None:
+    """The validation record with the highest SR at a step <= budget (earliest on ties)."""
+    cands = [r for r in run.val if int(r["step"]) <= budget]
+    if not cands:
+        return None
+    return max(cands, key=lambda r: (float(r["val/sr"]), -int(r["step"])))
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return m, 0.0
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def mean_curve(runs: list[RunCurve], budget: int) -> list[tuple[int, float, float]]:
+    """(step, mean SR %, std) over seeds, at the validation steps every run has."""
+    curves = [dict(r.sr_curve(budget)) for r in runs]
+    if not curves:
+        return []
+    common = sorted(set.intersection(*(set(c) for c in curves)))
+    out = []
+    for s in common:
+        m, sd = mean_std([c[s] for c in curves])
+        out.append((s, m, sd))
+    return out
+
+
+def first_reach(curve: list[tuple[int, float, float]], k: float) -> int | None:
+    """First step at which the mean SR reaches k% (None: never within the curve)."""
+    for step, m, _ in curve:
+        if m >= k - 1e-9:
+            return step
+    return None
+
+
+def speedup(base_curve, proas_curve, k: float, budget: int) -> tuple[str, str | None]:
+    """Spd.@K cell text and, when one side never reaches K, the note saying so.
+
+    Step 0 (the untrained policy) reaching K counts as reaching it after one step, so the ratio
+    stays finite.
+    """
+    b, p = first_reach(base_curve, k), first_reach(proas_curve, k)
+    last = min(base_curve[-1][0] if base_curve else budget, proas_curve[-1][0] if proas_curve else budget)
+    if b is not None and p is not None:
+        return f"{max(b, 1) / max(p, 1):.2f}×", None
+    if b is None and p is not None:
+        return (f"≥{last / max(p, 1):.2f}×",
+                f"the base never reaches {k:g}% within {last} steps; +ProAS does at step {p} (lower bound)")
+    if b is not None and p is None:
+        return (f"≤{max(b, 1) / last:.2f}×",
+                f"+ProAS never reaches {k:g}% within {last} steps; the base does at step {b} (upper bound)")
+    return "n/r", f"neither reaches {k:g}% within {last} steps"
+
+
+@dataclass
+class Cell:
+    mean: float | None = None
+    std: float = 0.0
+    n: int = 0
+
+
+@dataclass
+class RowResult:
+    row: RowSpec
+    cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # env -> column -> cell
+    seeds: dict[str, list[int]] = field(default_factory=dict)
+    steps: dict[str, list[int]] = field(default_factory=dict)  # env -> steps each run reached
+    best_steps: dict[str, list[int]] = field(default_factory=dict)
+    curves: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
+    speedup: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+
+def collect_runs(results: Path, env: str, row: str) -> list[tuple[int, RunCurve]]:
+    folder = results / env / row
+    out = []
+    if not folder.is_dir():
+        return out
+    for d in sorted(folder.iterdir()):
+        if d.is_dir() and d.name.startswith("seed") and d.name[4:].isdigit():
+            run = read_run(d)
+            if run is not None:
+                out.append((int(d.name[4:]), run))
+    return out
+
+
+def summarise(study: Study, results: Path, budget: int) -> list[RowResult]:
+    """One RowResult per visible row of the study."""
+    rows: list[RowResult] = []
+    for row in study.rows:
+        if row.hidden:
+            continue
+        rr = RowResult(row)
+        for env in study.envs:
+            runs = [] if row.not_run else [(s, r) for s, r in collect_runs(results, env, row.id) if s in study.seeds]
+            if not runs:
+                continue
+            bests = [(s, r, best_within(r, budget)) for s, r in runs]
+            bests = [(s, r, b) for s, r, b in bests if b is not None]
+            if not bests:
+                continue
+            rr.seeds[env] = [s for s, _, _ in bests]
+            rr.steps[env] = [min(r.steps_done, budget) for _, r, _ in bests]
+            rr.best_steps[env] = [int(b["step"]) for _, _, b in bests]
+            cols = {}
+            for key, name in env_columns(env):
+                vals = [_percent(key, b[key]) for _, _, b in bests if b.get(key) is not None]
+                if vals:
+                    m, sd = mean_std(vals)
+                    cols[name] = Cell(m, sd, len(vals))
+            rr.cells[env] = cols
+            rr.curves[env] = mean_curve([r for _, r, _ in bests], budget)
+        rows.append(rr)
+    if study.kind == "main":
+        by_id = {r.row.id: r for r in rows}
+        for rr in rows:
+            base = by_id.get(rr.row.base) if rr.row.base else None
+            if base is None:
+                continue
+            for env in study.envs:
+                if env in rr.curves and env in base.curves:
+                    rr.speedup[env] = speedup(base.curves[env], rr.curves[env], SPEEDUP_K.get(env, 50.0), budget)
+    return rows
+
+
+def _beats(rr: RowResult, other: RowResult | None, env: str, col: str) -> bool:
+    if other is None:
+        return False
+    a, b = rr.cells.get(env, {}).get(col), other.cells.get(env, {}).get(col)
+    return a is not None and b is not None and a.mean is not None and b.mean is not None and a.mean > b.mean + 1e-9
+
+
+def _fmt(cell: Cell | None, bold: bool) -> str:
+    if cell is None or cell.mean is None:
+        return "–"
+    text = f"{cell.mean:.1f}±{cell.std:.1f}"
+    return f"**{text}**" if bold else text
+
+
+def render_table(study: Study, rows: list[RowResult]) -> tuple[str, list[list[str]], list[str]]:
+    """Markdown table, CSV rows, notes."""
+    by_id = {r.row.id: r for r in rows}
+    ref = by_id.get(study.reference) if study.kind == "ablation" else None
+    header = ["Method"]
+    csv_header = ["method", "row", "env", "seeds", "steps_reached", "best_steps"]
+    for env in study.envs:
+        for _, name in env_columns(env):
+            header.append(f"{env} {name}")
+            csv_header += [f"{env}_{name}_mean", f"{env}_{name}_std"]
+        if study.kind == "main":
+            header.append(f"{env} Spd.@{SPEEDUP_K.get(env, 50.0):g}")
+    notes: list[str] = []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    csv_rows: list[list[str]] = [csv_header]
+    for rr in rows:
+        cmp = by_id.get(rr.row.base) if study.kind == "main" and rr.row.base else ref
+        if rr is ref:
+            cmp = None
+        cells = [rr.row.label]
+        if rr.row.not_run:
+            width = len(header) - 1
+            cells += ["not run"] + [""] * (width - 1)
+            notes.append(f"{rr.row.label}: not run ({rr.row.not_run}).")
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
+        for env in study.envs:
+            if env not in rr.cells:
+                cells += ["not run"] + [""] * (len(env_columns(env)) - 1)
+                if study.kind == "main":
+                    cells.append("")
+                continue
+            for _, name in env_columns(env):
+                cells.append(_fmt(rr.cells[env].get(name), _beats(rr, cmp, env, name)))
+            if study.kind == "main":
+                sp = rr.speedup.get(env)
+                if sp is None:
+                    cells.append("–")
+                else:
+                    cells.append(sp[0])
+                    if sp[1]:
+                        notes.append(f"{rr.row.label}, {env} Spd.@{SPEEDUP_K.get(env, 50.0):g}: {sp[1]}.")
+            seeds = rr.seeds[env]
+            if len(seeds) < len(study.seeds):
+                notes.append(f"{rr.row.label}, {env}: only seeds {', '.join(map(str, seeds))} have results.")
+        lines.append("| " + " | ".join(cells) + " |")
+        for env in study.envs:
+            if env not in rr.cells:
+                continue
+            row = [rr.row.label, rr.row.id, env, " ".join(map(str, rr.seeds[env])),
+                   " ".join(map(str, rr.steps[env])), " ".join(map(str, rr.best_steps[env]))]
+            for e2 in study.envs:
+                for _, name in env_columns(e2):
+                    c = rr.cells[env].get(name) if e2 == env else None
+                    row += ["" if c is None else f"{c.mean:.4f}", "" if c is None else f"{c.std:.4f}"]
+            csv_rows.append(row)
+    return "\n".join(lines), csv_rows, notes
+
+
+def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> bool:
+    """Validation SR vs step, seed mean with a ±1 std band; one panel per env (and per base/+ProAS
+    pair in a main study). Returns False when there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_id = {r.row.id: r for r in rows}
+    panels: list[tuple[str, str, list[RowResult]]] = []
+    for env in study.envs:
+        if study.kind == "main":
+            for rr in rows:
+                base = by_id.get(rr.row.base) if rr.row.base else None
+                group = [x for x in (base, rr) if x is not None and env in x.curves]
+                if base is not None and group:
+                    panels.append((env, f"{env}: {base.row.label} vs {rr.row.label}", group))
+        else:
+            group = [rr for rr in rows if env in rr.curves]
+            if group:
+                panels.append((env, f"{env}: {study.title}", group))
+    if not panels:
+        return False
+    ncols = 3 if len(panels) >= 3 else len(panels)
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), dpi=100, squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (env, title, group) in zip(axes.flat, panels):
+        for i, rr in enumerate(group):
+            curve = rr.curves[env]
+            xs = [c[0] for c in curve]
+            ms = [c[1] for c in curve]
+            sds = [c[2] for c in curve]
+            color = plt.cm.tab10(i % 10)
+            ax.plot(xs, ms, "-o", ms=3, color=color, lw=1.6, label=f"{rr.row.label} (n={len(rr.seeds[env])})")
+            ax.fill_between(xs, [m - s for m, s in zip(ms, sds)], [m + s for m, s in zip(ms, sds)],
+                            color=color, alpha=0.18, lw=0)
+        if study.kind == "main" and env in SPEEDUP_K:
+            ax.axhline(SPEEDUP_K[env], color="grey", ls=":", lw=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("validation SR (%)")
+        ax.set_xlim(0, budget)
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return True
+
+
+def load_saved_studies(results: Path, names: list[str] | None = None) -> list[Study]:
+    folder = results / "studies"
+    if not folder.is_dir():
+        raise ProasError(f"{results}: no studies/ folder (is this a results directory of `proas experiment run`?)")
+    files = sorted(folder.glob("*.yaml"))
+    studies = [load_study(str(f)) for f in files]
+    order = {"main": 0, "ablation_shaping": 1, "ablation_arg": 2}
+    studies.sort(key=lambda s: (order.get(s.name, 9), s.name))
+    if names:
+        missing = set(names) - {s.name for s in studies}
+        if missing:
+            raise ProasError(f"{results}: no saved study {', '.join(sorted(missing))}")
+        studies = [s for s in studies if s.name in names]
+    if not studies:
+        raise ProasError(f"{results}/studies: no study configs")
+    return studies
+
+
+def make_report(results: Path, out: Path | None = None, *, budget: int | None = None,
+                studies: list[str] | None = None, plots: bool = True) -> Path:
+    """Write ``report.md``, one ``<study>.csv`` and one ``<study>_curves.png`` per study; return
+    the path of report.md."""
+    results = Path(results)
+    if not results.is_dir():
+        raise ProasError(f"{results}: no such results directory")
+    out = Path(out) if out is not None else results
+    out.mkdir(parents=True, exist_ok=True)
+    parts = ["# Results", ""]
+    for study in load_saved_studies(results, studies):
+        b = budget or study.steps
+        rows = summarise(study, results, b)
+        table, csv_rows, notes = render_table(study, rows)
+        reached = [s for rr in rows for env in rr.steps for s in rr.steps[env]]
+        planned = [st for rr in rows for env in rr.steps for st in rr.steps[env]]
+        parts += [f"## {study.title}", ""]
+        if study.description:
+            parts += [study.description, ""]
+        parts.append(f"Best validation checkpoint within {b} steps, mean ± std over seeds "
+                     f"{', '.join(map(str, study.seeds))} (percent).")
+        if reached and max(reached) < b:
+            parts.append(f"**Reduced budget:** the runs reached at most step {max(reached)} "
+                         f"(budget {b}); this is not the paper's {study.steps}-step setting.")
+        elif reached and min(planned) < b:
+            parts.append(f"**Unequal budgets:** some runs stopped at step {min(planned)} (< {b}).")
+        if study.kind == "main":
+            parts.append("Bold: +ProAS beats its base. Spd.@K: steps the base needs to first reach K% "
+                         "mean validation SR over the steps +ProAS needs (K = 70 household, 50 shop).")
+        else:
+            parts.append(f"Bold: higher than {study.row(study.reference).label}.")
+        parts += ["", table, ""]
+        if notes:
+            parts += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(csv_rows)
+        atomic_write_text(out / f"{study.name}.csv", buf.getvalue())
+        if plots and plot_study(study, rows, out / f"{study.name}_curves.png", b):
+            parts += [f"![{study.title}]({study.name}_curves.png)", ""]
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(parts))
+    return path

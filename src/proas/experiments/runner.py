@@ -1,0 +1,200 @@
+"""The grid runner: a study's runs as parallel ``proas train`` processes, restartable at any time.
+
+Each run lives at ``OUT/<env>/<row>/seed<N>/`` (a trainer run directory plus ``train.log``). The
+runner looks at what is on disk before it starts anything:
+
+- ``summary.json`` with at least the study's step budget: finished, skipped;
+- ``config.yaml`` without that: interrupted (killed, machine gone, or a shorter budget), continued
+  with ``proas train --resume`` (``train.steps`` raised to the budget where needed);
+- nothing: started fresh.
+
+A run directory whose ``config.yaml`` differs from what the study asks for (other than the step
+budget) is an error before anything is launched, so two studies sharing a results directory can
+share rows (GRPO, GRPO+ProAS) but never silently mix different settings under one name.
+
+Runs are separate processes (one CPU thread each: the scorer policy is fastest single-threaded),
+so ``--jobs`` can use every core of a large machine. A row that ``needs`` another (the distilled
+ARG needs its teacher's graph) starts once that run has finished on the same env and seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from proas.errors import ProasError
+from proas.experiments.spec import RunSpec, Study
+from proas.fileio import atomic_write_text
+
+__all__ = ["GridResult", "plan", "run_grid", "run_status"]
+
+NEW, PARTIAL, DONE = "new", "partial", "done"
+
+
+def _finished_steps(run_dir: Path) -> int | None:
+    import json
+
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        return int(json.loads(path.read_text())["steps"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
+def run_status(spec: RunSpec, out: Path, steps: int) -> str:
+    """``done``, ``partial`` or ``new``; raises when the directory holds a different config."""
+    from proas.train.config import build_config
+    from proas.train.loop import load_run_config
+
+    run_dir = spec.run_dir(out)
+    if not (run_dir / "config.yaml").exists():
+        return NEW
+    on_disk = load_run_config(run_dir)
+    wanted = build_config(list(spec.overrides))
+    a, b = copy.deepcopy(on_disk), copy.deepcopy(wanted)
+    for c in (a, b):
+        c.train.steps, c.train.progress = 0, False
+    if a != b:
+        raise ProasError(f"{run_dir}: holds a run with another config than study {spec.study!r} asks for "
+                         f"(row {spec.row!r}); move it away or use another --out")
+    done = _finished_steps(run_dir)
+    return DONE if done is not None and done >= steps else PARTIAL
+
+
+def plan(study: Study, specs: list[RunSpec], out: Path) -> dict[str, str]:
+    """The status of every run, checked before anything starts."""
+    return {s.key: run_status(s, out, study.steps) for s in specs}
+
+
+@dataclass
+class GridResult:
+    done: list[str]
+    skipped: list[str]
+    failed: list[str]
+    #: runs stopped at the time limit (or not started by then); the next invocation resumes them
+    stopped: list[str] = field(default_factory=list)
+
+
+def _command(spec: RunSpec, out: Path, status: str, steps: int) -> list[str]:
+    run_dir = spec.run_dir(out)
+    base = [sys.executable, "-m", "proas", "train"]
+    if status == NEW:
+        return base + list(spec.overrides) + ["--run-dir", str(run_dir)]
+    return base + ["--resume", str(run_dir), f"train.steps={steps}"]
+
+
+def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
+             log: Callable[[str], None] = print, poll_s: float = 0.5,
+             time_limit: float | None = None) -> GridResult:
+    """Run every spec not yet finished, ``jobs`` at a time; return what finished and what failed.
+
+    With ``time_limit`` (seconds), runs still going then are terminated (each keeps its last
+    checkpoint, every ``train.save_every`` steps) and nothing new starts: a fixed slot of machine
+    time is used to the end, and the next invocation resumes where this one stopped.
+    """
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    stopped: list[str] = []
+    out = Path(out).resolve()
+    status = plan(study, specs, out)
+    (out / "studies").mkdir(parents=True, exist_ok=True)
+    if study.source and Path(study.source).is_file():
+        atomic_write_text(out / "studies" / f"{study.name}.yaml", Path(study.source).read_text(encoding="utf-8"))
+    skipped = [s.key for s in specs if status[s.key] == DONE]
+    pending = [s for s in specs if status[s.key] != DONE]
+    by_key = {s.key: s for s in specs}
+    finished: set[str] = set(skipped)
+    failed: list[str] = []
+    done: list[str] = []
+    running: dict[str, tuple[subprocess.Popen, object]] = {}
+    log(f"{study.name}: {len(specs)} runs, {len(skipped)} finished already, "
+        f"{sum(status[s.key] == PARTIAL for s in pending)} to resume, "
+        f"{sum(status[s.key] == NEW for s in pending)} to start; {jobs} at a time")
+    child_env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+    def dep_keys(s: RunSpec) -> list[str]:
+        return [f"{s.env}/{d}/seed{s.seed}" for d in s.needs]
+
+    try:
+        while pending or running:
+            if deadline is not None and time.monotonic() >= deadline:
+                for key, (proc, fh) in running.items():
+                    proc.terminate()
+                for key, (proc, fh) in running.items():
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    fh.close()
+                stopped = sorted(running) + [s.key for s in pending]
+                log(f"  time limit: stopped {len(running)} running, {len(pending)} not started; run again to resume")
+                running.clear()
+                pending.clear()
+                break
+            # a run whose dependency failed (or is not part of this grid and not finished) fails too
+            for s in list(pending):
+                deps = dep_keys(s)
+                if any(d in failed or (d not in by_key and not _dep_done(out, d, study.steps)) for d in deps):
+                    pending.remove(s)
+                    failed.append(s.key)
+                    log(f"  failed {s.key}: a run it needs did not finish")
+            for s in list(pending):
+                if len(running) >= jobs:
+                    break
+                if not all(d in finished or (d not in by_key and _dep_done(out, d, study.steps))
+                           for d in dep_keys(s)):
+                    continue
+                pending.remove(s)
+                run_dir = s.run_dir(out)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                st = run_status(s, out, study.steps)
+                fh = open(run_dir / "train.log", "a", encoding="utf-8")
+                proc = subprocess.Popen(_command(s, out, st, study.steps), stdout=fh, stderr=subprocess.STDOUT,
+                                        env=child_env, cwd=str(out))
+                running[s.key] = (proc, fh)
+                log(f"  {'resume' if st == PARTIAL else 'start '} {s.key}")
+            for key, (proc, fh) in list(running.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                fh.close()
+                del running[key]
+                if rc == 0 and _finished_steps(by_key[key].run_dir(out)) is not None:
+                    finished.add(key)
+                    done.append(key)
+                    log(f"  done   {key}")
+                else:
+                    failed.append(key)
+                    log(f"  failed {key} (exit {rc}; see {by_key[key].run_dir(out) / 'train.log'})")
+            if running:
+                time.sleep(poll_s)
+            elif pending and not any(all(d in finished for d in dep_keys(s)) for s in pending):
+                for s in pending:  # nothing runnable is left: unmet dependencies
+                    failed.append(s.key)
+                    log(f"  failed {s.key}: a run it needs did not finish")
+                pending.clear()
+    except BaseException:
+        for key, (proc, fh) in running.items():
+            proc.terminate()
+        for key, (proc, fh) in running.items():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            fh.close()
+        raise
+    return GridResult(done=done, skipped=skipped, failed=failed, stopped=stopped)
+
+
+def _dep_done(out: Path, key: str, steps: int) -> bool:
+    env, row, seed = key.split("/")
+    done = _finished_steps(out / env / row / seed)
+    return done is not None and done >= steps

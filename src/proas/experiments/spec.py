@@ -1,0 +1,279 @@
+"""Experiment configs: a study (one of the paper's tables) as a YAML file, expanded into runs.
+
+A study names its table's rows, the environments and seeds they run on and the step budget; each
+row is either a set of ``proas train`` overrides or marked ``not_run`` with the reason (a row the
+trainer cannot run yet is reported as such, never faked). The shipped studies live next to this
+module in ``configs/`` and are found by bare name (``main``, ``ablation_shaping``, ...).
+
+Format (see docs/experiments.md)::
+
+    study: main                      # names the table in the report
+    title: Main results
+    kind: main                       # main: bold + Spd.@K against each row's ``base``;
+                                     # ablation: bold against ``reference``
+    reference: grpo                  # ablation only: the row the others are compared with
+    envs: [household, shop]
+    seeds: [0, 1, 2]
+    steps: 150                       # step budget (train.steps; report's "within N steps")
+    common: [policy=scorer]          # overrides for every run
+    env_overrides: {shop: [...]}     # overrides for one env's runs
+    rows:
+      - {id: grpo, label: GRPO, overrides: [algo.estimator=grpo, algo.shaping=none]}
+      - {id: grpo_proas, label: GRPO+ProAS, base: grpo, overrides: [...]}
+      - {id: direct, label: Direct Prompt, not_run: "needs proas eval of the untrained policy"}
+      - {id: teacher, label: ..., hidden: true, overrides: [...]}   # run, not a table row
+      - {id: distill, ..., needs: [teacher], overrides: [algo.graph.path={out}/{env}/teacher/seed{seed}/checkpoints/step_{steps:06d}/graph.json]}
+
+Placeholders in overrides (``str.format``): ``{env}``, ``{seed}``, ``{steps}`` (the budget),
+``{out}`` (the results directory, absolute) and ``{data}`` (the shipped task sets). Unless a row sets ``env.fixed_train_set.path`` itself,
+the runner adds the fixed schedule of the run's seed and env (``schedule: group``, 16 tasks a
+step, or ``schedule: ppo``, 128 task slots a step). Two studies may define the same row id; the
+runs are shared when the resolved overrides agree (GRPO and GRPO+ProAS appear in every table).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from proas.errors import ProasError
+
+__all__ = ["RowSpec", "RunSpec", "Study", "load_study", "shipped_studies", "study_path"]
+
+KINDS = ("main", "ablation")
+SCHEDULES = ("group", "ppo")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note"}
+_TOP_KEYS = {"study", "title", "kind", "reference", "envs", "seeds", "steps", "common", "env_overrides",
+             "rows", "description"}
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    id: str
+    label: str
+    overrides: tuple[str, ...] = ()
+    base: str | None = None
+    not_run: str | None = None
+    needs: tuple[str, ...] = ()
+    hidden: bool = False
+    schedule: str = "group"
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One ``proas train`` run: a row on one env with one seed."""
+
+    study: str
+    row: str
+    env: str
+    seed: int
+    overrides: tuple[str, ...]
+    needs: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.env}/{self.row}/seed{self.seed}"
+
+    def run_dir(self, out: Path) -> Path:
+        return out / self.env / self.row / f"seed{self.seed}"
+
+
+@dataclass
+class Study:
+    name: str
+    title: str
+    kind: str
+    envs: tuple[str, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    rows: tuple[RowSpec, ...]
+    common: tuple[str, ...] = ()
+    env_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    reference: str | None = None
+    description: str = ""
+    source: str = ""
+
+    def row(self, row_id: str) -> RowSpec:
+        for r in self.rows:
+            if r.id == row_id:
+                return r
+        raise KeyError(row_id)
+
+    def runs(self, out: Path, *, seeds: list[int] | None = None, rows: list[str] | None = None,
+             envs: list[str] | None = None, data_root: Path | None = None) -> list[RunSpec]:
+        """Every runnable (row, env, seed) of the study, overrides resolved against ``out``.
+
+        ``rows`` selects rows by id and pulls in the rows they ``need``; ``not_run`` rows are
+        never run.
+        """
+        from proas.tasksets import default_root
+
+        data = Path(data_root) if data_root is not None else default_root()
+        out = Path(out).resolve()
+        for name, pick, allowed in (("row", rows, [r.id for r in self.rows]), ("env", envs, list(self.envs))):
+            for x in pick or []:
+                if x not in allowed:
+                    raise ProasError(f"study {self.name}: no {name} {x!r}; choose from {', '.join(allowed)}")
+        chosen = set(rows) if rows else {r.id for r in self.rows}
+        todo = list(chosen)
+        while todo:
+            for dep in self.row(todo.pop()).needs:
+                if dep not in chosen:
+                    chosen.add(dep)
+                    todo.append(dep)
+        specs = []
+        for env in self.envs:
+            if envs and env not in envs:
+                continue
+            for seed in (seeds if seeds is not None else list(self.seeds)):
+                for row in self.rows:
+                    if row.id not in chosen or row.not_run:
+                        continue
+                    specs.append(RunSpec(self.name, row.id, env, int(seed),
+                                         self.resolve(row, env, int(seed), out, data), row.needs))
+        return specs
+
+    def resolve(self, row: RowSpec, env: str, seed: int, out: Path, data: Path) -> tuple[str, ...]:
+        subst = {"env": env, "seed": seed, "out": str(out), "data": str(data), "steps": self.steps}
+        items = [f"env={env}", f"seed={seed}", f"train.steps={self.steps}", *self.common,
+                 *self.env_overrides.get(env, ()), *row.overrides]
+        resolved = []
+        for item in items:
+            try:
+                resolved.append(item.format(**subst))
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ProasError(f"study {self.name}, row {row.id}: bad placeholder in {item!r} ({exc})") from None
+        if not any(x.split("=", 1)[0] == "env.fixed_train_set.path" for x in resolved):
+            folder = "fixed_train_set" if row.schedule == "group" else "fix_train_set_ppo"
+            resolved.insert(3, f"env.fixed_train_set.path={data / folder / f'seed{seed}' / env}")
+        return tuple(resolved)
+
+
+def _strs(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(x, (str, int, float, bool)) for x in value):
+        raise ProasError(f"{where} must be a list of strings")
+    return tuple(str(x) for x in value)
+
+
+def parse_study(data: Any, where: str) -> Study:
+    """Check a study's structure; every problem is a ``ProasError`` naming the file and key."""
+    if not isinstance(data, dict):
+        raise ProasError(f"{where}: an experiment config must be a mapping")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ProasError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    name = data.get("study")
+    if not isinstance(name, str) or not _ID.match(name):
+        raise ProasError(f"{where}: 'study' must be a name of letters, digits, '_', '-', '.'")
+    kind = data.get("kind", "main")
+    if kind not in KINDS:
+        raise ProasError(f"{where}: kind={kind!r} is not one of {', '.join(KINDS)}")
+    envs = _strs(data.get("envs"), f"{where}: envs")
+    if not envs:
+        raise ProasError(f"{where}: 'envs' must list at least one environment")
+    seeds = data.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise ProasError(f"{where}: 'seeds' must be a non-empty list of integers >= 0")
+    steps = data.get("steps")
+    if not isinstance(steps, int) or steps <= 0:
+        raise ProasError(f"{where}: 'steps' must be a positive integer")
+    env_over = data.get("env_overrides") or {}
+    if not isinstance(env_over, dict):
+        raise ProasError(f"{where}: 'env_overrides' must map env names to lists of overrides")
+    raw_rows = data.get("rows")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        raise ProasError(f"{where}: 'rows' must be a non-empty list")
+    rows: list[RowSpec] = []
+    for i, r in enumerate(raw_rows):
+        at = f"{where}: rows[{i}]"
+        if not isinstance(r, dict):
+            raise ProasError(f"{at} must be a mapping")
+        unknown = set(r) - _ROW_KEYS
+        if unknown:
+            raise ProasError(f"{at}: unknown key(s) {', '.join(sorted(unknown))}")
+        rid = r.get("id")
+        if not isinstance(rid, str) or not _ID.match(rid):
+            raise ProasError(f"{at}: 'id' must be a name of letters, digits, '_', '-', '.'")
+        if any(x.id == rid for x in rows):
+            raise ProasError(f"{at}: duplicate row id {rid!r}")
+        schedule = r.get("schedule", "group")
+        if schedule not in SCHEDULES:
+            raise ProasError(f"{at}: schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+        not_run = r.get("not_run")
+        if not_run is not None and (not isinstance(not_run, str) or not not_run.strip()):
+            raise ProasError(f"{at}: 'not_run' must be the reason, as text")
+        overrides = _strs(r.get("overrides"), f"{at}: overrides")
+        if not not_run and not overrides:
+            raise ProasError(f"{at}: a row needs 'overrides' or a 'not_run' reason")
+        rows.append(RowSpec(id=rid, label=str(r.get("label", rid)), overrides=overrides,
+                            base=r.get("base"), not_run=not_run, needs=_strs(r.get("needs"), f"{at}: needs"),
+                            hidden=bool(r.get("hidden", False)), schedule=schedule, note=r.get("note")))
+    ids = {r.id for r in rows}
+    for r in rows:
+        for ref in ([r.base] if r.base else []) + list(r.needs):
+            if ref not in ids:
+                raise ProasError(f"{where}: row {r.id!r} refers to unknown row {ref!r}")
+    reference = data.get("reference")
+    if kind == "ablation" and reference not in ids:
+        raise ProasError(f"{where}: an ablation study needs 'reference' naming one of its rows")
+    study = Study(name=name, title=str(data.get("title", name)), kind=kind, envs=envs,
+                  seeds=tuple(seeds), steps=steps, rows=tuple(rows), common=_strs(data.get("common"), f"{where}: common"),
+                  env_overrides={str(k): _strs(v, f"{where}: env_overrides.{k}") for k, v in env_over.items()},
+                  reference=reference, description=str(data.get("description", "")), source=where)
+    _check_overrides(study)
+    return study
+
+
+def _check_overrides(study: Study) -> None:
+    """Every runnable row must resolve to a valid trainer config (caught here, not mid-grid)."""
+    from proas.train.config import build_config
+
+    for env in study.envs:
+        for row in study.rows:
+            if row.not_run:
+                continue
+            items = study.resolve(row, env, study.seeds[0], Path("/results"), Path("/data"))
+            try:
+                build_config(list(items))
+            except ProasError as exc:
+                raise ProasError(f"{study.source}: row {row.id!r} on {env}: {exc}") from None
+
+
+def shipped_studies() -> list[str]:
+    folder = resources.files("proas.experiments") / "configs"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def study_path(name_or_path: str) -> Path:
+    """A config file path, or the name of a shipped study (``main``, ``ablation_arg``, ...)."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise ProasError(f"{p}: no such experiment config")
+        return p
+    shipped = shipped_studies()
+    if name_or_path not in shipped:
+        raise ProasError(f"{name_or_path!r} is neither a config file nor a shipped study "
+                         f"({', '.join(shipped)})")
+    return Path(str(resources.files("proas.experiments") / "configs" / f"{name_or_path}.yaml"))
+
+
+def load_study(name_or_path: str | Path) -> Study:
+    import yaml
+
+    path = study_path(str(name_or_path))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise ProasError(f"{path}: not valid YAML" + (f" (line {line + 1})" if line is not None else "")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProasError(f"{path}: cannot read ({exc})") from None
+    return parse_study(data, str(path))
