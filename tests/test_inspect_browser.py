@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from inspect_helpers import make_run
+
 from proas.cli import main
 from proas.inspect.html import path_states
 from proas.inspect.rollout_log import read_rollouts
@@ -33,7 +32,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright pac
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    trajs, credit, graph = make_run(run_dir)
+    _, _, graph = make_run(run_dir)
     out = run_dir / "inspect.html"
     assert main(["inspect", str(run_dir), "--task", "g0", "--html", str(out)]) == 0
     return SimpleNamespace(path=out, graph=graph, log=read_rollouts(run_dir))

@@ -10,10 +10,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from inspect_helpers import make_run
+
 from proas.errors import ProasError
-from proas.inspect.rollout_log import list_rollout_steps, read_rollouts, rollout_path, write_rollouts
+from proas.inspect.rollout_log import (
+    list_rollout_steps,
+    read_rollouts,
+    rollout_path,
+    write_rollouts,
+)
 from proas.types import Step, Trajectory
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import re
 from types import SimpleNamespace
 
 import pytest
+from inspect_helpers import make_run
 from rich.console import Console
 
-from inspect_helpers import make_run
 from proas.cli import main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
@@ -68,7 +69,7 @@ def test_unknown_task_or_trajectory_lists_what_exists(run):
 
 
 def _text(renderable) -> str:
-    console = Console(width=250, record=True, file=open("/dev/null", "w"))
+    console = Console(width=250, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
 
@@ -122,7 +123,7 @@ def test_cli_bad_step_is_exit_2_with_one_line(run, capsys):
 
 
 def test_arg_elements_for_the_task_type(run):
-    group, traj = select(run.log)
+    group, _ = select(run.log)
     el = arg_elements(run.graph, TYPE, group)
     type_nodes = [n for n in run.graph.nodes() if n.startswith(TYPE + "|")]
     visited = {s for t in group for s in path_states(t)}

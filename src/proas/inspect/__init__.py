@@ -6,6 +6,12 @@
 as an interactive graph (cytoscape.js, vendored in ``vendor/``); ``cli`` is ``proas inspect``.
 """
 
-from proas.inspect.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog, read_rollouts, write_rollouts
+from proas.inspect.rollout_log import (
+    LoggedStep,
+    LoggedTrajectory,
+    RolloutLog,
+    read_rollouts,
+    write_rollouts,
+)
 
 __all__ = ["LoggedStep", "LoggedTrajectory", "RolloutLog", "read_rollouts", "write_rollouts"]

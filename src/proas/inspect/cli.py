@@ -26,7 +26,9 @@ def find_graph(run_dir: Path, step: int) -> Path:
     same = run_dir / "checkpoints" / f"step_{step:06d}" / GRAPH_FILE
     if same.is_file():
         return same
-    from proas.train.checkpoint import latest_checkpoint  # imports torch: only when a page is asked for
+    from proas.train.checkpoint import (
+        latest_checkpoint,  # imports torch: only when a page is asked for
+    )
 
     latest = latest_checkpoint(run_dir)
     if latest is not None and (latest / GRAPH_FILE).is_file():

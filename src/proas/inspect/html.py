@@ -17,8 +17,10 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Sequence
+from itertools import pairwise
+from typing import Any
 
 from proas.inspect.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 from proas.inspect.view import KIND_NOTE, abbreviate, glyph, short_state, step_note
@@ -122,7 +124,7 @@ def arg_elements(graph, task_type: str | None, group: Sequence[LoggedTrajectory]
     for t in group:
         states = path_states(t)
         pn = list(dict.fromkeys(s for s in states if s in all_ids))
-        pe = list(dict.fromkeys(edge_id[(a, b)] for a, b in zip(states, states[1:]) if (a, b) in edge_id))
+        pe = list(dict.fromkeys(edge_id[(a, b)] for a, b in pairwise(states) if (a, b) in edge_id))
         paths[t.trajectory] = {"nodes": pn, "edges": pe}
     return {
         "nodes": nodes, "edges": edges, "paths": paths, "type_nodes": len(type_nodes),

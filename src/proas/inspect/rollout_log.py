@@ -20,19 +20,20 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from proas.errors import ProasError
 from proas.fileio import atomic_open
 from proas.types import Trajectory, TrajectoryFormatError
 
 __all__ = [
+    "ROLLOUTS_DIR",
     "LoggedStep",
     "LoggedTrajectory",
     "RolloutLog",
-    "ROLLOUTS_DIR",
     "list_rollout_steps",
     "read_rollouts",
     "rollout_path",
@@ -87,34 +88,33 @@ def write_rollouts(
         raise ValueError(f"write_rollouts: {len(observations)} observation lists for {len(trajectories)} trajectories")
     cols = {name: getattr(credit, name) for name in _CREDIT_FIELDS}
     path = rollout_path(run_dir, step)
-    with atomic_open(path, "wb") as raw:
-        # mtime=0: the same batch gives the same bytes
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-            for i, traj in enumerate(trajectories):
-                lo, hi = offsets[i], offsets[i + 1]
-                if hi - lo != len(traj.steps):
-                    raise ValueError(
-                        f"write_rollouts: trajectory {traj.trajectory!r} has {len(traj.steps)} steps, credit has {hi - lo}"
-                    )
-                obs_i = observations[i] if observations is not None else None
-                if obs_i is not None and len(obs_i) != len(traj.steps):
-                    raise ValueError(f"write_rollouts: trajectory {traj.trajectory!r}: {len(obs_i)} observations for {len(traj.steps)} steps")
-                rec = traj.to_json()
-                rec["task_id"] = str(traj.extra.get("task_id", traj.group))
-                rec["step"] = int(step)
-                rec["traj_advantage"] = float(credit.traj_advantage[lo]) if hi > lo else 0.0
-                for t, (s, out) in enumerate(zip(traj.steps, rec["steps"])):
-                    k = lo + t
-                    out["rea"] = int(cols["rea"][k])
-                    out["pa"] = int(cols["pa"][k])
-                    out["fd"] = float(cols["fd"][k])
-                    out["base_advantage"] = float(cols["base_advantage"][k])
-                    out["advantage"] = float(cols["advantage"][k])
-                    out["uniform"] = bool(cols["uniform"][k])
-                    obs = _observation(s, obs_i[t] if obs_i is not None else None)
-                    if obs is not None:
-                        out["observation"] = obs
-                gz.write((json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
+    # mtime=0: the same batch gives the same bytes
+    with atomic_open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+        for i, traj in enumerate(trajectories):
+            lo, hi = offsets[i], offsets[i + 1]
+            if hi - lo != len(traj.steps):
+                raise ValueError(
+                    f"write_rollouts: trajectory {traj.trajectory!r} has {len(traj.steps)} steps, credit has {hi - lo}"
+                )
+            obs_i = observations[i] if observations is not None else None
+            if obs_i is not None and len(obs_i) != len(traj.steps):
+                raise ValueError(f"write_rollouts: trajectory {traj.trajectory!r}: {len(obs_i)} observations for {len(traj.steps)} steps")
+            rec = traj.to_json()
+            rec["task_id"] = str(traj.extra.get("task_id", traj.group))
+            rec["step"] = int(step)
+            rec["traj_advantage"] = float(credit.traj_advantage[lo]) if hi > lo else 0.0
+            for t, (s, out) in enumerate(zip(traj.steps, rec["steps"])):
+                k = lo + t
+                out["rea"] = int(cols["rea"][k])
+                out["pa"] = int(cols["pa"][k])
+                out["fd"] = float(cols["fd"][k])
+                out["base_advantage"] = float(cols["base_advantage"][k])
+                out["advantage"] = float(cols["advantage"][k])
+                out["uniform"] = bool(cols["uniform"][k])
+                obs = _observation(s, obs_i[t] if obs_i is not None else None)
+                if obs is not None:
+                    out["observation"] = obs
+            gz.write((json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
     return path
 
 

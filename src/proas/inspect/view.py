@@ -15,7 +15,7 @@ colour conventions live here and the HTML page reuses them, so both read the sam
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.console import Group
 from rich.table import Table
