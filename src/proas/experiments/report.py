@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
-from proas.experiments.spec import RowSpec, Study, load_study
+from proas.experiments.spec import RowSpec, Study, env_dir, load_study
 from proas.fileio import atomic_write_bytes, atomic_write_text
 
 __all__ = ["RunCurve", "best_within", "collect_runs", "first_reach", "make_report", "speedup", "summarise"]
@@ -78,7 +78,7 @@ def read_run(run_dir: Path) -> RunCurve | None:
         return None
     val: list[dict[str, Any]] = []
     steps_done = 0
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = path.read_text(encoding="utf-8").splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -183,7 +183,7 @@ class RowResult:
 
 
 def collect_runs(results: Path, env: str, row: str) -> list[tuple[int, RunCurve]]:
-    folder = results / env / row
+    folder = results / env_dir(env) / row
     out = []
     if not folder.is_dir():
         return out

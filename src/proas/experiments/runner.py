@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from proas.errors import ProasError
-from proas.experiments.spec import RunSpec, Study
+from proas.experiments.spec import RunSpec, Study, env_dir
 from proas.fileio import atomic_write_text
 
 __all__ = ["GridResult", "plan", "run_grid", "run_status"]
@@ -120,7 +120,7 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
     child_env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
     def dep_keys(s: RunSpec) -> list[str]:
-        return [f"{s.env}/{d}/seed{s.seed}" for d in s.needs]
+        return [f"{env_dir(s.env)}/{d}/seed{s.seed}" for d in s.needs]
 
     try:
         while pending or running:

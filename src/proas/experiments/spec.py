@@ -77,10 +77,15 @@ class RunSpec:
 
     @property
     def key(self) -> str:
-        return f"{self.env}/{self.row}/seed{self.seed}"
+        return f"{env_dir(self.env)}/{self.row}/seed{self.seed}"
 
     def run_dir(self, out: Path) -> Path:
-        return out / self.env / self.row / f"seed{self.seed}"
+        return out / env_dir(self.env) / self.row / f"seed{self.seed}"
+
+
+def env_dir(env: str) -> str:
+    """The folder of an env's runs (a ``module:factory`` env name has no ':' in it)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", env)
 
 
 @dataclass

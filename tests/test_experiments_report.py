@@ -1,0 +1,220 @@
+"""`proas report` on synthetic run directories, against tables and Spd.@K worked out by hand."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from proas.cli import main
+from proas.errors import ProasError
+from proas.experiments.report import best_within, first_reach, make_report, mean_std, read_run, speedup
+
+TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+         "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
+
+MAIN = """\
+study: main
+title: Main results
+kind: main
+envs: [household, shop]
+seeds: [0, 1]
+steps: 30
+rows:
+  - {id: direct, label: Direct Prompt, not_run: "waits for proas eval"}
+  - {id: grpo, label: GRPO, overrides: [algo.estimator=grpo, algo.shaping=none]}
+  - {id: grpo_proas, label: GRPO+ProAS, base: grpo, overrides: [algo.estimator=grpo, algo.shaping=proas]}
+"""
+
+ABL = """\
+study: ablation_shaping
+title: (a) Shaping
+kind: ablation
+reference: grpo
+envs: [household]
+seeds: [0, 1]
+steps: 30
+rows:
+  - {id: grpo, label: GRPO, overrides: [algo.shaping=none]}
+  - {id: grpo_suffix, label: Suffix, overrides: [algo.shaping=suffix]}
+"""
+
+
+def _val(step, sr, types=None, ts=None):
+    rec = {"step": step, "train/sr": 0.0, "val/sr": sr, "val/ts": 100 * sr if ts is None else ts}
+    for i, t in enumerate(TYPES):
+        rec[f"val/sr/{t}"] = (types or [sr] * 6)[i]
+    return rec
+
+
+def _write_run(root: Path, env: str, row: str, seed: int, records, extra_lines=()):
+    d = root / env / row / f"seed{seed}"
+    d.mkdir(parents=True)
+    lines = []
+    last = 0
+    for rec in records:
+        # a training record between validations, as the trainer writes
+        for s in range(last + 1, rec["step"]):
+            lines.append(json.dumps({"step": s, "train/sr": 0.0}))
+        lines.append(json.dumps(rec))
+        last = rec["step"]
+    lines += list(extra_lines)
+    (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "main.yaml").write_text(MAIN)
+    (root / "studies" / "ablation_shaping.yaml").write_text(ABL)
+    hh = "household"
+    # GRPO: mean curve 0, 37.5, 62.5, 72.5 -> first >= 70 at step 30; best within 30: 75 and 75;
+    # step 40 (SR 1.0) lies beyond the budget and must be ignored
+    _write_run(root, hh, "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.75, [1, 0.5, 1, 0.5, 0.5, 1.0]),
+                                     _val(30, 0.7), _val(40, 1.0)])
+    _write_run(root, hh, "grpo", 1, [_val(0, 0.0), _val(10, 0.25), _val(20, 0.5),
+                                     _val(30, 0.75, [0.5, 0.5, 1, 1, 0.5, 0.0])])
+    # +ProAS: curve 0, 68.75, 81.25, 62.5 -> first >= 70 at step 20 -> Spd.@70 = 30 / 20 = 1.50x;
+    # best: seed0 step 20 (0.875), seed1 step 20 (0.75, tied with step 30: the earliest counts)
+    _write_run(root, hh, "grpo_proas", 0, [_val(0, 0.0), _val(10, 0.75), _val(20, 0.875, [1, 1, 1, 1, 0.5, 0.5]),
+                                           _val(30, 0.5)])
+    _write_run(root, hh, "grpo_proas", 1, [_val(0, 0.0), _val(10, 0.625), _val(20, 0.75, [1, 0.5, 1, 0.5, 1, 0.5]),
+                                           _val(30, 0.75, [0, 0, 0, 0, 0, 0])])
+    # shop: GRPO never reaches 50% (best 40, 30); +ProAS reaches it at step 20 (mean 55)
+    _write_run(root, "shop", "grpo", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.4, ts=60.0), _val(20, 0.3, ts=50.0)])
+    _write_run(root, "shop", "grpo", 1, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.3, ts=40.0)])
+    _write_run(root, "shop", "grpo_proas", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.6, ts=70.0)])
+    # seed 1 of shop +ProAS has no results: the note must say so, and the curve uses seed 0 only
+    # suffix ablation: best 0.5 and 0.875 -> 68.75 ± 26.5 (below GRPO's 75: not bold)
+    _write_run(root, hh, "grpo_suffix", 0, [_val(0, 0.0), _val(10, 0.5)])
+    _write_run(root, hh, "grpo_suffix", 1, [_val(0, 0.0), _val(10, 0.875)])
+    return root
+
+
+def _table_rows(md: str, title: str) -> dict[str, list[str]]:
+    part = md.split(f"## {title}")[1].split("\n## ")[0]
+    rows = {}
+    for line in part.splitlines():
+        if line.startswith("| ") and not line.startswith("| Method"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_main_table_cells_bold_and_speedup_match_hand_computation(results):
+    md = make_report(results).read_text()
+    rows = _table_rows(md, "Main results")
+    # household: Pick Look Clean Heat Cool Pick2 All Spd | shop: TS SR Spd
+    assert rows["GRPO"][:8] == ["75.0±35.4", "50.0±0.0", "100.0±0.0", "75.0±35.4", "50.0±0.0", "50.0±70.7",
+                                "75.0±0.0", "–"]
+    # +ProAS best records: seed0 step 20 [1,1,1,1,.5,.5] 87.5; seed1 step 20 [1,.5,1,.5,1,.5] 75
+    assert rows["GRPO+ProAS"][:8] == ["**100.0±0.0**", "**75.0±35.4**", "100.0±0.0", "75.0±35.4",
+                                      "**75.0±35.4**", "50.0±0.0", "**81.2±8.8**", "1.50×"]
+    # shop GRPO: best 40 (TS 60) and 30 (TS 40) -> TS 50.0±14.1, SR 35.0±7.1
+    assert rows["GRPO"][8:] == ["50.0±14.1", "35.0±7.1", "–"]
+    # shop +ProAS: seed 0 only, best at step 20 (SR 60, TS 70); GRPO's mean curve (10, 30, 30) never
+    # reaches 50 -> lower bound 20 / 20 = 1.00x
+    assert rows["GRPO+ProAS"][8:] == ["**70.0±0.0**", "**60.0±0.0**", "≥1.00×"]
+    assert rows["Direct Prompt"][0] == "not run"
+    assert "Direct Prompt: not run (waits for proas eval)." in md
+    assert "GRPO+ProAS, shop: only seeds 0 have results." in md
+    assert "the base never reaches 50% within 20 steps; +ProAS does at step 20 (lower bound)" in md
+
+
+def test_ablation_table_bolds_against_the_reference_row(results):
+    md = make_report(results).read_text()
+    rows = _table_rows(md, "(a) Shaping")
+    assert rows["GRPO"][6] == "75.0±0.0"
+    # suffix: 50 and 87.5 -> 68.75 ± 26.5, below GRPO: no bold
+    assert rows["Suffix"][6] == "68.8±26.5"
+    # per type the same 68.75: bold only where GRPO's mean is lower (Look 50, Cool 50, Pick2 50),
+    # not where it is higher (Pick 75, Clean 100, Heat 75)
+    assert rows["Suffix"][:6] == ["68.8±26.5", "**68.8±26.5**", "68.8±26.5", "68.8±26.5", "**68.8±26.5**",
+                                  "**68.8±26.5**"]
+    assert "Bold: higher than GRPO." in md
+
+
+def test_csv_holds_the_numbers_of_the_table(results):
+    make_report(results)
+    with open(results / "main.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    grpo_hh = next(r for r in rows if r["row"] == "grpo" and r["env"] == "household")
+    assert float(grpo_hh["household_All_mean"]) == pytest.approx(75.0)
+    assert grpo_hh["seeds"] == "0 1"
+    assert grpo_hh["best_steps"] == "20 30"
+    proas_shop = next(r for r in rows if r["row"] == "grpo_proas" and r["env"] == "shop")
+    assert float(proas_shop["shop_TS_mean"]) == pytest.approx(70.0)
+    assert proas_shop["household_All_mean"] == ""
+
+
+def test_curves_are_png_files(results):
+    md = make_report(results).read_text()
+    for name in ("main_curves.png", "ablation_shaping_curves.png"):
+        assert (results / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"({name})" in md
+
+
+def test_report_cli_writes_to_another_folder(results, tmp_path, capsys):
+    assert main(["report", str(results), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    assert (tmp_path / "rep" / "report.md").exists()
+    assert not (tmp_path / "rep" / "main_curves.png").exists()
+
+
+def test_reduced_budget_is_stated(results):
+    md = make_report(results, budget=10).read_text()
+    assert "Best validation checkpoint within 10 steps" in md
+    rows = _table_rows(md, "Main results")
+    # within 10 steps GRPO's best are 0.5 and 0.25
+    assert rows["GRPO"][6] == "37.5±17.7"
+
+
+def test_runs_that_stopped_early_are_flagged(tmp_path):
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "main.yaml").write_text(MAIN)
+    _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5)])
+    md = make_report(root, plots=False).read_text()
+    assert "**Reduced budget:** the runs reached at most step 10 (budget 30)" in md
+
+
+def test_speedup_cases():
+    base = [(0, 0.0, 0), (10, 50.0, 0), (20, 70.0, 0), (30, 90.0, 0)]
+    fast = [(0, 0.0, 0), (10, 75.0, 0), (20, 80.0, 0), (30, 90.0, 0)]
+    never = [(0, 0.0, 0), (10, 10.0, 0), (20, 20.0, 0), (30, 30.0, 0)]
+    assert speedup(base, fast, 70, 30) == ("2.00×", None)
+    assert speedup(fast, base, 70, 30) == ("0.50×", None)
+    text, note = speedup(never, fast, 70, 30)
+    assert text == "≥3.00×" and "base never reaches 70%" in note
+    text, note = speedup(base, never, 70, 30)
+    assert text == "≤0.67×" and "+ProAS never reaches 70%" in note
+    assert speedup(never, never, 70, 30) == ("n/r", "neither reaches 70% within 30 steps")
+    # reaching K already at step 0 counts as one step
+    assert speedup([(0, 80.0, 0)], [(0, 80.0, 0)], 70, 30)[0] == "1.00×"
+
+
+def test_first_reach_and_best_within_and_std():
+    assert first_reach([(0, 10.0, 0), (10, 69.9, 0), (20, 70.0, 0)], 70) == 20
+    assert first_reach([(0, 10.0, 0)], 70) is None
+    m, sd = mean_std([87.5, 75.0])
+    assert m == 81.25 and sd == pytest.approx(math.sqrt(2 * 6.25 ** 2))
+    assert mean_std([5.0]) == (5.0, 0.0)
+
+
+def test_truncated_last_line_is_ignored_but_corruption_inside_is_an_error(tmp_path):
+    d = _write_run(tmp_path, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5)], extra_lines=['{"step": 11, "tra'])
+    run = read_run(d)
+    assert [r["step"] for r in run.val] == [0, 10] and best_within(run, 30)["step"] == 10
+    bad = _write_run(tmp_path, "household", "grpo", 1, [_val(0, 0.0)], extra_lines=["garbage", json.dumps(_val(10, 1.0))])
+    with pytest.raises(ProasError, match=r"metrics.jsonl:2: not a metrics record"):
+        read_run(bad)
+
+
+def test_missing_results_dir_is_a_clear_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "no such results directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "no studies/ folder" in capsys.readouterr().err
