@@ -31,12 +31,25 @@ __all__ = ["choose_points", "fd_bins", "fd_probe", "oracle_graph"]
 
 
 def oracle_graph(env: Env, task_ids: Sequence[str], max_steps: int) -> ReferenceGraph:
-    """The ARG of an RL run's default: the oracle replayed on the training tasks."""
-    from proas.train.loop import oracle_trajectories
+    """The ARG of an RL run's default: the oracle replayed on the training tasks (the won
+    walkthroughs; a task whose oracle does not win within ``max_steps`` is left out)."""
+    from proas.types import Step
 
-    trajs, _ = oracle_trajectories(env, list(task_ids), max_steps)
+    trajs = []
+    for tid in task_ids:
+        obs, info = env.reset(tid)
+        steps, won = [], False
+        for action in env.oracle(tid)[:max_steps]:
+            _, _, done, nxt = env.step(action)
+            steps.append(Step(state=str(info["abstract_state"]), action=action,
+                              next_state=str(nxt["abstract_state"]), error=bool(nxt["error"])))
+            info, won = nxt, bool(nxt["won"])
+            if done:
+                break
+        if won:
+            trajs.append(Trajectory(group=tid, trajectory=tid, reward=1.0, steps=steps, won=True))
     if not trajs:
-        raise ProasError("fd probe: the oracle solved none of the training tasks; no reference graph")
+        raise ProasError("the oracle solved none of the training tasks; no reference graph")
     return ReferenceGraph.from_trajectories(trajs)
 
 
@@ -59,9 +72,10 @@ def choose_points(fd: Sequence[int], points: int) -> list[int]:
 
 def fd_probe(policy: Policy, make_env: Callable[[], Env], task_ids: Sequence[str], graph: ReferenceGraph, *,
              env_name: str, max_steps: int, n: int = 50, rollouts: int = 1, points: int = 4,
-             temperature: float = 1.0, seed: int = 0,
-             progress: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Rows ``(task, trajectory, t, fd, action, esr)``; and counts (episodes, failed, points)."""
+             temperature: float = 1.0, seed: int = 0, progress: Callable[[str], None] | None = None,
+             keep_failed: list[Trajectory] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Rows ``(task, trajectory, t, fd, action, esr)``; and counts (episodes, failed, points).
+    The failed trajectories are appended to ``keep_failed`` when given."""
     if n < 1 or rollouts < 1 or points < 1:
         raise ProasError("fd probe: need n, rollouts and points >= 1")
     rng = np.random.default_rng(seed)
@@ -70,6 +84,8 @@ def fd_probe(policy: Policy, make_env: Callable[[], Env], task_ids: Sequence[str
     trajs, _ = rollout(envs, slots, policy, rng, temperature=temperature, max_steps=max_steps, env_name=env_name)
     failed: list[Trajectory] = [t for t in trajs if not t.success and t.steps]
     counts = {"episodes": len(trajs), "failed": len(failed), "points": 0}
+    if keep_failed is not None:
+        keep_failed.extend(failed)
     if not failed:
         return [], counts
     ann = annotate(CreditBatch.from_trajectories(failed), graph)

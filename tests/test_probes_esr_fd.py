@@ -1,0 +1,207 @@
+"""The ESR, FD and stats probes: hand-worked outcomes with a scripted policy on the toy env, FD
+values against the credit layer's reference annotation, the CLI's tables and plots."""
+
+import csv
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from proas.cli import main as proas_main
+from proas.credit import ReferenceGraph, annotate_loop
+from proas.errors import ProasError
+from proas.policies.base import Decision, Policy
+from proas.probes.esr import esr_probe, inject_unreasonable, summarise_esr
+from proas.probes.fd import choose_points, fd_bins, fd_probe, oracle_graph
+from proas.probes.snapshot import Snapshot, restore
+from proas.probes.stats import run_stats
+from proas.types import Step, Trajectory
+from toy_env import make_env
+
+torch.set_num_threads(1)
+
+TOY = ["env.name=toy_env:make_env", "env.options.n_places=4", "env.options.max_steps=12", "env.options.n_train=32",
+       "env.options.n_valid=16", "train.progress=false"]
+
+
+class Fragile(Policy):
+    """Solves every toy task, unless its context holds a rejected action ("Nothing happens."),
+    after which it only wanders (never drops the item): clean context -> ESR 1, polluted -> 0."""
+
+    kind = "scripted"
+
+    def __init__(self):
+        self.module = torch.nn.Linear(1, 1)
+        self.seen = []
+
+    def _one(self, ctx):
+        self.seen.append(ctx)
+        gos = [a for a in ctx.admissible if a.startswith("go to ")]
+        polluted = ctx.observation == "Nothing happens." or any(o == "Nothing happens." for o, _ in ctx.history)
+        if polluted:
+            return gos[0]
+        dst = re.search(r"on the (\w+)\.", ctx.task).group(1)
+        for a in ctx.admissible:
+            if a.startswith("take "):
+                return a
+        if any(a.startswith("drop ") for a in ctx.admissible):
+            return next((a for a in ctx.admissible if a.startswith("drop ")), None) if f"go to {dst}" not in gos \
+                else f"go to {dst}"
+        visited = {a for _, a in ctx.history}
+        return next(a for a in gos if a != f"go to {dst}" and a not in visited)
+
+    def act(self, contexts, rng, temperature=1.0):
+        return [Decision(action=(a := self._one(c)), response=a, malformed=False, logp=0.0) for c in contexts]
+
+    def evaluate(self, batch, module=None):  # pragma: no cover - never trained
+        raise NotImplementedError
+
+
+def _make():
+    return make_env(n_places=4, max_steps=12)
+
+
+def test_injected_actions_are_rejected_and_keep_the_state():
+    env = _make()
+    snap = inject_unreasonable(env, Snapshot("valid-001"), 3, np.random.default_rng(0))
+    assert len(snap.actions) == 3 and all(a.startswith("take ") for a in snap.actions)
+    r = restore(env, snap)
+    assert r.errors == [True, True, True] and r.info["abstract_state"] == "fetch|search|other"
+    # holding the item at the source, the toy env has nothing to reject: a clear error
+    held = Snapshot("valid-001", tuple(env.oracle("valid-001")[:2]))
+    with pytest.raises(ProasError, match="no rejected action"):
+        inject_unreasonable(env, held, 1, np.random.default_rng(0))
+
+
+def test_esr_probe_hand_worked_with_a_fragile_policy():
+    pol = Fragile()
+    rows = esr_probe(pol, _make, ["valid-000", "valid-001", "valid-002"], env_name="toy", max_steps=12, n=5,
+                     ks=(0, 2, 4), cut=0.0, seed=0)
+    assert [(r["task_id"], r["k"]) for r in rows] == [(t, k) for t in ("valid-000", "valid-001", "valid-002")
+                                                      for k in (0, 2, 4)]
+    for r in rows:
+        assert r["esr_clean"] == 1.0 and r["same_state"] and r["budget"] == 12 - r["k"]
+        assert r["esr_injected"] == (1.0 if r["k"] == 0 else 0.0)
+        assert r["steps_injected"] == (r["steps_clean"] if r["k"] == 0 else r["budget"])
+    assert summarise_esr(rows)[1] == {"k": 2, "tasks": 3, "esr_clean": 1.0, "esr_injected": 0.0, "drop": 1.0,
+                                      "se_clean": 0.0, "se_injected": 0.0}
+    # the continuations saw the injected segment in their history: K errors, then the policy's steps
+    polluted = [c for c in pol.seen if len(c.history) == 4 and all(a.startswith("take ") for _, a in c.history)]
+    assert polluted
+
+
+def test_choose_points_and_bins_hand_worked():
+    fd = [5, 5, 4, 3, 3, 3, 2, 1, 1, 0]
+    assert choose_points(fd, 10) == [0, 2, 3, 6, 7, 9]  # first step of every distinct FD value
+    assert choose_points(fd, 3) == [0, 3, 9]  # FD 5, 3 (middle of 5..0), 0
+    assert choose_points(fd, 1) == [0]
+    rows = [{"fd": f, "esr": e} for f, e in [(1, 0.0), (9, 0.5), (4, 0.1), (12, 0.7)]]
+    assert fd_bins(rows, bins=2) == [
+        {"fd_low": 1, "fd_high": 4, "fd_mean": 2.5, "points": 2, "esr": 0.05},
+        {"fd_low": 9, "fd_high": 12, "fd_mean": 10.5, "points": 2, "esr": 0.6}]
+
+
+class Recorder(Policy):
+    """Uniform over the scorer's candidate list (kind ``scorer``: the sampler hides the forbidden
+    action from it); records every context it is shown."""
+
+    kind = "scorer"
+
+    def __init__(self):
+        self.module = torch.nn.Linear(1, 1)
+        self.seen = []
+
+    def act(self, contexts, rng, temperature=1.0):
+        out = []
+        for c in contexts:
+            self.seen.append(c)
+            cands = list(c.admissible) + list(c.invalid_candidates)
+            a = cands[int(rng.integers(len(cands)))]
+            out.append(Decision(action=a, response=a, malformed=False, logp=0.0, data={}))
+        return out
+
+    def evaluate(self, batch, module=None):  # pragma: no cover
+        raise NotImplementedError
+
+
+def test_fd_probe_points_match_the_credit_annotation_and_forbid_the_action():
+    env = _make()
+    graph = oracle_graph(env, env.task_ids("train"), 12)
+    pol = Recorder()
+    failed = []
+    rows, counts = fd_probe(pol, _make, ["valid-000", "valid-001", "valid-002", "valid-003"], graph, env_name="toy",
+                            max_steps=12, n=6, rollouts=3, points=3, seed=1, keep_failed=failed)
+    assert counts["episodes"] == 12 and counts["failed"] == len(failed) >= 1 and counts["points"] == len(rows) > 0
+    assert all(not t.success for t in failed)
+    by_id = {t.trajectory: t for t in failed}
+    for r in rows:
+        traj = by_id[r["trajectory"]]
+        ann = annotate_loop([traj], graph)
+        assert r["fd"] == ann.fd[r["t"]] and r["pa"] == ann.pa[r["t"]]
+        assert r["action"] == traj.steps[r["t"]].action and r["length"] == len(traj)
+        assert r["forbid_failed"] == 0 and 0.0 <= r["esr"] <= 1.0
+        # the n continuations started from the exact prefix, without the forbidden action on offer
+        prefix = [s.action for s in traj.steps[: r["t"]]]
+        starts = [c for c in pol.seen if [a for _, a in c.history] == prefix and c.task == traj.steps[0].extra[
+            "context"].task]
+        hidden = [c for c in starts if r["action"] not in list(c.admissible) + list(c.invalid_candidates)]
+        assert len(hidden) >= 6
+    # points per trajectory: at most 3, with distinct FD values, the largest FD first
+    for tid in by_id:
+        fds = [r["fd"] for r in rows if r["trajectory"] == tid]
+        if fds:
+            assert len(fds) <= 3 and fds == sorted(set(fds), reverse=True)
+            assert fds[0] == annotate_loop([by_id[tid]], graph).fd[0]
+    # the annotation itself, hand-worked: an error step and a revisit are NA
+    steps = [Step("s0", "a", "s1"), Step("s1", "b", "s1", error=True), Step("s1", "c", "s0"), Step("s0", "d", "x")]
+    g = ReferenceGraph.from_trajectories([Trajectory("g", "t", 1.0, [Step("s0", "a", "s1"), Step("s1", "e", "s2")])])
+    assert list(annotate_loop([Trajectory("g", "u", 0.0, steps)], g).fd) == [3, 3, 2, 1]
+    assert choose_points([3, 3, 2, 1], 4) == [0, 2, 3]
+
+
+def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
+    assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d"), "--json"]) == 0
+    capsys.readouterr()
+    assert proas_main(["probe", "esr", str(tmp_path / "d"), "--out", str(tmp_path / "esr"), "--tasks", "2", "--n", "4",
+                       "--k", "1", "--k", "2", "--cut", "0"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "esr" / "esr.csv")))
+    assert [(r["task_id"], r["k"]) for r in rows] == [("valid-000", "1"), ("valid-000", "2"), ("valid-001", "1"),
+                                                      ("valid-001", "2")]
+    assert (tmp_path / "esr" / "esr.md").read_text().startswith("| task_id |")
+    assert (tmp_path / "esr" / "esr.png").read_bytes()[:4] == b"\x89PNG"
+    summary = json.loads((tmp_path / "esr" / "esr.json").read_text())["summary"]
+    assert [s["k"] for s in summary] == [1, 2]
+    assert proas_main(["probe", "fd", str(tmp_path / "d"), "--out", str(tmp_path / "fd"), "--tasks", "3", "--n", "4",
+                       "--points", "2"]) == 0
+    fd_rows = list(csv.DictReader(open(tmp_path / "fd" / "fd.csv")))
+    assert fd_rows and all(0 <= float(r["esr"]) <= 1 for r in fd_rows)
+    assert (tmp_path / "fd" / "fd.png").read_bytes()[:4] == b"\x89PNG"
+    # bad input: one line, exit 2
+    assert proas_main(["probe", "esr", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
+    assert proas_main(["probe", "esr", str(tmp_path / "d"), "--out", str(tmp_path / "x"), "--n", "0"]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
+    from proas.train.config import build_config
+    from proas.train.run import train
+
+    train(build_config(TOY + ["train.steps=3", "env.tasks_per_step=4", "env.group_size=4", "train.val_every=3",
+                              "env.fixed_val_set.size=4"]), run_dir=tmp_path / "rl")
+    metrics = [json.loads(x) for x in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+    rows = run_stats(tmp_path / "rl")
+    assert [r["step"] for r in rows] == [1, 2, 3] and {r["source"] for r in rows} == {"metrics"}
+    assert [r["na_in_failure"] for r in rows] == [m.get("train/na_in_failure") for m in metrics[1:]]
+    # a run directory without training metrics (SFT, Direct): fresh rollouts of its checkpoint
+    assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d"), "--json"]) == 0
+    rows = run_stats(tmp_path / "d", tasks=4, group=2)
+    assert len(rows) == 1 and rows[0]["source"] == "rollouts" and rows[0]["checkpoint"] == "best"
+    assert rows[0]["na_in_failure"] is not None and 0.0 < rows[0]["na_in_failure"] <= 1.0
+    assert proas_main(["probe", "stats", str(tmp_path / "rl"), str(tmp_path / "d"), "--out", str(tmp_path / "st"),
+                       "--tasks", "4", "--group", "2"]) == 0
+    table = list(csv.DictReader(open(tmp_path / "st" / "stats.csv")))
+    assert [r["run"] for r in table] == ["rl", "rl", "rl", "d"]
+    assert (tmp_path / "st" / "stats.png").read_bytes()[:4] == b"\x89PNG"
+    assert proas_main(["probe", "stats", str(tmp_path / "missing"), "--out", str(tmp_path / "st2")]) == 2
