@@ -121,3 +121,40 @@ def test_clicking_a_state_shows_its_support_and_distance(loaded, page_file):
     text = page.locator("#nodeinfo").inner_text()
     assert goal in text and f"support {page_file.graph.support(goal)}" in text and "distance to goal 0" in text
     assert problems == []
+
+
+def test_a_capped_large_graph_renders_in_rings(browser, page_file, tmp_path):
+    from proas.credit import ReferenceGraph
+
+    big = ReferenceGraph()
+    big.merge(page_file.graph)
+    noisy = next(t for t in page_file.log.trajectories if t.trajectory == "g0/noisy")
+    start, goal = noisy.steps[0].state, noisy.steps[-1].next_state
+    for k in range(400):  # 400 detours between the start and the goal: one wide level
+        big.add_path([start, f"{TYPE}|detour={k}", goal], ["wander", "finish"])
+    graph_file = tmp_path / "big.json"
+    big.save(graph_file)
+    out = tmp_path / "big.html"
+    run_dir = page_file.path.parent
+    assert main(["inspect", str(run_dir), "--task", "g0", "--graph", str(graph_file), "--max-nodes", "150",
+                 "--html", str(out)]) == 0
+    group = [t for t in page_file.log.trajectories if t.group == "g0"]
+    off = {s for t in group for s in path_states(t)} - set(big.nodes())
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+    page.goto(out.as_uri())
+    page.wait_for_function("window.proasInspect && window.proasInspect.ready", timeout=30_000)
+    assert page.evaluate("proasInspect.cy.nodes('[?arg]').length") == 150
+    assert page.evaluate("proasInspect.cy.nodes('[!arg]').length") == len(off)
+    # rings: the goal sits at the centre of the drawing, the detours (distance 1) on one circle around it
+    centre = page.evaluate(f"(() => {{ const p = proasInspect.cy.getElementById({goal!r}).position(); return [p.x, p.y]; }})()")
+    radii = page.evaluate(
+        "(() => proasInspect.cy.nodes().filter(n => n.id().includes('|detour=')).map(n => n.position()))()"
+    )
+    dist = [((p["x"] - centre[0]) ** 2 + (p["y"] - centre[1]) ** 2) ** 0.5 for p in radii]
+    assert len(dist) > 100 and max(dist) - min(dist) < 1e-6 * max(dist) + 1e-3 and min(dist) > 0
+    page.screenshot(path=str(tmp_path / "big.png"))
+    page.close()
+    assert problems == []

@@ -28,6 +28,8 @@ from proas.inspect.view import KIND_NOTE, abbreviate, glyph, short_state, step_n
 __all__ = ["DEFAULT_MAX_NODES", "arg_elements", "cytoscape_js", "path_states", "render_html"]
 
 DEFAULT_MAX_NODES = 300
+#: up to this many nodes the graph is laid out top-down (breadth-first), above it in rings by distance
+BREADTHFIRST_MAX_NODES = 40
 
 
 def cytoscape_js() -> str:
@@ -54,7 +56,8 @@ def arg_elements(graph, task_type: str | None, group: Sequence[LoggedTrajectory]
     """Cytoscape elements for the subgraph of ``task_type`` and the group's paths.
 
     Returns ``{"nodes", "edges", "paths", "type_nodes", "shown_arg_nodes", "capped"}``: node
-    data ``id, label, support, distance (None: no goal), goal, arg, color, size``; edge data
+    data ``id, label, support, distance (None: no goal), goal, arg, color, size, ring`` (the
+    concentric layout's level: goals highest, unreachable and outside states 0); edge data
     ``id, source, target, support, actions, arg, width``; ``paths[trajectory] = {"nodes",
     "edges"}`` (ids on the trajectory's path).
     """
@@ -90,11 +93,12 @@ def arg_elements(graph, task_type: str | None, group: Sequence[LoggedTrajectory]
             "id": n, "label": short_state(n, task_type).replace("|", "\n"), "support": sup,
             "distance": d if math.isfinite(d) else None, "goal": graph.is_goal(n), "arg": True,
             "color": _distance_colour(d, dmax), "size": round(18 + 42 * math.sqrt(sup / smax), 1),
+            "ring": dmax + 1 - d if math.isfinite(d) else 0,
         })
     for n in off_graph:
         nodes.append({
             "id": n, "label": short_state(n, task_type).replace("|", "\n"), "support": 0, "distance": None,
-            "goal": False, "arg": False, "color": "#ffffff", "size": 16,
+            "goal": False, "arg": False, "color": "#ffffff", "size": 16, "ring": 0,
         })
 
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -256,9 +260,16 @@ _JS = r"""
         'opacity': 1, 'z-index': 10}}
     ]
   });
-  var roots = cy.nodes().roots();
-  cy.layout({name: 'breadthfirst', directed: true, roots: roots.length ? roots : undefined, spacingFactor: 0.85,
-             animate: false}).run();
+  // a small graph reads best top-down from its start states; a large one in rings around the goals
+  // (one ring per distance, unreachable and outside states outermost), which stays legible when wide
+  if (cy.nodes().length <= data.layout_threshold) {
+    var roots = cy.nodes().roots();
+    cy.layout({name: 'breadthfirst', directed: true, roots: roots.length ? roots : undefined, spacingFactor: 0.85,
+               animate: false}).run();
+  } else {
+    cy.layout({name: 'concentric', concentric: function (n) { return n.data('ring'); }, levelWidth: function () { return 1; },
+               minNodeSpacing: 6, avoidOverlap: true, animate: false}).run();
+  }
   cy.fit(undefined, 20);
 
   var info = document.getElementById('nodeinfo');
@@ -309,7 +320,8 @@ def render_html(
     """The whole page as one string (every script and style inline)."""
     task_type = selected.task_type
     elements = arg_elements(graph, task_type, group, max_nodes=max_nodes)
-    payload = {"step": log.step, "group": selected.group, "selected": selected.trajectory, "graph": elements}
+    payload = {"step": log.step, "group": selected.group, "selected": selected.trajectory, "graph": elements,
+               "layout_threshold": BREADTHFIRST_MAX_NODES}
     blob = json.dumps(payload, separators=(",", ":")).replace("<", "\\u003c")
     first = group[0]
     n_off = sum(1 for n in elements["nodes"] if not n["arg"])
