@@ -191,3 +191,25 @@ def test_cli_html_without_a_graph_is_a_clear_error(run, tmp_path, capsys):
     (tmp_path / "g.json").write_text("{broken")
     assert main(["inspect", str(bare), "--html", str(tmp_path / "x.html"), "--graph", str(tmp_path / "g.json")]) == 2
     assert not (tmp_path / "x.html").exists()
+
+
+def test_ids_and_texts_cannot_break_out_of_the_page(tmp_path):
+    import numpy as np
+
+    from proas.inspect.html import render_html
+    from proas.inspect.rollout_log import write_rollouts
+    from proas.types import Step, Trajectory
+
+    evil = "</script><script>alert(1)</script><b>"
+    step = Step(state=f"t|{evil}", action=evil, next_state="t|b", error=False, extra={"observation": evil})
+    traj = Trajectory(group=evil, trajectory=evil, reward=1.0, steps=[step], task_type="t")
+    credit = SimpleNamespace(offsets=np.array([0, 1]), rea=np.array([1]), pa=np.array([1]), fd=np.array([0]),
+                             base_advantage=np.array([0.0]), advantage=np.array([0.0]), uniform=np.array([True]),
+                             traj_advantage=np.array([0.0]))
+    write_rollouts(tmp_path, 0, [traj], credit)
+    log = read_rollouts(tmp_path)
+    graph = ReferenceGraph()
+    graph.add_path([f"t|{evil}", "t|b"], [evil])
+    page = render_html(log, log.trajectories, log.trajectories[0], graph, evil)
+    assert page.lower().count("</script>") == 3  # the library, the data and the page's own script
+    assert "<b>" not in page and "alert(1)</script>" not in page

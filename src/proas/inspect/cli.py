@@ -8,6 +8,7 @@ run's latest checkpoint, else its best one.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,14 @@ def find_graph(run_dir: Path, step: int) -> Path:
     raise ProasError(f"{run_dir}: no checkpoint with a reference graph ({GRAPH_FILE}); pass --graph PATH")
 
 
+def _readable(path: Path) -> None:
+    """Give the page the permissions of a plain new file (the atomic write's temporary is 0600):
+    it is meant to be shared."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     log = read_rollouts(run_dir, args.step)
@@ -53,6 +62,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     graph = ReferenceGraph.load(graph_path)  # a missing or corrupt file is a GraphFileError (a ProasError)
     page = render_html(log, group, traj, graph, str(graph_path), max_nodes=args.max_nodes)
     atomic_write_text(args.html, page)
+    _readable(Path(args.html))
     print(f"wrote {args.html}: step {log.step}, task {traj.task_id}, trajectory {traj.trajectory}, graph {graph_path}")
     return 0
 
