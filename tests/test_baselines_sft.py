@@ -123,3 +123,14 @@ def test_sft_trains_the_lm_policy(tmp_path):
     nll = [r["sft/nll"] for r in rows[1:]]
     assert nll[-1] < nll[0]
     assert (tmp_path / "lm" / "best" / "state.pt").exists()
+
+
+def test_sft_task_subset_is_evenly_spaced_over_the_split():
+    from proas.baselines.sft import sft_task_ids
+    from toy_env import make_env
+
+    env = make_env(n_train=10)
+    c = build_config(TOY)
+    assert sft_task_ids(c, env, 4) == ["train-000", "train-003", "train-006", "train-009"]
+    assert sft_task_ids(c, env, None) == env.task_ids("train")
+    assert sft_task_ids(c, env, 50) == env.task_ids("train")

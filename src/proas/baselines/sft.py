@@ -1,9 +1,9 @@
 """The SFT baseline: maximise the log-likelihood of the oracle's actions on the training tasks.
 
 Data: the env's oracle is replayed on the training tasks an RL run of the same config would see
-(the tasks of ``env.fixed_train_set`` when set, else the env's ``train`` split, the first
-``max_tasks`` of it when given). At every step the policy's ``Context`` is rebuilt exactly as the
-rollout builds it (task text, observation, history, admissible actions, invalid candidates), and
+(the tasks of ``env.fixed_train_set`` when set, else the env's ``train`` split; with
+``max_tasks``, that many of them evenly spaced over the list, so every task type stays in). At
+every step the policy's ``Context`` is rebuilt exactly as the rollout builds it (task text, observation, history, admissible actions, invalid candidates), and
 the oracle's action is the target.
 
 Loss: the negative token-mean log-likelihood of the target through the policy's own
@@ -53,7 +53,7 @@ class SFTOptions:
     batch_size: int = 64
     #: validate every this many epochs (and after the last)
     val_every: int = 1
-    #: use at most this many training tasks (None = all of them)
+    #: use at most this many training tasks, evenly spaced over the list (None = all of them)
     max_tasks: int | None = None
 
 
@@ -66,8 +66,9 @@ def sft_task_ids(cfg: Config, env: Env, max_tasks: int | None = None) -> list[st
         ids = list(dict.fromkeys(t for step in sched.steps for t in step))
     else:
         ids = list(env.task_ids("train"))
-    if max_tasks is not None:
-        ids = ids[:max_tasks]
+    if max_tasks is not None and max_tasks < len(ids):
+        # evenly spaced over the list, so a subset keeps every task type of an ordered split
+        ids = [ids[i] for i in np.linspace(0, len(ids) - 1, max(1, max_tasks)).round().astype(int)]
     if not ids:
         raise ProasError(f"env {getattr(env, 'name', '?')!r}: no training tasks for SFT")
     return ids
