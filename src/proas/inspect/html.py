@@ -220,7 +220,7 @@ th{background:#f6f8fa} tr.current td{background:#fff8c5}
 .pos{color:#1a7f37} .neg{color:#cf222e} .zero{color:#57606a}
 .k-up{font-weight:700} .k-down{opacity:.6} .k-masked,.k-zeroed{color:#8c959f;text-decoration:line-through}
 table.steps tr.row-masked td,table.steps tr.row-zeroed td{background:#f3f4f6}
-table.steps tr.row-up td{background:#fff1ef} td.note{white-space:nowrap}
+table.steps tr.row-up td{background:#fff1ef} td.note{white-space:nowrap} td.note.k-masked,td.note.k-zeroed{text-decoration:none}
 td.obs{max-width:34em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:#57606a} td.state{font-family:monospace;font-size:12px}
 td.strip{font-family:monospace;font-size:15px;letter-spacing:1px} .cell{cursor:help}
 tr.traj-row{cursor:pointer} tr.traj-row:hover td{background:#f6f8fa} tr.traj-row.selected td{background:#ddf4ff}

@@ -214,7 +214,7 @@ def trajectory_table(traj: LoggedTrajectory, obs_width: int = 48) -> Table:
             f"{s.fd:g}",
             _fmt(s.base_advantage),
             Text(_fmt(s.advantage), style=style),
-            Text(step_note(s), style=style),
+            Text(step_note(s), style=style.replace(" strike", "")),  # the note stays legible
         )
     return table
 
