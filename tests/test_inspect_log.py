@@ -159,3 +159,24 @@ def test_corrupt_files_are_one_line_errors_naming_the_file(tmp_path, content, me
     with pytest.raises(ProasError, match=message) as info:
         read_rollouts(tmp_path)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_shaped_part_is_recovered_with_a_step_level_estimator(tmp_path):
+    """GiGPO adds B_{i,t}: the log keeps A_i so Ã_{i,t} = advantage − (base − A_i) is exact."""
+    from inspect_helpers import batch
+
+    from proas.credit import ReferenceGraph, compute_credit
+    from proas.envs.household.env import HouseholdEnv, oracle_trajectory
+
+    env = HouseholdEnv()
+    trajs = batch(env, seed=3)
+    graph = ReferenceGraph.from_trajectories([oracle_trajectory(env, "train-pick-0000")])
+    credit = compute_credit(trajs, graph, estimator="gigpo", shaping="proas", evolve=True)
+    assert np.abs(credit.step_advantage).max() > 0  # the batch does exercise B_{i,t}
+    write_rollouts(tmp_path, 1, trajs, credit)
+    flat = [s for t in read_rollouts(tmp_path).trajectories for s in t.steps]
+    np.testing.assert_allclose([s.shaped for s in flat], credit.advantage - credit.step_advantage, atol=1e-12)
+    np.testing.assert_allclose([s.step_advantage for s in flat], credit.step_advantage, atol=1e-12)
+    # APR reweights only T_i: a failed trajectory's step outside it keeps A_i
+    outside = [s for s in flat if not s.uniform and s.traj_advantage < 0]
+    assert outside and all(s.kind == "kept" for s in outside)

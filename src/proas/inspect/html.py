@@ -201,11 +201,11 @@ def _detail(t: LoggedTrajectory) -> str:
             f'<td class="obs" title="{_e(obs)}">{_e(abbreviate(obs, 90))}</td>'
             f"<td>{_e(s.action)}{' <em>(error)</em>' if s.error else ''}</td>"
             f"<td class=\"state\">{_e(short_state(s.next_state, t.task_type))}</td>"
-            f"<td>{s.rea}</td><td>{s.pa}</td><td>{s.fd:g}</td><td>{_num(s.base_advantage)}</td>"
+            f"<td>{s.rea}</td><td>{s.pa}</td><td>{s.fd:g}</td><td>{'✓' if s.uniform else ''}</td><td>{_num(s.base_advantage)}</td>"
             f'<td class="adv {_step_classes(s)}">{_num(s.advantage)}</td>'
             f'<td class="note {_step_classes(s)}">{_e(step_note(s))}</td></tr>'
         )
-    head = "".join(f"<th>{h}</th>" for h in ("t", "observation", "action", "next state", "Rea", "PA", "FD", "base", "shaped", "note"))
+    head = "".join(f"<th>{h}</th>" for h in ("t", "observation", "action", "next state", "Rea", "PA", "FD", "U", "base", "shaped", "note"))
     title = (f"trajectory {_e(t.trajectory)}: {'won' if t.success else 'failed'}, R = {t.reward:g}, "
              f"A<sub>i</sub> = {_num(t.traj_advantage)}, {len(t)} steps")
     return (f'<div class="traj-detail" data-traj="{_e(t.trajectory)}" hidden><h3>{title}</h3>'

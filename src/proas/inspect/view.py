@@ -199,7 +199,7 @@ def trajectory_table(traj: LoggedTrajectory, obs_width: int = 48) -> Table:
     table.add_column("observation", max_width=obs_width, no_wrap=True)
     table.add_column("action")
     table.add_column("next state")
-    for col in ("Rea", "PA", "FD", "base", "shaped"):
+    for col in ("Rea", "PA", "FD", "U", "base", "shaped"):
         table.add_column(col, justify="right")
     table.add_column("note", no_wrap=True)
     for s in traj.steps:
@@ -212,6 +212,7 @@ def trajectory_table(traj: LoggedTrajectory, obs_width: int = 48) -> Table:
             str(s.rea),
             str(s.pa),
             f"{s.fd:g}",
+            "✓" if s.uniform else "",
             _fmt(s.base_advantage),
             Text(_fmt(s.advantage), style=style),
             Text(step_note(s), style=style.replace(" strike", "")),  # the note stays legible
