@@ -66,7 +66,7 @@ def test_greedy_picks_the_argmax_and_sampling_follows_the_probabilities():
 def test_a_gradient_step_on_positive_advantage_raises_the_chosen_probability():
     p = ScorerPolicy(seed=0)
     d = p.act([ctx()], np.random.default_rng(0))[0]
-    opt = p.make_optimizer(0.05)
+    opt = p.make_optimizer(2.0)
     before = p.evaluate(p.prepare([d.data])).logp.item()
     for _ in range(5):
         opt.zero_grad()

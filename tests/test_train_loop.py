@@ -23,7 +23,7 @@ def cfg(*over):
 
 
 def test_training_raises_the_success_rate_above_the_untrained_policy(tmp_path):
-    c = cfg("env.tasks_per_step=8", "train.steps=24", "train.val_every=8", "policy.scorer.lr=0.03")
+    c = cfg("env.tasks_per_step=8", "train.steps=24", "train.val_every=8")
     summary = train(c, run_dir=tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     untrained = rows[0]["val/sr"]

@@ -14,7 +14,7 @@ TESTS = Path(__file__).resolve().parent
 ARGS = [
     "env.name=toy_env:make_env", "env.options.n_train=24", "env.options.n_valid=8", "env.tasks_per_step=4",
     "env.group_size=4", "train.steps=8", "train.val_every=4", "train.save_every=2", "algo.kl_coef=0.01",
-    "algo.minibatch_size=16", "policy.scorer.lr=0.05", "seed=3",
+    "algo.minibatch_size=16", "seed=3",
 ]
 
 

@@ -115,7 +115,7 @@ class ScorerPolicy(Policy):
     exact_rollout_logp = True
 
     def __init__(self, bits: int = 14, dim: int = 16, init_std: float = 0.01, seed: int = 0,
-                 optimizer: str = "adam"):
+                 optimizer: str = "sgd"):
         self.optimizer = optimizer
         self.features = Featurizer(bits)
         self.module = ScorerModule(bits, dim, init_std, seed)

@@ -92,9 +92,10 @@ def build_policy(cfg: Config, seed: int) -> Policy:
     return LMPolicy.from_config(cfg.policy.lm, seed=seed)
 
 
-def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[list[Trajectory], int]:
-    """Replay the env's oracle on ``task_ids``; return the won trajectories and the failures."""
-    out, failed = [], 0
+def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[list[Trajectory], int, str]:
+    """Replay the env's oracle on ``task_ids``; return the won trajectories, the number of
+    failures and the first failure's description."""
+    out, failed, first = [], 0, ""
     for tid in task_ids:
         try:
             obs, info = env.reset(tid)
@@ -109,15 +110,17 @@ def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[
                 won = bool(nxt["won"])
                 if done:
                     break
-        except Exception:  # noqa: BLE001 - a broken task must not stop graph building
+        except Exception as exc:  # noqa: BLE001 - a broken task must not stop graph building
             failed += 1
+            first = first or f"{tid}: {type(exc).__name__}: {exc}"
             continue
         if won:
             out.append(Trajectory(group=f"oracle-{tid}", trajectory=f"oracle-{tid}", reward=1.0,
                                   steps=steps, task_type=info.get("task_type"), won=True))
         else:
             failed += 1
-    return out, failed
+            first = first or f"{tid}: the walkthrough did not win"
+    return out, failed, first
 
 
 # ----------------------------------------------------------------------------- validation
@@ -246,10 +249,10 @@ class Trainer:
                 ids = list(self.train_ids)
             if g.oracle_tasks:
                 ids = ids[: g.oracle_tasks]
-            trajs, failed = oracle_trajectories(self.envs[0], ids, int(self.envs[0].max_steps))
+            trajs, failed, first = oracle_trajectories(self.envs[0], ids, int(self.envs[0].max_steps))
             if not trajs:
                 raise ProasError(f"env {self.env_name!r}: the oracle solved none of {len(ids)} "
-                                 "training tasks; cannot build the reference graph")
+                                 f"training tasks ({first}); cannot build the reference graph")
             graph = ReferenceGraph.from_trajectories(trajs)
             graph.meta.update({"built_from": len(trajs), "oracle_failed": failed})
         if g.prune > 0:
