@@ -180,3 +180,26 @@ def test_shaped_part_is_recovered_with_a_step_level_estimator(tmp_path):
     # APR reweights only T_i: a failed trajectory's step outside it keeps A_i
     outside = [s for s in flat if not s.uniform and s.traj_advantage < 0]
     assert outside and all(s.kind == "kept" for s in outside)
+
+
+def test_trainer_rollouts_log_the_observation_each_action_was_chosen_on(tmp_path):
+    """The trainer's own rollout (scorer policy on household) through the call the loop makes."""
+    from proas.credit import ReferenceGraph, compute_credit
+    from proas.envs.household.env import HouseholdEnv, oracle_trajectory
+    from proas.policies.scorer import ScorerPolicy
+    from proas.train.rollout import Slot, rollout
+
+    tasks = ["train-pick-0000", "train-pick-0001"]
+    slots = [Slot(t, f"g{g}", f"g{g}/{k}") for g, t in enumerate(tasks) for k in range(3)]
+    trajs, _ = rollout([HouseholdEnv() for _ in slots], slots, ScorerPolicy(bits=10, dim=4, seed=0),
+                       np.random.default_rng(0), max_steps=6, env_name="household")
+    graph = ReferenceGraph.from_trajectories([oracle_trajectory(HouseholdEnv(), t) for t in tasks])
+    credit = compute_credit(trajs, graph, evolve=True)
+    write_rollouts(tmp_path, 1, trajs, credit)
+    log = read_rollouts(tmp_path)
+    assert [t.trajectory for t in log.trajectories] == [s.trajectory for s in slots]
+    assert [t.task_id for t in log.trajectories] == [s.task_id for s in slots]
+    for logged, traj in zip(log.trajectories, trajs):
+        assert [s.observation for s in logged.steps] == [s.extra["context"].observation for s in traj.steps]
+        assert logged.steps[0].observation.startswith("-= Welcome to TextWorld, ALFRED! =-")
+        assert logged.task_type == "pick_and_place_simple"
