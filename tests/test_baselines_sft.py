@@ -134,3 +134,10 @@ def test_sft_task_subset_is_evenly_spaced_over_the_split():
     assert sft_task_ids(c, env, 4) == ["train-000", "train-003", "train-006", "train-009"]
     assert sft_task_ids(c, env, None) == env.task_ids("train")
     assert sft_task_ids(c, env, 50) == env.task_ids("train")
+
+
+def test_sft_divergence_is_a_clear_error(tmp_path):
+    c = build_config(TOY)
+    with pytest.raises(ProasError, match="diverged"):
+        train_sft(c, tmp_path / "x", SFTOptions(epochs=3, max_tasks=8, lr=1e30, batch_size=8))
+    assert (tmp_path / "x" / "best" / "state.pt").exists()  # the untrained checkpoint survives

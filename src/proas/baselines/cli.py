@@ -32,7 +32,8 @@ def register(sub) -> None:
     s.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     s.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory to create")
     s.add_argument("--epochs", type=int, default=10)
-    s.add_argument("--lr", type=float, default=None, help="learning rate (default: the policy's RL lr)")
+    s.add_argument("--lr", type=float, default=None, help="learning rate (default: Adam 0.01 for the scorer, "
+                   "policy.lm.lr for the lm)")
     s.add_argument("--batch-size", type=int, default=64, help="oracle steps per gradient step")
     s.add_argument("--val-every", type=int, default=1, help="validate every N epochs")
     s.add_argument("--max-tasks", type=int, default=None, help="use at most N training tasks")

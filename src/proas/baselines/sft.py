@@ -36,7 +36,7 @@ from proas.policies.base import Context, Policy, task_text
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import build_policy, make_env_factory, validate, write_run_config
 
-__all__ = ["SFTOptions", "oracle_examples", "teacher_data", "train_sft", "sft_task_ids"]
+__all__ = ["SFTOptions", "make_sft_optimizer", "oracle_examples", "teacher_data", "train_sft", "sft_task_ids"]
 
 #: the thought the lm policy is taught to write before the oracle action
 LM_THOUGHT = "I will take the next step towards the goal."
@@ -47,7 +47,7 @@ class SFTOptions:
     """Knobs of ``proas sft`` (the rest comes from the RL config: env, policy, validation)."""
 
     epochs: int = 10
-    #: learning rate; None = the policy's RL learning rate from the config
+    #: learning rate; None = 0.01 (Adam) for the scorer, ``policy.lm.lr`` for the lm
     lr: float | None = None
     #: examples (steps) per gradient step
     batch_size: int = 64
@@ -119,6 +119,18 @@ def teacher_data(policy: Policy, ctx: Context, action: str) -> dict[str, Any] | 
     raise ProasError(f"sft: policy kind {policy.kind!r} is not supported (scorer or lm)")
 
 
+#: the scorer's SFT learning rate when ``--lr`` is not given (Adam)
+SCORER_SFT_LR = 0.01
+
+
+def make_sft_optimizer(policy: Policy, cfg: Config, lr: float | None) -> torch.optim.Optimizer:
+    """Adam for the scorer (its RL optimiser, SGD at a large rate, is tuned to the scale of the RL
+    loss, not to a mean NLL, and diverges here), the policy's own optimiser for the lm."""
+    if policy.kind == "scorer":
+        return torch.optim.Adam(policy.parameters(), lr=SCORER_SFT_LR if lr is None else lr)
+    return policy.make_optimizer(cfg.policy.lm.lr if lr is None else lr)
+
+
 def _save_best(run_dir: Path, cfg: Config, policy: Policy, epoch: int, metrics: dict[str, Any]) -> None:
     write_checkpoint_dir(run_dir / "best", config_yaml=config_to_yaml(cfg), policy_state=policy.state_dict(),
                          step=epoch, meta={"baseline": "sft", **metrics})
@@ -141,8 +153,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     label = env_name(cfg, env0)
     max_steps = int(cfg.env.max_steps or env0.max_steps)
     policy = build_policy(cfg, cfg.seed)
-    lr = opts.lr if opts.lr is not None else (cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr)
-    optimizer = policy.make_optimizer(lr)
+    optimizer = make_sft_optimizer(policy, cfg, opts.lr)
 
     train_ids = sft_task_ids(cfg, env0, opts.max_tasks)
     examples, failed = oracle_examples(env0, train_ids, env_label=label, max_steps=max_steps)
@@ -187,6 +198,9 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
             batch = policy.prepare([data[i] for i in idx])
             stats = policy.evaluate(batch)
             loss = -(stats.logp * stats.mask).sum() / stats.mask.sum().clamp(min=1.0)
+            if not torch.isfinite(loss):
+                raise ProasError(f"sft: the loss diverged (non-finite) in epoch {epoch}; lower --lr "
+                                 f"(the best checkpoint so far is kept in {run_dir / 'best'})")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
