@@ -89,8 +89,8 @@ def results(tmp_path):
     _write_run(root, "shop", "grpo_proas", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.6, ts=70.0)])
     # seed 1 of shop +ProAS has no results: the note must say so, and the curve uses seed 0 only
     # suffix ablation: best 0.5 and 0.875 -> 68.75 ± 26.5 (below GRPO's 75: not bold)
-    _write_run(root, hh, "grpo_suffix", 0, [_val(0, 0.0), _val(10, 0.5)])
-    _write_run(root, hh, "grpo_suffix", 1, [_val(0, 0.0), _val(10, 0.875)])
+    _write_run(root, hh, "grpo_suffix", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.25)])
+    _write_run(root, hh, "grpo_suffix", 1, [_val(0, 0.0), _val(10, 0.875), _val(20, 0.5), _val(30, 0.5)])
     return root
 
 
@@ -165,7 +165,7 @@ def test_report_cli_writes_to_another_folder(results, tmp_path, capsys):
 
 def test_reduced_budget_is_stated(results):
     md = make_report(results, budget=10).read_text()
-    assert "Best validation checkpoint within 10 steps" in md
+    assert "**Reduced budget (household):** compared within 10 steps, not the paper's 30." in md
     rows = _table_rows(md, "Main results")
     # within 10 steps GRPO's best are 0.5 and 0.25
     assert rows["GRPO"][6] == "37.5±17.7"
@@ -177,7 +177,21 @@ def test_runs_that_stopped_early_are_flagged(tmp_path):
     (root / "studies" / "main.yaml").write_text(MAIN)
     _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5)])
     md = make_report(root, plots=False).read_text()
-    assert "**Reduced budget:** the runs reached at most step 10 (budget 30)" in md
+    assert ("**Reduced budget (household):** some runs stopped at step 10, so every row is compared within "
+            "10 steps, not the 30 steps of the study") in md
+
+
+def test_rows_are_compared_within_the_steps_every_run_reached(tmp_path):
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "main.yaml").write_text(MAIN)
+    # GRPO ran 30 steps and peaked at step 30; +ProAS was stopped at step 20: GRPO is judged
+    # within 20 steps too (best 0.5, not 0.9)
+    _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.9)])
+    _write_run(root, "household", "grpo_proas", 0, [_val(0, 0.0), _val(10, 0.25), _val(20, 0.75)])
+    rows = _table_rows(make_report(root, plots=False).read_text(), "Main results")
+    assert rows["GRPO"][6] == "50.0±0.0" and rows["GRPO+ProAS"][6] == "**75.0±0.0**"
+    assert rows["GRPO+ProAS"][7] == "≥1.00×"  # GRPO never reaches 70 within 20 steps
 
 
 def test_speedup_cases():

@@ -195,8 +195,21 @@ def collect_runs(results: Path, env: str, row: str) -> list[tuple[int, RunCurve]
     return out
 
 
-def summarise(study: Study, results: Path, budget: int) -> list[RowResult]:
-    """One RowResult per visible row of the study."""
+def env_budgets(study: Study, results: Path, budget: int) -> dict[str, int]:
+    """Per env, the step budget every row is compared within: ``budget``, or less when some run of
+    the table stopped earlier (killed, a time limit): then the last validation step that every run
+    reached, so that no row is judged on more training than another."""
+    out = {}
+    for env in study.envs:
+        reached = [r.val[-1]["step"] for row in study.rows if not row.hidden and not row.not_run
+                   for s, r in collect_runs(results, env, row.id) if s in study.seeds]
+        out[env] = min([budget] + [int(x) for x in reached])
+    return out
+
+
+def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True) -> list[RowResult]:
+    """One RowResult per visible row of the study (``equalise``: see ``env_budgets``)."""
+    budgets = env_budgets(study, results, budget) if equalise else {e: budget for e in study.envs}
     rows: list[RowResult] = []
     for row in study.rows:
         if row.hidden:
@@ -206,6 +219,7 @@ def summarise(study: Study, results: Path, budget: int) -> list[RowResult]:
             runs = [] if row.not_run else [(s, r) for s, r in collect_runs(results, env, row.id) if s in study.seeds]
             if not runs:
                 continue
+            budget = budgets[env]
             bests = [(s, r, best_within(r, budget)) for s, r in runs]
             bests = [(s, r, b) for s, r, b in bests if b is not None]
             if not bests:
@@ -230,7 +244,8 @@ def summarise(study: Study, results: Path, budget: int) -> list[RowResult]:
                 continue
             for env in study.envs:
                 if env in rr.curves and env in base.curves:
-                    rr.speedup[env] = speedup(base.curves[env], rr.curves[env], SPEEDUP_K.get(env, 50.0), budget)
+                    rr.speedup[env] = speedup(base.curves[env], rr.curves[env], SPEEDUP_K.get(env, 50.0),
+                                              budgets[env])
     return rows
 
 
@@ -393,19 +408,22 @@ def make_report(results: Path, out: Path | None = None, *, budget: int | None = 
     for study in load_saved_studies(results, studies):
         b = budget or study.steps
         rows = summarise(study, results, b)
+        budgets = env_budgets(study, results, b)
         table, csv_rows, notes = render_table(study, rows)
-        reached = [s for rr in rows for env in rr.steps for s in rr.steps[env]]
-        planned = [st for rr in rows for env in rr.steps for st in rr.steps[env]]
         parts += [f"## {study.title}", ""]
         if study.description:
             parts += [study.description, ""]
-        parts.append(f"Best validation checkpoint within {b} steps, mean ± std over seeds "
+        parts.append(f"Best validation checkpoint within the step budget, mean ± std over seeds "
                      f"{', '.join(map(str, study.seeds))} (percent).")
-        if reached and max(reached) < b:
-            parts.append(f"**Reduced budget:** the runs reached at most step {max(reached)} "
-                         f"(budget {b}); this is not the paper's {study.steps}-step setting.")
-        elif reached and min(planned) < b:
-            parts.append(f"**Unequal budgets:** some runs stopped at step {min(planned)} (< {b}).")
+        for env in study.envs:
+            if budgets[env] < b:
+                parts.append(f"**Reduced budget ({env}):** some runs stopped at step {budgets[env]}, so every "
+                             f"row is compared within {budgets[env]} steps, not the {b} steps of "
+                             f"the study (the paper's setting is {study.steps}).")
+            elif b < study.steps:
+                parts.append(f"**Reduced budget ({env}):** compared within {b} steps, not the paper's {study.steps}.")
+            else:
+                parts.append(f"{env}: within {b} steps.")
         if study.kind == "main":
             parts.append("Bold: +ProAS beats its base. Spd.@K: steps the base needs to first reach K% "
                          "mean validation SR over the steps +ProAS needs (K = 70 household, 50 shop).")
