@@ -167,8 +167,8 @@ def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
     assert proas_main(["probe", "esr", str(tmp_path / "d"), "--out", str(tmp_path / "esr"), "--tasks", "2", "--n", "4",
                        "--k", "1", "--k", "2", "--cut", "0"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "esr" / "esr.csv")))
-    assert [(r["task_id"], r["k"]) for r in rows] == [("valid-000", "1"), ("valid-000", "2"), ("valid-001", "1"),
-                                                      ("valid-001", "2")]
+    assert [(r["task_id"], r["k"]) for r in rows] == [("valid-000", "1"), ("valid-000", "2"), ("valid-015", "1"),
+                                                      ("valid-015", "2")]  # spread over the set
     assert (tmp_path / "esr" / "esr.md").read_text().startswith("| task_id |")
     assert (tmp_path / "esr" / "esr.png").read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((tmp_path / "esr" / "esr.json").read_text())["summary"]

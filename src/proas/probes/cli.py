@@ -25,7 +25,8 @@ def register(sub) -> None:
         e = ps.add_parser(name, help=helptext)
         e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="the policy (proas eval's resolution)")
         e.add_argument("--out", required=True, metavar="DIR", help=f"where {name}.csv/.md/.png go")
-        e.add_argument("--tasks", type=int, default=8, help="validation tasks to probe (default 8)")
+        e.add_argument("--tasks", type=int, default=8, help="validation tasks to probe, evenly spaced over "
+                       "the validation set (default 8)")
         e.add_argument("--n", type=int, default=50, help="continuations per state (default 50)")
         e.add_argument("--temperature", type=float, default=None, help="sampling temperature "
                        "(default: the run's policy.temperature)")
@@ -44,6 +45,15 @@ def register(sub) -> None:
             e.set_defaults(func=_fd)
 
 
+def spread(ids: list[str], n: int) -> list[str]:
+    """``n`` of ``ids`` evenly spaced over the list (validation sets are ordered by task type)."""
+    if n >= len(ids):
+        return list(ids)
+    import numpy as np
+
+    return [ids[i] for i in np.linspace(0, len(ids) - 1, n).round().astype(int)]
+
+
 def _setup(args):
     from proas.baselines.common import env_name, load_policy, validation_ids
     from proas.train.loop import make_env_factory
@@ -53,7 +63,7 @@ def _setup(args):
     policy, cfg, directory, _ = load_policy(args.target)
     make = make_env_factory(cfg.env.name, cfg.env.options)
     env0 = make()
-    ids = validation_ids(cfg, env0)[: args.tasks] or list(env0.task_ids("valid"))[: args.tasks]
+    ids = spread(validation_ids(cfg, env0) or list(env0.task_ids("valid")), args.tasks)
     temp = cfg.policy.temperature if args.temperature is None else args.temperature
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
