@@ -21,6 +21,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # mkstemp creates 0600; give the file the mode a plain open() would (or keep the old file's)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    os.fchmod(fd, mode)
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as fh:
             yield fh
@@ -32,6 +38,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
 
 
 def _fsync_dir(directory: Path) -> None:
