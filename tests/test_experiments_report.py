@@ -165,7 +165,7 @@ def test_report_cli_writes_to_another_folder(results, tmp_path, capsys):
 
 def test_reduced_budget_is_stated(results):
     md = make_report(results, budget=10).read_text()
-    assert "**Reduced budget (household):** compared within 10 steps, not the paper's 30." in md
+    assert "**Reduced budget (household):** compared within 10 steps, not the paper's 150." in md
     rows = _table_rows(md, "Main results")
     # within 10 steps GRPO's best are 0.5 and 0.25
     assert rows["GRPO"][6] == "37.5±17.7"
@@ -178,7 +178,7 @@ def test_runs_that_stopped_early_are_flagged(tmp_path):
     _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5)])
     md = make_report(root, plots=False).read_text()
     assert ("**Reduced budget (household):** some runs stopped at step 10, so every row is compared within "
-            "10 steps, not the 30 steps of the study") in md
+            "10 steps, not the 30 steps of the study (the paper's setting is 150)") in md
 
 
 def test_rows_are_compared_within_the_steps_every_run_reached(tmp_path):

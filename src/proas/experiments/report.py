@@ -419,9 +419,9 @@ def make_report(results: Path, out: Path | None = None, *, budget: int | None = 
             if budgets[env] < b:
                 parts.append(f"**Reduced budget ({env}):** some runs stopped at step {budgets[env]}, so every "
                              f"row is compared within {budgets[env]} steps, not the {b} steps of "
-                             f"the study (the paper's setting is {study.steps}).")
+                             f"the study (the paper's setting is 150).")
             elif b < study.steps:
-                parts.append(f"**Reduced budget ({env}):** compared within {b} steps, not the paper's {study.steps}.")
+                parts.append(f"**Reduced budget ({env}):** compared within {b} steps, not the paper's 150.")
             else:
                 parts.append(f"{env}: within {b} steps.")
         if study.kind == "main":
