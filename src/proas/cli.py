@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "proas.play_cli",
     "proas.envs.household.cli",
     "proas.train.cli",
+    "proas.experiments.cli",
     "proas.inspect.cli",
     "proas.baselines.cli",
     "proas.probes.cli",
