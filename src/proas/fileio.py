@@ -23,10 +23,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     # mkstemp creates 0600; give the file the mode a plain open() would (or keep the old file's)
     try:
-        mode = path.stat().st_mode & 0o777
+        perm = path.stat().st_mode & 0o777
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    os.fchmod(fd, mode)
+        perm = 0o666 & ~_umask()
+    os.fchmod(fd, perm)
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as fh:
             yield fh
