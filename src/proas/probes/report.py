@@ -63,8 +63,9 @@ def bar_plot(path: Path, labels: Sequence[str], series: dict[str, Sequence[float
         err = [100 * e for e in errors[name]] if errors and name in errors else None
         bars = ax.bar(xs, [100 * v for v in vals], width, yerr=err, capsize=3, label=name,
                       color=colors[k % len(colors)], alpha=0.85)
-        for b, v in zip(bars, vals):
-            ax.annotate(f"{100 * v:.0f}%", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+        for j, (b, v) in enumerate(zip(bars, vals)):
+            top = b.get_height() + (err[j] if err else 0.0)  # above the error bar
+            ax.annotate(f"{100 * v:.0f}%", (b.get_x() + b.get_width() / 2, top), ha="center",
                         va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(range(len(labels)), labels)
     ax.set_ylabel(ylabel)
