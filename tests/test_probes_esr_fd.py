@@ -205,3 +205,25 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     assert [r["run"] for r in table] == ["rl", "rl", "rl", "d"]
     assert (tmp_path / "st" / "stats.png").read_bytes()[:4] == b"\x89PNG"
     assert proas_main(["probe", "stats", str(tmp_path / "missing"), "--out", str(tmp_path / "st2")]) == 2
+
+
+def test_stats_prefer_the_rollout_log_hand_worked(tmp_path):
+    from proas.credit import compute_credit
+    from proas.inspect.rollout_log import write_rollouts
+
+    graph = ReferenceGraph.from_trajectories([Trajectory("o", "o", 1.0, [Step("s0", "a", "s1"), Step("s1", "b", "s2")])])
+    won = Trajectory("g", "w", 1.0, [Step("s0", "a", "s1"), Step("s1", "x", "s1", error=True), Step("s1", "b", "s2")],
+                     won=True)
+    lost = Trajectory("g", "l", 0.0, [Step("s0", "a", "s1"), Step("s1", "c", "s0"), Step("s0", "d", "zz")], won=False)
+    lost2 = Trajectory("g", "m", 0.0, [Step("s0", "a", "s1"), Step("s1", "b", "s2")], won=False)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/na_in_failure": 0.5}\n')
+    for step, batch in ((1, [won, lost]), (3, [lost2, lost])):
+        res = compute_credit(batch, graph.copy(), estimator="grpo", shaping="proas", evolve=False)
+        write_rollouts(tmp_path, step, batch, res)
+    rows = run_stats(tmp_path)
+    # step 1: the win has 1 unreasonable step of 3; the loss has PA = [1, 0, 0] (a revisit, an
+    # unknown state): 2 NA of 3.  Step 3: no win; NA = 0 of 2 and 2 of 3 -> 2 of 5
+    assert [(r["step"], r["source"]) for r in rows] == [(1, "rollout_log"), (3, "rollout_log")]
+    assert rows[0]["unreasonable_in_success"] == pytest.approx(1 / 3)
+    assert rows[0]["na_in_failure"] == pytest.approx(2 / 3) and rows[0]["train_sr"] == 0.5
+    assert rows[1]["unreasonable_in_success"] is None and rows[1]["na_in_failure"] == pytest.approx(2 / 5)

@@ -3,6 +3,9 @@ successful trajectories and of non-advancing steps (``PA = 0``) in failed ones.
 
 Sources, in order of preference:
 
+0. ``RUN_DIR/rollouts/step_N.jsonl.gz`` (``proas.inspect.rollout_log``): every logged RL step's
+   batch with each step's ``rea`` and ``pa`` as the trainer's credit computed them (source
+   ``rollout_log``);
 1. ``RUN_DIR/metrics.jsonl``: the trainer records ``train/unreasonable_in_success`` and
    ``train/na_in_failure`` at every RL step, computed on that step's rollouts against the graph
    of that moment (source ``metrics``);
@@ -24,7 +27,7 @@ from proas.errors import ProasError
 from proas.train import checkpoint as ckpt
 from proas.types import Trajectory
 
-__all__ = ["shares", "stats_from_checkpoints", "stats_from_metrics", "run_stats"]
+__all__ = ["shares", "stats_from_checkpoints", "stats_from_metrics", "stats_from_rollout_logs", "run_stats"]
 
 KEYS = ("train/unreasonable_in_success", "train/na_in_failure")
 
@@ -42,6 +45,26 @@ def shares(trajs: list[Trajectory], graph: ReferenceGraph) -> dict[str, Any]:
         "episodes": len(trajs),
         "success": sum(t.success for t in trajs),
     }
+
+
+def stats_from_rollout_logs(run_dir: Path) -> list[dict[str, Any]]:
+    """One row per logged RL step, from the steps' logged ``rea`` / ``pa``."""
+    try:
+        from proas.inspect.rollout_log import list_rollout_steps, read_rollouts
+    except ImportError:  # an installation without the inspector
+        return []
+    rows = []
+    for step in list_rollout_steps(run_dir):
+        log = read_rollouts(run_dir, step)
+        rea = [s.rea for t in log.trajectories if t.success for s in t.steps]
+        pa = [s.pa for t in log.trajectories if not t.success for s in t.steps]
+        n = len(log.trajectories)
+        rows.append({"step": step,
+                     "unreasonable_in_success": 1.0 - sum(rea) / len(rea) if rea else None,
+                     "na_in_failure": 1.0 - sum(pa) / len(pa) if pa else None,
+                     "train_sr": sum(t.success for t in log.trajectories) / n if n else None,
+                     "source": "rollout_log"})
+    return rows
 
 
 def stats_from_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -102,5 +125,5 @@ def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, se
 def run_stats(run_dir: Path, **kw: Any) -> list[dict[str, Any]]:
     if not run_dir.is_dir():
         raise ProasError(f"{run_dir}: no such run directory")
-    rows = stats_from_metrics(run_dir)
+    rows = stats_from_rollout_logs(run_dir) or stats_from_metrics(run_dir)
     return rows if rows else stats_from_checkpoints(run_dir, **kw)
