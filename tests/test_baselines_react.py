@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from proas.baselines.react import ChatClient
-from proas.baselines.react_format import format_observation, format_reply, parse_conversation, parse_reply
+from proas.baselines.react_format import (
+    format_observation,
+    format_reply,
+    parse_conversation,
+    parse_reply,
+)
 from proas.baselines.serve import PolicyServer, check_loopback, make_server
 from proas.baselines.sft import SFTOptions, train_sft
 from proas.cli import main as proas_main
@@ -166,7 +171,7 @@ def test_server_errors_are_retried():
         def log_message(self, *a):
             pass
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
             state["n"] += 1
             code, body = (503, {"error": {"message": "busy"}}) if state["n"] <= 2 else (

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from proas.baselines.direct import direct_eval
-from proas.baselines.sft import LM_THOUGHT, SFTOptions, oracle_examples, teacher_data, train_sft
+from proas.baselines.sft import (
+    LM_THOUGHT,
+    SFTOptions,
+    oracle_examples,
+    teacher_data,
+    train_sft,
+)
 from proas.cli import main as proas_main
 from proas.errors import ProasError
 from proas.policies.lm import project_action
@@ -126,8 +132,9 @@ def test_sft_trains_the_lm_policy(tmp_path):
 
 
 def test_sft_task_subset_is_evenly_spaced_over_the_split():
-    from proas.baselines.sft import sft_task_ids
     from toy_env import make_env
+
+    from proas.baselines.sft import sft_task_ids
 
     env = make_env(n_train=10)
     c = build_config(TOY)

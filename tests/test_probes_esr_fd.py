@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from toy_env import make_env
 
 from proas.cli import main as proas_main
 from proas.credit import ReferenceGraph, annotate_loop
@@ -18,7 +19,6 @@ from proas.probes.fd import choose_points, fd_bins, fd_probe, oracle_graph
 from proas.probes.snapshot import Snapshot, restore
 from proas.probes.stats import run_stats
 from proas.types import Step, Trajectory
-from toy_env import make_env
 
 torch.set_num_threads(1)
 
@@ -166,7 +166,7 @@ def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
     capsys.readouterr()
     assert proas_main(["probe", "esr", str(tmp_path / "d"), "--out", str(tmp_path / "esr"), "--tasks", "2", "--n", "4",
                        "--k", "1", "--k", "2", "--cut", "0"]) == 0
-    rows = list(csv.DictReader(open(tmp_path / "esr" / "esr.csv")))
+    rows = list(csv.DictReader((tmp_path / "esr" / "esr.csv").read_text().splitlines()))
     assert [(r["task_id"], r["k"]) for r in rows] == [("valid-000", "1"), ("valid-000", "2"), ("valid-015", "1"),
                                                       ("valid-015", "2")]  # spread over the set
     assert (tmp_path / "esr" / "esr.md").read_text().startswith("| task_id |")
@@ -175,7 +175,7 @@ def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
     assert [s["k"] for s in summary] == [1, 2]
     assert proas_main(["probe", "fd", str(tmp_path / "d"), "--out", str(tmp_path / "fd"), "--tasks", "3", "--n", "4",
                        "--points", "2"]) == 0
-    fd_rows = list(csv.DictReader(open(tmp_path / "fd" / "fd.csv")))
+    fd_rows = list(csv.DictReader((tmp_path / "fd" / "fd.csv").read_text().splitlines()))
     assert fd_rows and all(0 <= float(r["esr"]) <= 1 for r in fd_rows)
     assert (tmp_path / "fd" / "fd.png").read_bytes()[:4] == b"\x89PNG"
     # bad input: one line, exit 2
@@ -201,7 +201,7 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     assert rows[0]["na_in_failure"] is not None and 0.0 < rows[0]["na_in_failure"] <= 1.0
     assert proas_main(["probe", "stats", str(tmp_path / "rl"), str(tmp_path / "d"), "--out", str(tmp_path / "st"),
                        "--tasks", "4", "--group", "2"]) == 0
-    table = list(csv.DictReader(open(tmp_path / "st" / "stats.csv")))
+    table = list(csv.DictReader((tmp_path / "st" / "stats.csv").read_text().splitlines()))
     assert [r["run"] for r in table] == ["rl", "rl", "rl", "d"]
     assert (tmp_path / "st" / "stats.png").read_bytes()[:4] == b"\x89PNG"
     assert proas_main(["probe", "stats", str(tmp_path / "missing"), "--out", str(tmp_path / "st2")]) == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -127,7 +126,7 @@ def _serve(args) -> int:
 
 
 def _react(args) -> int:
-    from proas.baselines.common import env_name, validation_ids, val_result
+    from proas.baselines.common import env_name, val_result, validation_ids
     from proas.baselines.react import ChatClient, api_key_from_env, run_react
     from proas.fileio import atomic_write_jsonl
     from proas.train.config import build_config

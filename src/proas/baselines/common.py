@@ -3,8 +3,9 @@ of validation trajectories, and the one-checkpoint run directory that ``proas ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json

@@ -17,7 +17,13 @@ import torch
 from proas.baselines.common import env_name, validation_ids, write_checkpoint_dir
 from proas.errors import ProasError
 from proas.train.config import Config, config_to_yaml
-from proas.train.loop import ValResult, build_policy, make_env_factory, validate, write_run_config
+from proas.train.loop import (
+    ValResult,
+    build_policy,
+    make_env_factory,
+    validate,
+    write_run_config,
+)
 
 __all__ = ["direct_eval"]
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from proas.baselines.react_format import format_observation, parse_reply, system_prompt
 from proas.envs.base import Env
@@ -78,7 +78,7 @@ class ChatClient:
                     last = f"HTTP {exc.code}: {detail}"
                     continue
                 raise ProasError(f"{url}: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as exc:
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 reason = getattr(exc, "reason", exc)
                 last = f"{type(reason).__name__}: {reason}" if not isinstance(reason, str) else reason
                 continue

@@ -22,8 +22,9 @@ model can follow this format from the system prompt; ``proas serve`` parses it b
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from proas.errors import ProasError
 

@@ -131,13 +131,13 @@ def make_server(server: PolicyServer, host: str = "127.0.0.1", port: int = 0) ->
         def _error(self, code: int, msg: str, kind: str = "invalid_request_error") -> None:
             self._send(code, {"error": {"message": msg, "type": kind, "code": code}})
 
-        def do_GET(self):  # noqa: N802 - http.server's naming
+        def do_GET(self):
             if self.path.rstrip("/") == "/v1/models":
                 self._send(200, server.models())
             else:
                 self._error(404, f"no route {self.path}")
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}")
                 return

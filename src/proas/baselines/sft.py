@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ from proas.policies.base import Context, Policy, task_text
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import build_policy, make_env_factory, validate, write_run_config
 
-__all__ = ["SFTOptions", "make_sft_optimizer", "oracle_examples", "teacher_data", "train_sft", "sft_task_ids"]
+__all__ = ["SFTOptions", "make_sft_optimizer", "oracle_examples", "sft_task_ids", "teacher_data", "train_sft"]
 
 #: the thought the lm policy is taught to write before the oracle action
 LM_THOUGHT = "I will take the next step towards the goal."

@@ -12,7 +12,8 @@ injected arm any budget the clean arm has.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def esr_probe(policy: Policy, make_env: Callable[[], Env], task_ids: Sequence[st
     rows = []
     for tid in task_ids:
         oracle = envs[0].oracle(tid)
-        clean = Snapshot(tid, tuple(oracle[: int(round(cut * len(oracle)))]))
+        clean = Snapshot(tid, tuple(oracle[: round(cut * len(oracle))]))
         base = restore(envs[0], clean)
         if base.info.get("won"):
             continue

@@ -14,7 +14,8 @@ action at points of different FD in failed trajectories.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def oracle_graph(env: Env, task_ids: Sequence[str], max_steps: int) -> Reference
 
     trajs = []
     for tid in task_ids:
-        obs, info = env.reset(tid)
+        _, info = env.reset(tid)
         steps, won = [], False
         for action in env.oracle(tid)[:max_steps]:
             _, _, done, nxt = env.step(action)
@@ -122,6 +123,6 @@ def fd_bins(rows: Sequence[dict[str, Any]], bins: int = 4) -> list[dict[str, Any
         if len(part) == 0:
             continue
         lo, hi = int(fds[part].min()), int(fds[part].max())
-        out.append({"fd_low": lo, "fd_high": hi, "fd_mean": float(fds[part].mean()), "points": int(len(part)),
+        out.append({"fd_low": lo, "fd_high": hi, "fd_mean": float(fds[part].mean()), "points": len(part),
                     "esr": float(esr[part].mean())})
     return out

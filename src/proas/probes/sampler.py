@@ -9,8 +9,8 @@ action among its candidates; any other policy is re-sampled until it proposes so
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 

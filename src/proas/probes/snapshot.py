@@ -11,8 +11,9 @@ observation, the admissible commands and the abstract state.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from proas.envs.base import Env
 from proas.errors import ProasError
@@ -28,7 +29,7 @@ class Snapshot:
     task_id: str
     actions: tuple[str, ...] = ()
 
-    def then(self, *actions: str) -> "Snapshot":
+    def then(self, *actions: str) -> Snapshot:
         return Snapshot(self.task_id, self.actions + tuple(actions))
 
 

@@ -27,7 +27,7 @@ from proas.errors import ProasError
 from proas.train import checkpoint as ckpt
 from proas.types import Trajectory
 
-__all__ = ["shares", "stats_from_checkpoints", "stats_from_metrics", "stats_from_rollout_logs", "run_stats"]
+__all__ = ["run_stats", "shares", "stats_from_checkpoints", "stats_from_metrics", "stats_from_rollout_logs"]
 
 KEYS = ("train/unreasonable_in_success", "train/na_in_failure")
 
