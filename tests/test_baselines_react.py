@@ -196,3 +196,21 @@ def test_server_errors_are_retried():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_serve_an_lm_checkpoint(tmp_path):
+    from proas.baselines.direct import direct_eval
+
+    c = build_config([*TOY, "policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=6",
+                      "env.fixed_val_set.size=1"])
+    direct_eval(c, tasks=1, save=tmp_path / "lm")
+    server = PolicyServer(tmp_path / "lm", seed=0)
+    assert server.model.startswith("proas-lm-")
+    body = {"messages": [{"role": "user", "content": format_observation("You are at the door.", ["go to desk"],
+                                                                          task="put the key on the bed")}],
+            "temperature": 1.0, "seed": 5}
+    out = server.complete(body)
+    content = out["choices"][0]["message"]["content"]
+    assert content.startswith("Thought: ") and "\nAction: " in content
+    assert out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"]
+    assert server.complete(body)["choices"][0]["message"]["content"] == content  # same request seed, same reply

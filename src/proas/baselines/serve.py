@@ -11,7 +11,8 @@ Endpoints (the subset of OpenAI's API a ReAct agent needs):
 - ``GET /v1/models``: the one model, named after the checkpoint (or ``--model-name``).
 
 Sampling uses the request's ``temperature`` (default: the checkpoint's validation temperature)
-and a generator seeded from ``--seed`` (or the request's ``seed``). Requests are served one at
+and a generator seeded from ``--seed``; a request's ``seed`` makes its reply reproducible (it
+seeds numpy's generator for the scorer and torch's for the lm). Requests are served one at
 a time (the policy is not thread-safe). The server binds loopback addresses only: it exposes a
 model without authentication.
 """
@@ -60,6 +61,9 @@ class PolicyServer:
         self.model = model_name or f"proas-{self.cfg.policy.kind}-{self.directory.parent.name}-{self.directory.name}"
         self.step = int(state.get("step", -1))
         self.rng = np.random.default_rng(seed)
+        import torch
+
+        torch.manual_seed(seed)  # the lm policy samples with torch's generator
         self.lock = threading.Lock()
 
     def complete(self, body: Any) -> dict[str, Any]:
@@ -72,7 +76,14 @@ class PolicyServer:
         ctx = Context(env_name=self.env_name, task=conv.task, observation=conv.observation,
                       history=conv.history, admissible=conv.admissible, invalid_candidates=[], step=conv.step)
         with self.lock:
-            rng = self.rng if body.get("seed") is None else np.random.default_rng(int(body["seed"]))
+            seed = body.get("seed")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                raise ProasError("'seed' must be an integer")
+            rng = self.rng if seed is None else np.random.default_rng(seed)
+            if seed is not None:  # the lm samples with torch's generator, the scorer with ``rng``
+                import torch
+
+                torch.manual_seed(seed)
             dec = self.policy.act([ctx], rng, temperature=float(temperature))[0]
         thought = _thought(dec.response, self.policy.kind, dec.logp, conv.admissible)
         content = format_reply(thought, dec.action)
