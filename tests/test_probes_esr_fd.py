@@ -227,3 +227,43 @@ def test_stats_prefer_the_rollout_log_hand_worked(tmp_path):
     assert rows[0]["unreasonable_in_success"] == pytest.approx(1 / 3)
     assert rows[0]["na_in_failure"] == pytest.approx(2 / 3) and rows[0]["train_sr"] == 0.5
     assert rows[1]["unreasonable_in_success"] is None and rows[1]["na_in_failure"] == pytest.approx(2 / 5)
+
+
+class Sampler(Policy):
+    """Not a candidate scorer: the sampler must re-sample it to forbid an action."""
+
+    kind = "other"
+
+    def __init__(self, stubborn=None):
+        self.module = torch.nn.Linear(1, 1)
+        self.stubborn = stubborn
+        self.first = []
+
+    def act(self, contexts, rng, temperature=1.0):
+        out = []
+        for c in contexts:
+            a = self.stubborn or c.admissible[int(rng.integers(len(c.admissible)))]
+            if c.step == 1:
+                self.first.append(a)
+            out.append(Decision(action=a, response=a, malformed=False, logp=0.0))
+        return out
+
+    def evaluate(self, batch, module=None):  # pragma: no cover
+        raise NotImplementedError
+
+
+def test_forbidding_by_resampling_for_policies_without_candidates():
+    from proas.probes.sampler import continue_episodes
+    from proas.probes.snapshot import restore_many
+
+    envs = [_make() for _ in range(20)]
+    snap = Snapshot("valid-002", ("go to shelf",))
+    pol = Sampler()
+    res = continue_episodes(pol, restore_many(envs, snap), np.random.default_rng(0), env_name="toy", budget=1,
+                            forbid="go to desk")
+    assert res.forbid_failed == 0 and "go to desk" in pol.first  # proposed, re-sampled, never executed
+    assert all(e.at != "desk" for e in envs) and len({e.at for e in envs}) > 1
+    stubborn = Sampler(stubborn="go to desk")
+    res = continue_episodes(stubborn, restore_many(envs[:5], snap), np.random.default_rng(0), env_name="toy",
+                            budget=2, forbid="go to desk")
+    assert res.forbid_failed == 5 and res.steps == [2] * 5
