@@ -121,6 +121,16 @@ def test_react_against_serve_over_http(served, tmp_path, capsys):
         assert all(s["reply"].startswith("Thought: the scorer policy") for s in r["steps"])
 
 
+def test_serve_refuses_a_busy_port_a_missing_checkpoint_and_other_hosts(served, tmp_path, capsys):
+    server, url = served
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(ProasError, match="cannot listen on 127.0.0.1"):
+        make_server(server, "127.0.0.1", port)
+    assert proas_main(["serve", str(tmp_path / "nothing")]) == 2
+    assert proas_main(["serve", str(server.directory), "--host", "0.0.0.0"]) == 2
+    assert "loopback addresses only" in capsys.readouterr().err
+
+
 def test_serve_answers_openai_shapes_and_400_on_bad_requests(served):
     import urllib.error
     import urllib.request

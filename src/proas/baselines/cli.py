@@ -109,8 +109,9 @@ def _sft(args) -> int:
 
 
 def _serve(args) -> int:
-    from proas.baselines.serve import PolicyServer, make_server
+    from proas.baselines.serve import PolicyServer, check_loopback, make_server
 
+    check_loopback(args.host)  # before loading anything
     server = PolicyServer(args.target, seed=args.seed, model_name=args.model_name)
     httpd = make_server(server, args.host, args.port)
     host, port = httpd.server_address[:2]
