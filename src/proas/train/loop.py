@@ -532,4 +532,6 @@ def write_run_config(run_dir: Path, cfg: Config) -> None:
 
 
 def metrics_line(rec: dict[str, Any]) -> str:
-    return json.dumps(rec, separators=(",", ":"), allow_nan=False)
+    """One JSON line; a non-finite figure (a diverged loss) is written as null, never as NaN."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()}
+    return json.dumps(clean, separators=(",", ":"), allow_nan=False)

@@ -93,12 +93,8 @@ def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | None = None,
-          console: Console | None = None, stop_after: int | None = None) -> dict[str, Any]:
-    """Run (or resume) a training run; return its summary.
-
-    ``stop_after`` ends the process's work after that many RL steps (used by tests to stop a
-    run part-way; a checkpoint is not forced, exactly as for a kill).
-    """
+          console: Console | None = None) -> dict[str, Any]:
+    """Run (or resume) a training run; return its summary."""
     console = console or Console(stderr=False)
     if resume is not None:
         run_dir = Path(resume)
@@ -132,7 +128,6 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), console=console, disable=not show_bar,
     )
-    done_this_process = 0
     try:
         with progress:
             bar = progress.add_task("train", total=total, completed=trainer.step, info="")
@@ -144,8 +139,6 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
                 history.append(rec)
                 trainer.save()
             while trainer.step < total:
-                if stop_after is not None and done_this_process >= stop_after:
-                    break
                 t0 = time.perf_counter()
                 rec = trainer.train_step()
                 k = trainer.step
@@ -156,14 +149,13 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
                 history.append(rec)
                 if cfg.train.save_every and (k % cfg.train.save_every == 0 or k == total):
                     trainer.save()
-                done_this_process += 1
                 info = (f"SR {100 * rec['train/sr']:5.1f}%  reward {rec['train/reward']:6.2f}  "
                         f"{rec['time/step']:.2f}s/step")
                 if "val/sr" in rec:
                     info += f"  val SR {100 * rec['val/sr']:5.1f}%"
                 progress.update(bar, completed=k, info=info)
                 if not show_bar and ("val/sr" in rec or k == total):
-                    console.print(f"step {k}/{total}  {info}")
+                    console.print(f"step {k}/{total}  {info}", soft_wrap=True)
     finally:
         sink.close()
 
@@ -177,7 +169,8 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
             f"{_pct(summary['best_val_sr'])} (step {summary['best_val_step']}), last {_pct(summary['last_val_sr'])}\n"
             f"run:            {run_dir}\n"
             f"learning curve: {run_dir / 'curve.png'}\n"
-            f"best checkpoint: {run_dir / 'best'}  (proas eval {run_dir})"
+            f"best checkpoint: {run_dir / 'best'}  (proas eval {run_dir})",
+            soft_wrap=True,
         )
     return summary
 
