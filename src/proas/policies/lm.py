@@ -235,10 +235,12 @@ class LMPolicy(Policy):
             do_sample=temperature > 0, temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0,
             eos_token_id=self.stop_ids, pad_token_id=pad, return_dict_in_generate=True, output_logits=True,
         )
-        seqs = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V), raw: temperature 1
-        logp_all = torch.log_softmax(logits, dim=-1).gather(-1, seqs[:, : logits.shape[1], None].to(logits.device))
-        logp_all = logp_all.squeeze(-1).cpu()
+        gen = out.sequences[:, width:]
+        # raw logits (temperature 1), one (B, V) tensor per generated position; gathered one
+        # position at a time so that no (B, T, V) float copy is ever made
+        logp_all = torch.stack([torch.log_softmax(lg.float(), dim=-1).gather(-1, gen[:, t, None]).squeeze(-1)
+                                for t, lg in enumerate(out.logits)], dim=1).cpu()
+        seqs = gen.cpu()
         decisions = []
         for i, ctx in enumerate(contexts):
             resp: list[int] = []
