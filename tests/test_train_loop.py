@@ -114,3 +114,17 @@ def test_eval_json_figures(tmp_path, capsys):
     assert proas_main(["eval", str(tmp_path / "run" / "best"), "--json", "--tasks", "4", "--temperature", "0"]) == 0
     fig = json.loads(capsys.readouterr().out)
     assert set(fig) >= {"sr", "ts", "steps", "sr/fetch", "step"} and 0.0 <= fig["sr"] <= 1.0
+
+
+def test_stopped_then_resumed_in_process_matches_an_uninterrupted_run(tmp_path):
+    c = cfg("train.steps=5", "train.val_every=2", "train.save_every=2")
+    train(c, run_dir=tmp_path / "full")
+    train(c, run_dir=tmp_path / "cut", stop_after=3)  # checkpoint at step 2, step 3 written after it
+    train(None, resume=tmp_path / "cut")
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+                for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+    assert [r["step"] for r in rows(tmp_path / "cut")] == [0, 1, 2, 3, 4, 5]

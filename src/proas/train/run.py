@@ -93,8 +93,12 @@ def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | None = None,
-          console: Console | None = None) -> dict[str, Any]:
-    """Run (or resume) a training run; return its summary."""
+          console: Console | None = None, stop_after: int | None = None) -> dict[str, Any]:
+    """Run (or resume) a training run; return its summary.
+
+    ``stop_after`` ends this call after that many RL steps, without forcing a checkpoint,
+    exactly as a kill would (the experiments runner and tests use it to interrupt a run).
+    """
     console = console or Console(stderr=False)
     if resume is not None:
         run_dir = Path(resume)
@@ -128,6 +132,7 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), console=console, disable=not show_bar,
     )
+    done_this_call = 0
     try:
         with progress:
             bar = progress.add_task("train", total=total, completed=trainer.step, info="")
@@ -139,6 +144,8 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
                 history.append(rec)
                 trainer.save()
             while trainer.step < total:
+                if stop_after is not None and done_this_call >= stop_after:
+                    break
                 t0 = time.perf_counter()
                 rec = trainer.train_step()
                 k = trainer.step
@@ -153,6 +160,7 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
                         f"{rec['time/step']:.2f}s/step")
                 if "val/sr" in rec:
                     info += f"  val SR {100 * rec['val/sr']:5.1f}%"
+                done_this_call += 1
                 progress.update(bar, completed=k, info=info)
                 if not show_bar and ("val/sr" in rec or k == total):
                     console.print(f"step {k}/{total}  {info}", soft_wrap=True)
