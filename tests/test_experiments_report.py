@@ -22,7 +22,8 @@ envs: [household, shop]
 seeds: [0, 1]
 steps: 30
 rows:
-  - {id: direct, label: Direct Prompt, not_run: "waits for proas eval"}
+  - {id: direct, label: Direct Prompt, untrained_of: grpo}
+  - {id: sft, label: SFT, not_run: "waits for proas sft"}
   - {id: grpo, label: GRPO, overrides: [algo.estimator=grpo, algo.shaping=none]}
   - {id: grpo_proas, label: GRPO+ProAS, base: grpo, overrides: [algo.estimator=grpo, algo.shaping=proas]}
 """
@@ -118,8 +119,11 @@ def test_main_table_cells_bold_and_speedup_match_hand_computation(results):
     # shop +ProAS: seed 0 only, best at step 20 (SR 60, TS 70); GRPO's mean curve (10, 30, 30) never
     # reaches 50 -> lower bound 20 / 20 = 1.00x
     assert rows["GRPO+ProAS"][8:] == ["**70.0±0.0**", "**60.0±0.0**", "≥1.00×"]
-    assert rows["Direct Prompt"][0] == "not run"
-    assert "Direct Prompt: not run (waits for proas eval)." in md
+    assert rows["SFT"][0] == "not run"
+    assert "SFT: not run (waits for proas sft)." in md
+    # Direct: the step-0 validation of the GRPO runs (household SR 0 and 0; shop SR 10, TS 20)
+    assert rows["Direct Prompt"] == ["0.0±0.0"] * 7 + ["–", "20.0±0.0", "10.0±0.0", "–"]
+    assert "Direct Prompt: the untrained policy, i.e. the step-0 validation (before any update) of the GRPO runs" in md
     assert "GRPO+ProAS, shop: only seeds 0 have results." in md
     assert "the base never reaches 50% within 20 steps; +ProAS does at step 20 (lower bound)" in md
 

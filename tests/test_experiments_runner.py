@@ -126,7 +126,8 @@ def test_shipped_studies_cover_the_papers_tables():
     assert [r.label for r in main_study.rows if not r.hidden] == [
         "Proprietary model (ReAct)", "Direct Prompt", "SFT", "PPO", "MiGPO", "GRPO", "GRPO+ProAS", "DAPO",
         "DAPO+ProAS", "GiGPO", "GiGPO+ProAS"]
-    assert {r.id for r in main_study.rows if r.not_run} == {"react", "direct", "sft", "migpo"}
+    assert {r.id for r in main_study.rows if r.not_run} == {"react", "sft", "migpo"}
+    assert main_study.row("direct").untrained_of == "grpo"
     assert main_study.seeds == (0, 1, 2) and main_study.steps == 150 and main_study.envs == ("household", "shop")
     assert {r.id: r.base for r in main_study.rows if r.base} == {"grpo_proas": "grpo", "dapo_proas": "dapo",
                                                                  "gigpo_proas": "gigpo"}
@@ -162,7 +163,7 @@ def test_runs_use_the_fixed_schedule_of_their_seed_and_share_rows_across_studies
     ({"seeds": []}, "'seeds' must be a non-empty list"),
     ({"steps": 0}, "'steps' must be a positive integer"),
     ({"bogus": 1}, "unknown key(s) bogus"),
-    ({"rows": [{"id": "a", "label": "A"}]}, "rows[0]: a row needs 'overrides' or a 'not_run' reason"),
+    ({"rows": [{"id": "a", "label": "A"}]}, "rows[0]: a row needs 'overrides', 'untrained_of' or a 'not_run' reason"),
     ({"rows": [{"id": "a", "overrides": ["algo.shaping=x"]}]}, "row 'a' on toy_env:make_env: config: algo.shaping='x'"),
     ({"rows": [{"id": "a", "base": "z", "overrides": ["seed=1"]}]}, "row 'a' refers to unknown row 'z'"),
     ({"rows": [{"id": "a", "overrides": ["seed=1"]}, {"id": "a", "overrides": ["seed=1"]}]}, "duplicate row id 'a'"),

@@ -216,11 +216,15 @@ def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True
             continue
         rr = RowResult(row)
         for env in study.envs:
-            runs = [] if row.not_run else [(s, r) for s, r in collect_runs(results, env, row.id) if s in study.seeds]
+            source = row.untrained_of or row.id
+            runs = [] if row.not_run else [(s, r) for s, r in collect_runs(results, env, source) if s in study.seeds]
             if not runs:
                 continue
             budget = budgets[env]
-            bests = [(s, r, best_within(r, budget)) for s, r in runs]
+            if row.untrained_of:
+                bests = [(s, r, r.val[0] if int(r.val[0]["step"]) == 0 else None) for s, r in runs]
+            else:
+                bests = [(s, r, best_within(r, budget)) for s, r in runs]
             bests = [(s, r, b) for s, r, b in bests if b is not None]
             if not bests:
                 continue
@@ -234,7 +238,8 @@ def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True
                     m, sd = mean_std(vals)
                     cols[name] = Cell(m, sd, len(vals))
             rr.cells[env] = cols
-            rr.curves[env] = mean_curve([r for _, r, _ in bests], budget)
+            if not row.untrained_of:
+                rr.curves[env] = mean_curve([r for _, r, _ in bests], budget)
         rows.append(rr)
     if study.kind == "main":
         by_id = {r.row.id: r for r in rows}
@@ -308,6 +313,9 @@ def render_table(study: Study, rows: list[RowResult]) -> tuple[str, list[list[st
             seeds = rr.seeds[env]
             if len(seeds) < len(study.seeds):
                 notes.append(f"{rr.row.label}, {env}: only seeds {', '.join(map(str, seeds))} have results.")
+        if rr.row.untrained_of and rr.cells:
+            notes.append(f"{rr.row.label}: the untrained policy, i.e. the step-0 validation (before any update) "
+                         f"of the {study.row(rr.row.untrained_of).label} runs of the same seeds.")
         lines.append("| " + " | ".join(cells) + " |")
         for env in study.envs:
             if env not in rr.cells:

@@ -20,7 +20,8 @@ Format (see docs/experiments.md)::
     rows:
       - {id: grpo, label: GRPO, overrides: [algo.estimator=grpo, algo.shaping=none]}
       - {id: grpo_proas, label: GRPO+ProAS, base: grpo, overrides: [...]}
-      - {id: direct, label: Direct Prompt, not_run: "needs proas eval of the untrained policy"}
+      - {id: sft, label: SFT, not_run: "waits for proas sft"}
+      - {id: direct, label: Direct Prompt, untrained_of: grpo}   # step-0 validation of grpo's runs
       - {id: teacher, label: ..., hidden: true, overrides: [...]}   # run, not a table row
       - {id: distill, ..., needs: [teacher], overrides: [algo.graph.path={out}/{env}/teacher/seed{seed}/checkpoints/step_{steps:06d}/graph.json]}
 
@@ -46,7 +47,7 @@ __all__ = ["RowSpec", "RunSpec", "Study", "load_study", "shipped_studies", "stud
 KINDS = ("main", "ablation")
 SCHEDULES = ("group", "ppo")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note"}
+_ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note", "untrained_of"}
 _TOP_KEYS = {"study", "title", "kind", "reference", "envs", "seeds", "steps", "common", "env_overrides",
              "rows", "description"}
 
@@ -58,6 +59,9 @@ class RowSpec:
     overrides: tuple[str, ...] = ()
     base: str | None = None
     not_run: str | None = None
+    #: no runs of its own: the untrained policy, read from the step-0 validation (before any
+    #: update) of this other row's runs, seed by seed (the scorer's "Direct Prompt")
+    untrained_of: str | None = None
     needs: tuple[str, ...] = ()
     hidden: bool = False
     schedule: str = "group"
@@ -137,7 +141,7 @@ class Study:
                 continue
             for seed in (seeds if seeds is not None else list(self.seeds)):
                 for row in self.rows:
-                    if row.id not in chosen or row.not_run:
+                    if row.id not in chosen or row.not_run or row.untrained_of:
                         continue
                     specs.append(RunSpec(self.name, row.id, env, int(seed),
                                          self.resolve(row, env, int(seed), out, data), row.needs))
@@ -215,14 +219,15 @@ def parse_study(data: Any, where: str) -> Study:
         if not_run is not None and (not isinstance(not_run, str) or not not_run.strip()):
             raise ProasError(f"{at}: 'not_run' must be the reason, as text")
         overrides = _strs(r.get("overrides"), f"{at}: overrides")
-        if not not_run and not overrides:
-            raise ProasError(f"{at}: a row needs 'overrides' or a 'not_run' reason")
+        untrained_of = r.get("untrained_of")
+        if not not_run and not untrained_of and not overrides:
+            raise ProasError(f"{at}: a row needs 'overrides', 'untrained_of' or a 'not_run' reason")
         rows.append(RowSpec(id=rid, label=str(r.get("label", rid)), overrides=overrides,
-                            base=r.get("base"), not_run=not_run, needs=_strs(r.get("needs"), f"{at}: needs"),
+                            base=r.get("base"), not_run=not_run, untrained_of=untrained_of, needs=_strs(r.get("needs"), f"{at}: needs"),
                             hidden=bool(r.get("hidden", False)), schedule=schedule, note=r.get("note")))
     ids = {r.id for r in rows}
     for r in rows:
-        for ref in ([r.base] if r.base else []) + list(r.needs):
+        for ref in [x for x in (r.base, r.untrained_of) if x] + list(r.needs):
             if ref not in ids:
                 raise ProasError(f"{where}: row {r.id!r} refers to unknown row {ref!r}")
     reference = data.get("reference")
@@ -242,7 +247,7 @@ def _check_overrides(study: Study) -> None:
 
     for env in study.envs:
         for row in study.rows:
-            if row.not_run:
+            if row.not_run or row.untrained_of:
                 continue
             items = study.resolve(row, env, study.seeds[0], Path("/results"), Path("/data"))
             try:
