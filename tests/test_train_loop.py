@@ -1,6 +1,7 @@
 """The RL loop end to end on the toy env: it learns, every estimator runs, graph options work."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -100,11 +101,15 @@ def test_a_foreign_env_name_is_a_clear_error(tmp_path):
 
 
 def test_eval_prints_the_per_type_table(tmp_path, capsys):
-    train(cfg("train.steps=2", "train.val_every=2"), run_dir=tmp_path / "run")
+    train(cfg("train.steps=2", "train.val_every=2", "env.fixed_val_set.size=4"), run_dir=tmp_path / "run")
     capsys.readouterr()
+    # more tasks than the run validated on: the first 8 of the same validation set
+    assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] >= 0
     assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8"]) == 0
     out = capsys.readouterr().out
-    assert "fetch" in out and "all" in out and "8" in out
+    assert "validation, 8 tasks" in out
+    assert re.search(r"all\s*│\s*\d+\s*│\s*8\s*│", out) and "fetch" in out
     assert proas_main(["eval", str(tmp_path / "run" / "checkpoints"), "--json"]) == 2  # not a checkpoint
 
 

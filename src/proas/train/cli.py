@@ -74,7 +74,8 @@ def _eval(args) -> int:
     if args.json:
         print(json.dumps({"checkpoint": str(info["checkpoint"]), "step": info["step"], **res.metrics("")}))
         return 0
-    table = Table(title=f"{info['env']} validation, {info['n']} tasks — {info['checkpoint']} (step {info['step']})")
+    print(f"{info['checkpoint']} (step {info['step']}): {info['env']} validation, {info['n']} tasks")
+    table = Table()
     table.add_column("task type")
     table.add_column("won", justify="right")
     table.add_column("tasks", justify="right")

@@ -26,9 +26,9 @@ def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: 
     make = make_env_factory(cfg.env.name, cfg.env.options)
     env0 = make()
     # the validation set the run used (fixed file, shipped set or the env's valid split)
+    if tasks is not None:  # the first ``tasks`` of the same validation set, more or fewer than the run used
+        cfg.env.fixed_val_set.size = tasks
     ids = Trainer._val_ids_for(cfg, env0, str(getattr(env0, "name", cfg.env.name)))
-    if tasks is not None:
-        ids = ids[:tasks]
     envs = [env0] + [make() for _ in range(len(ids) - 1)]
     res = validate(policy, envs, ids, seed=seed, temperature=cfg.policy.val_temperature if temperature is None
                    else temperature, max_steps=int(cfg.env.max_steps or env0.max_steps),
