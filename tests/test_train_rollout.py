@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from proas.envs import check_env
-from proas.policies.base import Decision, Policy, TokenStats
+from proas.policies.base import Decision, Policy
 from proas.train.rollout import Slot, rollout
 from toy_env import ToyEnv
 

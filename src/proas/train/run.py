@@ -16,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_bytes, atomic_write_json
-from proas.train import checkpoint as ckpt
 from proas.train.config import Config
 from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
 
