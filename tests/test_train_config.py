@@ -67,3 +67,13 @@ def test_corrupt_yaml_is_a_clear_error():
 
 def test_config_is_a_plain_dataclass():
     assert isinstance(build_config([]), Config)
+
+
+def test_show_config_prints_the_resolved_yaml(capsys):
+    from proas.cli import main
+
+    assert main(["train", "--show-config", "seed=2", "algo.estimator=dapo"]) == 0
+    text = capsys.readouterr().out
+    assert config_from_yaml(text) == build_config(["seed=2", "algo.estimator=dapo"])
+    assert main(["train", "--show-config", "algo.estimator=nope"]) == 2
+    assert "algo.estimator" in capsys.readouterr().err
