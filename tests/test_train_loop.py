@@ -36,7 +36,7 @@ def test_training_raises_the_success_rate_above_the_untrained_policy(tmp_path):
     assert (tmp_path / "run" / "best" / "state.pt").exists()
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "ppo"])
+@pytest.mark.parametrize("estimator", ["grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "ppo"])
 def test_every_estimator_runs_a_step(tmp_path, estimator):
     # two places: random play wins often, so every estimator sees non-zero rewards
     t = Trainer(cfg(f"algo.estimator={estimator}", "algo.kl_coef=0.01", "env.options.n_places=2"), tmp_path)
@@ -133,3 +133,15 @@ def test_stopped_then_resumed_in_process_matches_an_uninterrupted_run(tmp_path):
 
     assert rows(tmp_path / "cut") == rows(tmp_path / "full")
     assert [r["step"] for r in rows(tmp_path / "cut")] == [0, 1, 2, 3, 4, 5]
+
+
+def test_rollouts_are_logged_every_n_steps_and_at_the_last(tmp_path):
+    from proas.inspect.rollout_log import read_rollouts
+
+    train(cfg("train.steps=5", "train.val_every=0", "train.rollout_log_every=2"), run_dir=tmp_path / "run")
+    logged = sorted(p.name for p in (tmp_path / "run" / "rollouts").iterdir())
+    assert logged == ["step_000002.jsonl.gz", "step_000004.jsonl.gz", "step_000005.jsonl.gz"]
+    log = read_rollouts(tmp_path / "run", step=4)
+    assert log.step == 4 and len(log.trajectories) == 4 * 4  # tasks_per_step x group_size
+    train(cfg("train.steps=2", "train.val_every=0", "train.rollout_log_every=0"), run_dir=tmp_path / "quiet")
+    assert not (tmp_path / "quiet" / "rollouts").exists()

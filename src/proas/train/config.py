@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 #: base estimators of the credit core (``proas.credit.compute_credit``); ``ppo`` = critic + GAE
-ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "ppo")
+ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "ppo")
 #: shaping variants of the credit core; ``proas`` is the method, the rest are its ablations
 SHAPINGS = ("none", "proas", "no_mui", "no_apr", "mask_pm", "suffix", "random", "progress_reward")
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -165,7 +165,8 @@ class GraphConfig:
 
 @dataclass
 class AlgoConfig:
-    #: base estimator: grpo | dapo | gigpo | rloo | reinforce_pp | ppo (critic + GAE)
+    #: base estimator: grpo | dapo | gigpo | rloo | reinforce_pp | migpo (milestones from the ARG;
+    #: uses gamma, step_weight, gigpo_mode) | ppo (critic + GAE)
     estimator: str = "grpo"
     #: none | proas | no_mui | no_apr | mask_pm | suffix | random | progress_reward
     shaping: str = "proas"
@@ -238,6 +239,10 @@ class TrainConfig:
     threads: int = 1
     #: show a rich progress bar (off when stdout is not a terminal)
     progress: bool = True
+    #: write the step's rollouts with their per-step credit to ``rollouts/step_N.jsonl.gz`` every
+    #: N steps (and at the last) for ``proas inspect`` and ``proas probe stats``; about 90 KiB a
+    #: step on household; 0 = never
+    rollout_log_every: int = 10
 
 
 @dataclass
@@ -304,6 +309,7 @@ def _validate(cfg: Config) -> None:
         ("algo.max_grad_norm", cfg.algo.max_grad_norm),
         ("train.val_every", cfg.train.val_every),
         ("train.save_every", cfg.train.save_every),
+        ("train.rollout_log_every", cfg.train.rollout_log_every),
         ("policy.val_temperature", cfg.policy.val_temperature),
         ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
         ("policy.lm.history_length", cfg.policy.lm.history_length),

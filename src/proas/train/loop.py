@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
+from proas.inspect.rollout_log import write_rollouts
 from proas.envs.base import Env
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json, atomic_write_text
@@ -319,7 +320,7 @@ class Trainer:
         name = _CREDIT_NAME.get(a.estimator, a.estimator)
         if name in ("grpo", "dapo"):
             opts: dict[str, Any] = {"norm_by_std": a.norm_by_std}
-        elif name == "gigpo":
+        elif name in ("gigpo", "migpo"):
             opts = {"gamma": a.gamma, "step_weight": a.step_weight, "mode": a.gigpo_mode}
         elif name == "gae":
             opts = {"gamma": a.gamma, "lam": a.lam}
@@ -414,6 +415,9 @@ class Trainer:
         if trajs:
             res = self._credit(trajs, k)
             t2 = time.perf_counter()
+            every = self.cfg.train.rollout_log_every
+            if every and (k % every == 0 or k == self.cfg.train.steps):
+                write_rollouts(self.run_dir, k, trajs, res)
             rec.update(self._update(trajs, res))
             rec.update(_credit_metrics(trajs, res))
         else:
