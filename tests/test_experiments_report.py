@@ -118,7 +118,7 @@ def test_main_table_cells_bold_and_speedup_match_hand_computation(results):
     assert rows["GRPO"][8:] == ["50.0±14.1", "35.0±7.1", "–"]
     # shop +ProAS: seed 0 only, best at step 20 (SR 60, TS 70); GRPO's mean curve (10, 30, 30) never
     # reaches 50 -> lower bound 20 / 20 = 1.00x
-    assert rows["GRPO+ProAS"][8:] == ["**70.0±0.0**", "**60.0±0.0**", "≥1.00×"]
+    assert rows["GRPO+ProAS"][8:] == ["**70.0**", "**60.0**", "≥1.00×"]  # one seed: no ±
     assert rows["SFT"][0] == "not run"
     assert "SFT: not run (waits for proas sft)." in md
     # Direct: the step-0 validation of the GRPO runs (household SR 0 and 0; shop SR 10, TS 20)
@@ -194,7 +194,7 @@ def test_rows_are_compared_within_the_steps_every_run_reached(tmp_path):
     _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.9)])
     _write_run(root, "household", "grpo_proas", 0, [_val(0, 0.0), _val(10, 0.25), _val(20, 0.75)])
     rows = _table_rows(make_report(root, plots=False).read_text(), "Main results")
-    assert rows["GRPO"][6] == "50.0±0.0" and rows["GRPO+ProAS"][6] == "**75.0±0.0**"
+    assert rows["GRPO"][6] == "50.0" and rows["GRPO+ProAS"][6] == "**75.0**"
     assert rows["GRPO+ProAS"][7] == "≥1.00×"  # GRPO never reaches 70 within 20 steps
 
 

@@ -264,7 +264,8 @@ def _beats(rr: RowResult, other: RowResult | None, env: str, col: str) -> bool:
 def _fmt(cell: Cell | None, bold: bool) -> str:
     if cell is None or cell.mean is None:
         return "–"
-    text = f"{cell.mean:.1f}±{cell.std:.1f}"
+    # one seed has no spread to show; "±0.0" would claim one
+    text = f"{cell.mean:.1f}±{cell.std:.1f}" if cell.n > 1 else f"{cell.mean:.1f}"
     return f"**{text}**" if bold else text
 
 
@@ -422,7 +423,7 @@ def make_report(results: Path, out: Path | None = None, *, budget: int | None = 
         if study.description:
             parts += [study.description, ""]
         parts.append(f"Best validation checkpoint within the step budget, mean ± std over seeds "
-                     f"{', '.join(map(str, study.seeds))} (percent).")
+                     f"{', '.join(map(str, study.seeds))} (percent; a value without ± comes from one seed).")
         for env in study.envs:
             if budgets[env] < b:
                 parts.append(f"**Reduced budget ({env}):** some runs stopped at step {budgets[env]}, so every "
