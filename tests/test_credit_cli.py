@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-
 from credit_helpers import path_traj
+
 from proas.cli import main
 from proas.credit import ReferenceGraph
 

@@ -2,9 +2,14 @@
 
 import numpy as np
 import pytest
-
 from credit_helpers import path_traj
-from proas.credit import CreditBatch, dynamic_sampling_keep, get_estimator, register_estimator
+
+from proas.credit import (
+    CreditBatch,
+    dynamic_sampling_keep,
+    get_estimator,
+    register_estimator,
+)
 from proas.credit.estimators import discounted_returns
 from proas.types import Step, Trajectory
 
@@ -161,9 +166,8 @@ def test_registry_lists_valid_names_and_refuses_rebinding():
 
 
 def test_migpo_hand_worked_with_arg_milestones():
-    from proas.credit import ReferenceGraph, compute_credit
+    from proas.credit import ReferenceGraph, annotate, compute_credit
     from proas.credit.pipeline import arg_milestones
-    from proas.credit import annotate
 
     g = ReferenceGraph.from_trajectories([path_traj("o", "o", 1, ["A", "B", "C", "G"])])
     trajs = [path_traj("g", "1", 10, ["A", "B", "X", "B", "C", "G"]), path_traj("g", "2", 0, ["A", "B", "Y", "Y"])]

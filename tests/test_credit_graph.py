@@ -5,10 +5,10 @@ import json
 
 import networkx as nx
 import pytest
+from credit_helpers import STATE, path_traj
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from credit_helpers import STATE, path_traj
 from proas.credit import GraphFileError, ReferenceGraph, clean_path
 from proas.types import Step
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from credit_helpers import STATE, path_traj, trajectories
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from credit_helpers import STATE, path_traj, trajectories
 from proas.credit import (
     SHAPINGS,
     BaseAdvantage,
@@ -18,7 +18,6 @@ from proas.credit import (
     shape,
 )
 from proas.credit.annotate import Annotations
-from proas.types import Step, Trajectory
 
 
 def one_traj_case(a, rea, pa, uniform=None, step=None):

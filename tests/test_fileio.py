@@ -28,9 +28,8 @@ def test_existing_file_keeps_its_mode(tmp_path):
 def test_failure_leaves_the_old_content_and_no_temp_file(tmp_path):
     p = tmp_path / "c.txt"
     p.write_text("old")
-    with pytest.raises(RuntimeError):
-        with atomic_open(p) as fh:
-            fh.write("half")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), atomic_open(p) as fh:
+        fh.write("half")
+        raise RuntimeError("boom")
     assert p.read_text() == "old"
     assert [q.name for q in tmp_path.iterdir()] == ["c.txt"]

@@ -3,33 +3,15 @@ of validation trajectories, and the one-checkpoint run directory that ``proas ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.train import checkpoint as ckpt
-from proas.train.loop import ValResult
-from proas.types import Trajectory
+from proas.train.loop import ValResult, val_result
 
 __all__ = ["env_name", "load_policy", "print_val_table", "val_result", "validation_ids", "write_checkpoint_dir"]
-
-
-def val_result(trajs: Sequence[Trajectory]) -> ValResult:
-    """SR overall and per task type, TS = mean score x 100, mean length; as ``proas eval``."""
-    by_type: dict[str, list[int]] = {}
-    for t in trajs:
-        rec = by_type.setdefault(t.task_type or "unknown", [0, 0])
-        rec[0] += int(t.success)
-        rec[1] += 1
-    n = max(1, len(trajs))
-    return ValResult(
-        sr=sum(t.success for t in trajs) / n,
-        ts=100.0 * sum(float(t.extra.get("score", 0.0)) for t in trajs) / n,
-        steps=sum(len(t) for t in trajs) / n,
-        by_type={k: (v[0], v[1]) for k, v in by_type.items()},
-    )
 
 
 def print_val_table(res: ValResult, title: str) -> None:

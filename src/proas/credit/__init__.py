@@ -24,19 +24,31 @@ from proas.credit.estimators import (
     register_estimator,
 )
 from proas.credit.graph import GraphFileError, ReferenceGraph, clean_path
-from proas.credit.pipeline import ARG_VARIANTS, CreditResult, compute_credit, credit_arrays, make_reference_graph
-from proas.credit.shaping import SHAPINGS, mask_unreasonable, progress_bonus, redistribute_penalty, shape
+from proas.credit.pipeline import (
+    ARG_VARIANTS,
+    CreditResult,
+    compute_credit,
+    credit_arrays,
+    make_reference_graph,
+)
+from proas.credit.shaping import (
+    SHAPINGS,
+    mask_unreasonable,
+    progress_bonus,
+    redistribute_penalty,
+    shape,
+)
 
 __all__ = [
     "ARG_VARIANTS",
+    "ESTIMATORS",
+    "SHAPINGS",
     "Annotations",
     "BaseAdvantage",
     "CreditBatch",
     "CreditResult",
-    "ESTIMATORS",
     "GraphFileError",
     "ReferenceGraph",
-    "SHAPINGS",
     "annotate",
     "annotate_loop",
     "clean_path",

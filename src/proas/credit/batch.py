@@ -9,8 +9,8 @@ trajectory by trajectory in input order, and steps of trajectory ``i`` occupy
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class CreditBatch:
     def n_groups(self) -> int:
         return len(self.group_ids)
 
-    def with_reward(self, reward: np.ndarray) -> "CreditBatch":
+    def with_reward(self, reward: np.ndarray) -> CreditBatch:
         """The same batch with other outcome rewards (used by the progress-reward variant).
 
         Trajectories that recorded no step rewards carry the new outcome on their last step.
@@ -89,7 +89,7 @@ class CreditBatch:
         return replace(self, reward=reward, step_reward=step_reward)
 
     @classmethod
-    def from_trajectories(cls, trajectories: Sequence[Trajectory]) -> "CreditBatch":
+    def from_trajectories(cls, trajectories: Sequence[Trajectory]) -> CreditBatch:
         n = len(trajectories)
         lengths = np.fromiter((len(tr.steps) for tr in trajectories), dtype=np.int64, count=n)
         offsets = np.zeros(n + 1, dtype=np.int64)

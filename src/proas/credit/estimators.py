@@ -21,8 +21,9 @@ standard deviation is unbiased (N − 1); a group with one sample has mean 0 and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -30,19 +31,19 @@ from proas.credit.batch import CreditBatch
 from proas.types import Trajectory, group_by
 
 __all__ = [
-    "BaseAdvantage",
     "ESTIMATORS",
-    "register_estimator",
-    "get_estimator",
-    "group_mean_std",
-    "discounted_returns",
-    "grpo",
+    "BaseAdvantage",
     "dapo",
-    "gigpo",
-    "rloo",
-    "reinforce_pp",
-    "gae",
+    "discounted_returns",
     "dynamic_sampling_keep",
+    "gae",
+    "get_estimator",
+    "gigpo",
+    "group_mean_std",
+    "grpo",
+    "register_estimator",
+    "reinforce_pp",
+    "rloo",
 ]
 
 
@@ -142,6 +143,25 @@ def discounted_returns(rewards: np.ndarray, batch: CreditBatch, gamma: float) ->
         idx = batch.offsets[:-1][live] + t
         out[idx] += gamma * out[idx + 1]
     return out
+
+
+def _within_step_groups(
+    values: np.ndarray, batch: CreditBatch, sub_key: np.ndarray, norm: bool, epsilon: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Normalise ``values`` ``(S,)`` within step groups ``(task group, sub_key)``.
+
+    GiGPO's anchor-state groups and MiGPO's segment groups. Returns the normalised values and
+    the ``(S,)`` mask of steps alone in their group, whose value is set to 0.
+    """
+    key = batch.group[batch.traj_of_step] * (int(sub_key.max(initial=0)) + 1) + sub_key
+    _, step_group = np.unique(key, return_inverse=True)
+    mean, std, count = group_mean_std(values, step_group, int(step_group.max(initial=-1)) + 1)
+    single = count[step_group] <= 1
+    out = values - mean[step_group]
+    if norm:
+        out = out / (std[step_group] + epsilon)
+    out[single] = 0.0
+    return out, single
 
 
 # ---------------------------------------------------------------------- estimators
@@ -252,16 +272,7 @@ def gigpo(
     norm = mode == "mean_std_norm"
     traj = _outcome_advantage(batch, norm_by_std=norm, epsilon=epsilon, cross_steps=cross_steps)
     returns = discounted_returns(batch.step_reward, batch, gamma)
-    # step groups: (group, anchor) pairs, coded densely
-    key = batch.group[batch.traj_of_step] * (int(batch.anchor.max(initial=0)) + 1) + batch.anchor
-    _, step_group = np.unique(key, return_inverse=True)
-    n_sg = int(step_group.max(initial=-1)) + 1
-    mean, std, count = group_mean_std(returns, step_group, n_sg)
-    single = count[step_group] <= 1
-    step_adv = returns - mean[step_group]
-    if norm:
-        step_adv = step_adv / (std[step_group] + epsilon)
-    step_adv[single] = 0.0
+    step_adv, single = _within_step_groups(returns, batch, batch.anchor, norm, epsilon)
     return BaseAdvantage(traj=traj, step=step_weight * step_adv, uniform=single)
 
 
@@ -337,13 +348,5 @@ def migpo(
     end = batch.offsets[1:][batch.traj_of_step]
     closed = next_m[:-1] < end
     seg_reward = np.where(closed, scale * np.power(gamma, (next_m[:-1] - idx).astype(np.float64)), 0.0)
-    key = batch.group[batch.traj_of_step] * (int(before.max(initial=0)) + 1) + before
-    _, seg_group = np.unique(key, return_inverse=True)
-    n_sg = int(seg_group.max(initial=-1)) + 1
-    mean, std, count = group_mean_std(seg_reward, seg_group, n_sg)
-    single = count[seg_group] <= 1
-    seg_adv = seg_reward - mean[seg_group]
-    if norm:
-        seg_adv = seg_adv / (std[seg_group] + epsilon)
-    seg_adv[single] = 0.0
+    seg_adv, single = _within_step_groups(seg_reward, batch, before, norm, epsilon)
     return BaseAdvantage(traj=traj, step=step_weight * seg_adv, uniform=single)

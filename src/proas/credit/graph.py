@@ -26,8 +26,9 @@ import json
 import math
 import os
 from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from proas.errors import ProasError
 from proas.fileio import atomic_open
 from proas.types import Step, Trajectory
 
-__all__ = ["ReferenceGraph", "GraphFileError", "clean_path", "FORMAT", "VERSION"]
+__all__ = ["FORMAT", "VERSION", "GraphFileError", "ReferenceGraph", "clean_path"]
 
 FORMAT = "proas-arg"
 VERSION = 1
@@ -73,9 +74,7 @@ def clean_path(steps: Sequence[Step]) -> tuple[list[str], list[str | None]]:
     for step in steps:
         if step.error:
             continue
-        if not nodes:
-            visit(step.state, None)
-        elif step.state != nodes[-1]:
+        if not nodes or step.state != nodes[-1]:
             visit(step.state, None)
         visit(step.next_state, step.action)
     return nodes, actions
@@ -188,7 +187,7 @@ class ReferenceGraph:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_trajectories(cls, trajectories: Iterable[Trajectory]) -> "ReferenceGraph":
+    def from_trajectories(cls, trajectories: Iterable[Trajectory]) -> ReferenceGraph:
         """Build from the successful trajectories of ``trajectories`` (others are ignored)."""
         graph = cls()
         graph.add_trajectories(trajectories)
@@ -221,7 +220,7 @@ class ReferenceGraph:
             self._goal.add(ids[-1])
             self._dist = None
 
-    def merge(self, other: "ReferenceGraph") -> int:
+    def merge(self, other: ReferenceGraph) -> int:
         """Merge another graph's nodes, goals, supports and edges; return the number of new edges."""
         before = len(self._edges)
         for state, i in other._id.items():
@@ -386,7 +385,7 @@ class ReferenceGraph:
         self._succ.pop(i, None)
         self._pred.pop(i, None)
 
-    def copy(self) -> "ReferenceGraph":
+    def copy(self) -> ReferenceGraph:
         out = ReferenceGraph()
         out.merge(self)
         out.meta = dict(self.meta)
@@ -405,7 +404,7 @@ class ReferenceGraph:
         }
 
     @classmethod
-    def from_json(cls, obj: Any, where: str = "graph") -> "ReferenceGraph":
+    def from_json(cls, obj: Any, where: str = "graph") -> ReferenceGraph:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             raise GraphFileError(f"{where}: not a proas reference graph (format {FORMAT!r} expected)")
         if obj.get("version") != VERSION:
@@ -450,7 +449,7 @@ class ReferenceGraph:
             fh.write(data)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ReferenceGraph":
+    def load(cls, path: str | os.PathLike) -> ReferenceGraph:
         path = Path(path)
         try:
             raw = path.read_bytes()

@@ -13,8 +13,9 @@ This is what the trainer, the verl integration and ``proas credit`` call. The st
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from proas.credit.graph import ReferenceGraph
 from proas.credit.shaping import SHAPINGS, progress_bonus, shape
 from proas.types import Trajectory
 
-__all__ = ["CreditResult", "arg_milestones", "compute_credit", "credit_arrays", "ARG_VARIANTS", "make_reference_graph"]
+__all__ = ["ARG_VARIANTS", "CreditResult", "arg_milestones", "compute_credit", "credit_arrays", "make_reference_graph"]
 
 #: how the reference graph is built and evolved (DESIGN.md §2, ablation table (b))
 ARG_VARIANTS = ("evolving", "static", "incomplete", "incomplete_static", "distill")

@@ -31,11 +31,11 @@ from proas.credit.graph import ReferenceGraph
 
 __all__ = [
     "SHAPINGS",
-    "shape",
     "mask_unreasonable",
-    "redistribute_penalty",
-    "random_annotations",
     "progress_bonus",
+    "random_annotations",
+    "redistribute_penalty",
+    "shape",
 ]
 
 #: every shaping name accepted by ``shape`` / ``compute_credit``

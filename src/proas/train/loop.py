@@ -28,18 +28,19 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
-from proas.inspect.rollout_log import write_rollouts
 from proas.envs.base import Env
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json, atomic_write_text
+from proas.inspect.rollout_log import write_rollouts
 from proas.policies.base import Policy
 from proas.train import checkpoint as ckpt
 from proas.train.config import Config, config_from_yaml, config_to_yaml
@@ -48,7 +49,7 @@ from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
 from proas.types import Step, Trajectory
 
-__all__ = ["Trainer", "build_policy", "make_env_factory", "validate", "oracle_trajectories"]
+__all__ = ["Trainer", "build_policy", "make_env_factory", "oracle_trajectories", "val_result", "validate"]
 
 #: credit-core estimator name of each config estimator
 _CREDIT_NAME = {"ppo": "gae"}
@@ -146,6 +147,11 @@ def validate(policy: Policy, envs: list[Env], task_ids: list[str], *, seed: int,
     slots = [Slot(t, f"val-{i}", f"val-{i}") for i, t in enumerate(task_ids)]
     trajs, _ = rollout(envs, slots, policy, rng, temperature=temperature, max_steps=max_steps,
                        success_reward=success_reward, env_name=env_name)
+    return val_result(trajs)
+
+
+def val_result(trajs: Sequence[Trajectory]) -> ValResult:
+    """SR overall and per task type, TS = mean score x 100, mean length, of finished episodes."""
     by_type: dict[str, list[int]] = {}
     for t in trajs:
         rec = by_type.setdefault(t.task_type or "unknown", [0, 0])
