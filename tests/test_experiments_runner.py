@@ -126,7 +126,7 @@ def test_shipped_studies_cover_the_papers_tables():
     assert [r.label for r in main_study.rows if not r.hidden] == [
         "Proprietary model (ReAct)", "Direct Prompt", "SFT", "PPO", "MiGPO", "GRPO", "GRPO+ProAS", "DAPO",
         "DAPO+ProAS", "GiGPO", "GiGPO+ProAS"]
-    assert {r.id for r in main_study.rows if r.not_run} == {"react", "sft", "migpo"}
+    assert {r.id for r in main_study.rows if r.not_run} == {"react", "sft"}
     assert main_study.row("direct").untrained_of == "grpo"
     assert main_study.seeds == (0, 1, 2) and main_study.steps == 150 and main_study.envs == ("household", "shop")
     assert {r.id: r.base for r in main_study.rows if r.base} == {"grpo_proas": "grpo", "dapo_proas": "dapo",
@@ -143,7 +143,7 @@ def test_runs_use_the_fixed_schedule_of_their_seed_and_share_rows_across_studies
     from proas.tasksets import default_root
 
     main_runs = {r.key: r for r in load_study("main").runs(tmp_path)}
-    assert len(main_runs) == 7 * 2 * 3  # 7 runnable rows (PPO and the six group-based ones)
+    assert len(main_runs) == 8 * 2 * 3  # 8 runnable rows (PPO, MiGPO and the six group-based ones)
     ppo = main_runs["shop/ppo/seed1"].overrides
     assert f"env.fixed_train_set.path={default_root() / 'fix_train_set_ppo' / 'seed1' / 'shop'}" in ppo
     grpo = main_runs["household/grpo/seed2"].overrides
