@@ -188,8 +188,9 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     from proas.train.config import build_config
     from proas.train.run import train
 
+    # no rollout log: the stats come from the per-step training metrics
     train(build_config(TOY + ["train.steps=3", "env.tasks_per_step=4", "env.group_size=4", "train.val_every=3",
-                              "env.fixed_val_set.size=4"]), run_dir=tmp_path / "rl")
+                              "env.fixed_val_set.size=4", "train.rollout_log_every=0"]), run_dir=tmp_path / "rl")
     metrics = [json.loads(x) for x in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
     rows = run_stats(tmp_path / "rl")
     assert [r["step"] for r in rows] == [1, 2, 3] and {r["source"] for r in rows} == {"metrics"}
