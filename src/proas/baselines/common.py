@@ -9,26 +9,10 @@ from typing import Any
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.train import checkpoint as ckpt
-from proas.train.loop import ValResult, val_result
+from proas.train.evaluate import print_val_table
+from proas.train.loop import val_result
 
-__all__ = ["env_name", "load_policy", "print_val_table", "val_result", "validation_ids", "write_checkpoint_dir"]
-
-
-def print_val_table(res: ValResult, title: str) -> None:
-    """The per-task-type table ``proas eval`` prints, with the same columns."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for name, justify in (("task type", "left"), ("won", "right"), ("tasks", "right"), ("SR %", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for t, (won, total) in sorted(res.by_type.items()):
-        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
-    won = sum(w for w, _ in res.by_type.values())
-    total = sum(n for _, n in res.by_type.values())
-    table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")
-    Console().print(table)
-    print(f"TS (mean score x 100): {res.ts:.1f}   mean episode length: {res.steps:.1f}")
+__all__ = ["env_name", "load_policy", "print_val_table", "val_result", "validation_ids", "write_checkpoint_dir"]  # re-exported
 
 
 def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dict[str, Any], step: int,

@@ -62,10 +62,7 @@ def _train(args) -> int:
 def _eval(args) -> int:
     import json
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from proas.train.evaluate import evaluate_checkpoint
+    from proas.train.evaluate import evaluate_checkpoint, print_val_table
 
     if args.tasks is not None and args.tasks <= 0:
         raise ProasError("--tasks must be > 0")
@@ -75,16 +72,5 @@ def _eval(args) -> int:
         print(json.dumps({"checkpoint": str(info["checkpoint"]), "step": info["step"], **res.metrics("")}))
         return 0
     print(f"{info['checkpoint']} (step {info['step']}): {info['env']} validation, {info['n']} tasks")
-    table = Table()
-    table.add_column("task type")
-    table.add_column("won", justify="right")
-    table.add_column("tasks", justify="right")
-    table.add_column("SR %", justify="right")
-    for t, (won, total) in sorted(res.by_type.items()):
-        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
-    won = sum(w for w, _ in res.by_type.values())
-    total = sum(n for _, n in res.by_type.values())
-    table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")
-    Console().print(table)
-    print(f"TS (mean score x 100): {res.ts:.1f}   mean episode length: {res.steps:.1f}")
+    print_val_table(res, None)
     return 0

@@ -9,9 +9,15 @@ import torch
 
 from proas.train import checkpoint as ckpt
 from proas.train.config import config_from_yaml
-from proas.train.loop import ValResult, Trainer, build_policy, make_env_factory, validate
+from proas.train.loop import (
+    Trainer,
+    ValResult,
+    build_policy,
+    make_env_factory,
+    validate,
+)
 
-__all__ = ["evaluate_checkpoint"]
+__all__ = ["evaluate_checkpoint", "print_val_table"]
 
 
 def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: float | None = None,
@@ -34,3 +40,20 @@ def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: 
                    else temperature, max_steps=int(cfg.env.max_steps or env0.max_steps),
                    env_name=str(getattr(env0, "name", cfg.env.name)), success_reward=cfg.env.success_reward)
     return res, {"checkpoint": directory, "step": int(state.get("step", -1)), "env": cfg.env.name, "n": len(ids)}
+
+
+def print_val_table(res: ValResult, title: str | None = None) -> None:
+    """The per-task-type table ``proas eval`` prints, with the same columns."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name, justify in (("task type", "left"), ("won", "right"), ("tasks", "right"), ("SR %", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for t, (won, total) in sorted(res.by_type.items()):
+        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
+    won = sum(w for w, _ in res.by_type.values())
+    total = sum(n for _, n in res.by_type.values())
+    table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")
+    Console().print(table)
+    print(f"TS (mean score x 100): {res.ts:.1f}   mean episode length: {res.steps:.1f}")
