@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_json
 from proas.train import checkpoint as ckpt
 from proas.train.evaluate import print_val_table
 from proas.train.loop import val_result
@@ -22,20 +21,8 @@ def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dic
     The layout is the trainer's (``state.pt`` with ``config`` and ``policy``), so ``proas eval``,
     ``proas serve`` and the probes load it like an RL checkpoint.
     """
-    import shutil
-
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    ckpt.save_checkpoint(tmp, {"step": step, "config": config_yaml, "policy": policy_state}, graph)
-    atomic_write_json(tmp / "meta.json", {"step": step, **meta})
-    old = directory.with_name(directory.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if directory.exists():
-        directory.rename(old)
-    tmp.rename(directory)
-    shutil.rmtree(old, ignore_errors=True)
+    ckpt.replace_checkpoint(directory, {"step": step, "config": config_yaml, "policy": policy_state},
+                            {"step": step, **meta}, graph)
 
 
 def load_policy(target: str | Path):

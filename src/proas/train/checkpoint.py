@@ -36,6 +36,7 @@ __all__ = [
     "latest_checkpoint",
     "load_state",
     "read_metrics",
+    "replace_checkpoint",
     "save_checkpoint",
     "truncate_metrics",
 ]
@@ -54,6 +55,23 @@ def save_checkpoint(directory: Path, state: dict[str, Any], graph=None) -> None:
     atomic_write_bytes(directory / STATE_FILE, buf.getvalue())
     if graph is not None:
         graph.save(directory / GRAPH_FILE)
+
+
+def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, Any], graph=None) -> None:
+    """Write a complete checkpoint (state, graph, ``meta.json``) and only then swap it in for
+    ``directory``, so a kill at any moment leaves the old or the new one whole."""
+    tmp = directory.with_name(directory.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_checkpoint(tmp, state, graph)
+    atomic_write_json(tmp / "meta.json", meta)
+    old = directory.with_name(directory.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if directory.exists():
+        directory.rename(old)
+    tmp.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def save_resumable(run_dir: Path, step: int, state: dict[str, Any], graph=None, keep: int = 1) -> Path:

@@ -26,7 +26,6 @@ import importlib
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ import torch
 from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
 from proas.envs.base import Env
 from proas.errors import ProasError
-from proas.fileio import atomic_write_json, atomic_write_text
+from proas.fileio import atomic_write_text
 from proas.inspect.rollout_log import write_rollouts
 from proas.policies.base import Policy
 from proas.train import checkpoint as ckpt
@@ -471,19 +470,8 @@ class Trainer:
         return ckpt.save_resumable(self.run_dir, self.step, self.state(), self.graph)
 
     def _save_best(self, step: int, metrics: dict[str, float]) -> None:
-        tmp = self.run_dir / "best.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        ckpt.save_checkpoint(tmp, dict(self.state(), step=step), self.graph)
-        atomic_write_json(tmp / "meta.json", {"step": step, **{k: v for k, v in metrics.items()
-                                                               if k.startswith("val/")}})
-        best, old = self.run_dir / "best", self.run_dir / "best.old"
-        if old.exists():
-            shutil.rmtree(old)
-        if best.exists():
-            best.rename(old)
-        tmp.rename(best)
-        shutil.rmtree(old, ignore_errors=True)
+        meta = {"step": step, **{k: v for k, v in metrics.items() if k.startswith("val/")}}
+        ckpt.replace_checkpoint(self.run_dir / "best", dict(self.state(), step=step), meta, self.graph)
 
     def _resume(self) -> None:
         latest = ckpt.latest_checkpoint(self.run_dir)
