@@ -125,15 +125,7 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
     try:
         while pending or running:
             if deadline is not None and time.monotonic() >= deadline:
-                for key, (proc, fh) in running.items():
-                    proc.terminate()
-                for key, (proc, fh) in running.items():
-                    try:
-                        proc.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-                    fh.close()
+                _stop_all(running)
                 stopped = sorted(running) + [s.key for s in pending]
                 log(f"  time limit: stopped {len(running)} running, {len(pending)} not started; run again to resume")
                 running.clear()
@@ -182,14 +174,7 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
                     log(f"  failed {s.key}: a run it needs did not finish")
                 pending.clear()
     except BaseException:
-        for key, (proc, fh) in running.items():
-            proc.terminate()
-        for key, (proc, fh) in running.items():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            fh.close()
+        _stop_all(running)
         raise
     return GridResult(done=done, skipped=skipped, failed=failed, stopped=stopped)
 
@@ -198,3 +183,16 @@ def _dep_done(out: Path, key: str, steps: int) -> bool:
     env, row, seed = key.split("/")
     done = _finished_steps(out / env / row / seed)
     return done is not None and done >= steps
+
+
+def _stop_all(running: dict) -> None:
+    """Terminate every running child (SIGTERM, then SIGKILL after 30 s) and close its log."""
+    for proc, _ in running.values():
+        proc.terminate()
+    for proc, fh in running.values():
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        fh.close()
