@@ -120,6 +120,26 @@ def test_a_run_dir_with_another_config_is_refused_before_anything_starts(tmp_pat
     assert run_status(spec_b, out, study.steps) == "partial"
 
 
+def test_a_run_made_from_another_checkout_counts_as_this_studys_run(tmp_path):
+    """Results made on another machine (its own copy of proas/data) are skipped or resumed here."""
+    from proas.train.config import build_config
+    from proas.train.loop import write_run_config
+
+    study = load_study("main")
+    out = tmp_path / "res"
+    (spec,) = study.runs(out, rows=["grpo"], seeds=[1], envs=["shop"])
+    run_dir = spec.run_dir(out)
+    run_dir.mkdir(parents=True)
+    elsewhere = "/tmp/other-machine/src/proas/data/fixed_train_set/seed1/shop"
+    moved = [x for x in spec.overrides if not x.startswith("env.fixed_train_set.path=")]
+    write_run_config(run_dir, build_config(moved + [f"env.fixed_train_set.path={elsewhere}", "train.steps=20"]))
+    assert run_status(spec, out, study.steps) == "partial"
+    # the same run on another seed's schedule is still a conflict
+    write_run_config(run_dir, build_config(moved + [f"env.fixed_train_set.path={elsewhere.replace('seed1', 'seed2')}"]))
+    with pytest.raises(ProasError, match="another config"):
+        run_status(spec, out, study.steps)
+
+
 def test_shipped_studies_cover_the_papers_tables():
     assert shipped_studies() == ["ablation_arg", "ablation_shaping", "main"]
     main_study = load_study("main")

@@ -77,3 +77,28 @@ def test_show_config_prints_the_resolved_yaml(capsys):
     assert config_from_yaml(text) == build_config(["seed=2", "algo.estimator=dapo"])
     assert main(["train", "--show-config", "algo.estimator=nope"]) == 2
     assert "algo.estimator" in capsys.readouterr().err
+
+
+def test_a_run_recorded_from_another_checkout_is_the_same_setting_and_is_relocated(tmp_path):
+    from proas.tasksets import default_root
+    from proas.train.config import relocate_shipped_paths, same_setting, shipped_relative
+
+    here = build_config([f"env.fixed_train_set.path={default_root() / 'fixed_train_set' / 'seed1' / 'shop'}"])
+    moved = build_config(["env.fixed_train_set.path=/elsewhere/code/src/proas/data/fixed_train_set/seed1/shop",
+                          "train.steps=40"])
+    assert shipped_relative(moved.env.fixed_train_set.path) == "fixed_train_set/seed1/shop"
+    assert same_setting(here, moved)
+    other_seed = build_config(["env.fixed_train_set.path=/elsewhere/code/src/proas/data/fixed_train_set/seed2/shop"])
+    assert not same_setting(here, other_seed)
+    assert not same_setting(here, build_config(["env.fixed_train_set.path=/elsewhere/my_schedule"]))
+    assert not same_setting(here, build_config(list(
+        [f"env.fixed_train_set.path={here.env.fixed_train_set.path}", "algo.shaping=none"])))
+
+    relocated = relocate_shipped_paths(moved)
+    assert relocated.env.fixed_train_set.path == here.env.fixed_train_set.path
+    assert moved.env.fixed_train_set.path.startswith("/elsewhere")  # the input is not changed
+    # a path that exists where it was recorded, or that is not shipped data, is left alone
+    own = tmp_path / "proas" / "data" / "fixed_train_set" / "seed1" / "shop"
+    own.mkdir(parents=True)
+    assert relocate_shipped_paths(build_config([f"env.fixed_train_set.path={own}"])).env.fixed_train_set.path == str(own)
+    assert relocate_shipped_paths(build_config(["env.fixed_train_set.path=/elsewhere/x"])).env.fixed_train_set.path == "/elsewhere/x"

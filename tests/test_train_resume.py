@@ -83,3 +83,21 @@ def test_a_second_run_into_the_same_directory_is_refused(tmp_path):
 def test_resume_of_a_missing_run_is_a_clear_error(tmp_path):
     out = _proas("train", "--resume", str(tmp_path / "nope"))
     assert out.returncode == 2 and "not a run directory" in out.stderr
+
+
+def test_resume_of_a_run_made_from_another_checkout_reads_this_ones_schedule(tmp_path):
+    from proas.tasksets import default_root
+
+    schedule = default_root() / "fixed_train_set" / "seed0" / "shop"
+    run = tmp_path / "run"
+    small = ["env=shop", "env.tasks_per_step=2", "env.group_size=2", "env.fixed_val_set.size=4",
+             "train.val_every=1", "train.progress=false", "policy=scorer"]
+    out = _proas("train", *small, f"env.fixed_train_set.path={schedule}", "train.steps=1", "--run-dir", str(run))
+    assert out.returncode == 0, out.stderr
+    cfg = run / "config.yaml"
+    elsewhere = "/nonexistent/machine/src/proas/data/fixed_train_set/seed0/shop"
+    cfg.write_text(cfg.read_text().replace(str(schedule), elsewhere))
+    out = _proas("train", "--resume", str(run), "train.steps=2")
+    assert out.returncode == 0, out.stderr
+    assert [r["step"] for r in _metrics(run)] == [0, 1, 2]
+    assert f"path: {schedule}\n" in cfg.read_text()  # the config now says what was read

@@ -19,7 +19,6 @@ ARG needs its teacher's graph) starts once that run has finished on the same env
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -51,7 +50,7 @@ def _finished_steps(run_dir: Path) -> int | None:
 
 def run_status(spec: RunSpec, out: Path, steps: int) -> str:
     """``done``, ``partial`` or ``new``; raises when the directory holds a different config."""
-    from proas.train.config import build_config
+    from proas.train.config import build_config, same_setting
     from proas.train.loop import load_run_config
 
     run_dir = spec.run_dir(out)
@@ -59,10 +58,7 @@ def run_status(spec: RunSpec, out: Path, steps: int) -> str:
         return NEW
     on_disk = load_run_config(run_dir)
     wanted = build_config(list(spec.overrides))
-    a, b = copy.deepcopy(on_disk), copy.deepcopy(wanted)
-    for c in (a, b):
-        c.train.steps, c.train.progress = 0, False
-    if a != b:
+    if not same_setting(on_disk, wanted):
         raise ProasError(f"{run_dir}: holds a run with another config than study {spec.study!r} asks for "
                          f"(row {spec.row!r}); move it away or use another --out")
     done = _finished_steps(run_dir)

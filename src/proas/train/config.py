@@ -20,7 +20,9 @@ CPU cores in minutes.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -34,6 +36,9 @@ __all__ = [
     "ESTIMATORS",
     "SHAPINGS",
     "build_config",
+    "relocate_shipped_paths",
+    "same_setting",
+    "shipped_relative",
     "config_from_yaml",
     "config_to_yaml",
 ]
@@ -374,6 +379,53 @@ def config_from_yaml(text: str, where: str = "config.yaml") -> Config:
     except Exception as exc:  # yaml.YAMLError and friends
         raise ProasError(f"{where}: not a valid config ({type(exc).__name__})") from None
     return _to_config(merged)
+
+
+#: config fields that may name a task set shipped inside the package
+_SHIPPED_PATH_FIELDS = (("env", "fixed_train_set"), ("env", "fixed_val_set"))
+
+
+def shipped_relative(path: str | None) -> str | None:
+    """The part of ``path`` below a ``proas/data`` folder, or None when it points elsewhere.
+
+    A run directory records absolute paths; this lets a run made from one checkout (another
+    machine, a copy of the source) be recognised, compared and resumed from another.
+    """
+    if not path:
+        return None
+    parts = Path(path).parts
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == "proas" and parts[i + 1] == "data":
+            return "/".join(parts[i + 2:])
+    return None
+
+
+def relocate_shipped_paths(cfg: Config) -> Config:
+    """A copy of ``cfg`` whose paths into another checkout's shipped data point to this one's
+    (only where the file is missing there and present here)."""
+    from proas.tasksets import default_root
+
+    out = copy.deepcopy(cfg)
+    for group, name in _SHIPPED_PATH_FIELDS:
+        section = getattr(getattr(out, group), name)
+        rel = shipped_relative(section.path)
+        if rel is not None and not Path(section.path).exists() and (default_root() / rel).exists():
+            section.path = str(default_root() / rel)
+    return out
+
+
+def same_setting(a: Config, b: Config) -> bool:
+    """Whether two configs describe the same run, apart from the step budget, the progress bar
+    and where the shipped task sets lie."""
+    a, b = copy.deepcopy(a), copy.deepcopy(b)
+    for c in (a, b):
+        c.train.steps, c.train.progress = 0, False
+        for group, name in _SHIPPED_PATH_FIELDS:
+            section = getattr(getattr(c, group), name)
+            rel = shipped_relative(section.path)
+            if rel is not None:
+                section.path = "{data}/" + rel
+    return a == b
 
 
 def _one_line(exc: Exception) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import math
 import os
@@ -16,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_bytes, atomic_write_json
-from proas.train.config import Config
+from proas.train.config import Config, relocate_shipped_paths, same_setting
 from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
 
 __all__ = ["default_run_name", "plot_curve", "train"]
@@ -101,15 +100,17 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
     console = console or Console(stderr=False)
     if resume is not None:
         run_dir = Path(resume)
-        cfg_on_disk = load_run_config(run_dir)
+        recorded = load_run_config(run_dir)
+        # a run made from another checkout: its shipped task sets are read from this one's
+        cfg_on_disk = relocate_shipped_paths(recorded)
         if cfg is None:
             cfg = cfg_on_disk
+        elif not same_setting(cfg, cfg_on_disk):
+            raise ProasError(f"{run_dir}: --resume continues the run's own config; only train.steps "
+                             "and train.progress may be overridden")
         else:
-            same = copy.deepcopy(cfg)
-            same.train.steps, same.train.progress = cfg_on_disk.train.steps, cfg_on_disk.train.progress
-            if same != cfg_on_disk:
-                raise ProasError(f"{run_dir}: --resume continues the run's own config; only train.steps "
-                                 "and train.progress may be overridden")
+            cfg = relocate_shipped_paths(cfg)
+        if cfg != recorded:
             write_run_config(run_dir, cfg)
     else:
         assert cfg is not None
