@@ -236,3 +236,19 @@ def test_missing_results_dir_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty")]) == 2
     assert "no studies/ folder" in capsys.readouterr().err
+
+
+def test_an_sft_row_reports_its_best_epoch_and_does_not_shrink_the_rl_budget(tmp_path):
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "main.yaml").write_text(MAIN.replace(
+        '{id: sft, label: SFT, not_run: "waits for proas sft"}', '{id: sft, label: SFT, sft: [--epochs, "3"]}'))
+    _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.9)])
+    # SFT's records are epochs 0-3; its best (epoch 2) counts although the RL runs went to step 30
+    _write_run(root, "household", "sft", 0, [_val(0, 0.0), _val(1, 0.25), _val(2, 0.625), _val(3, 0.5)])
+    md = make_report(root, plots=False).read_text()
+    rows = _table_rows(md, "Main results")
+    assert rows["SFT"][6] == "62.5" and rows["GRPO"][6] == "90.0"  # GRPO judged within its 30 steps
+    assert "Reduced budget" not in md
+    assert "SFT: `proas sft` (supervised training on the oracle's actions in the training tasks), best " \
+           "validation over its 3 epochs." in md

@@ -67,6 +67,30 @@ def test_grid_runs_dependencies_in_order_then_skips_finished_runs(tmp_path):
     assert {d: (d / "metrics.jsonl").read_text() for d in (teacher, student)} == before
 
 
+def test_an_sft_row_runs_proas_sft_and_an_interrupted_one_starts_over(tmp_path):
+    study = _study([{"id": "sft", "label": "SFT", "sft": ["--epochs", "2", "--batch-size", "8"]}])
+    out = tmp_path / "res"
+    (spec,) = study.runs(out)
+    run_dir = spec.run_dir(out)
+    run_dir.mkdir(parents=True)
+    # what a killed SFT run leaves: its config and one epoch's record, no summary
+    from proas.train.config import build_config
+    from proas.train.loop import write_run_config
+
+    write_run_config(run_dir, build_config(list(spec.overrides)))
+    (run_dir / "metrics.jsonl").write_text('{"step": 0, "val/sr": 0.0}\n')
+    assert run_status(spec, out, study.steps) == "partial"
+    log: list[str] = []
+    res = run_grid(study, [spec], out, jobs=1, log=log.append, poll_s=0.1)
+    assert res.done == [spec.key], (run_dir / "train.log").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["baseline"] == "sft" and summary["epochs"] == 2
+    assert [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert run_status(spec, out, study.steps) == "done"
+    log.clear()
+    assert run_grid(study, [spec], out, jobs=1, log=log.append, poll_s=0.1).skipped == [spec.key]
+
+
 @pytest.mark.slow
 def test_interrupted_run_is_resumed_to_the_metrics_of_an_uninterrupted_one(tmp_path):
     from proas.train.config import build_config
@@ -146,7 +170,8 @@ def test_shipped_studies_cover_the_papers_tables():
     assert [r.label for r in main_study.rows if not r.hidden] == [
         "Proprietary model (ReAct)", "Direct Prompt", "SFT", "PPO", "MiGPO", "GRPO", "GRPO+ProAS", "DAPO",
         "DAPO+ProAS", "GiGPO", "GiGPO+ProAS"]
-    assert {r.id for r in main_study.rows if r.not_run} == {"react", "sft"}
+    assert {r.id for r in main_study.rows if r.not_run} == {"react"}
+    assert main_study.row("sft").sft == ("--epochs", "10")
     assert main_study.row("direct").untrained_of == "grpo"
     assert main_study.seeds == (0, 1, 2) and main_study.steps == 150 and main_study.envs == ("household", "shop")
     assert {r.id: r.base for r in main_study.rows if r.base} == {"grpo_proas": "grpo", "dapo_proas": "dapo",
@@ -163,7 +188,9 @@ def test_runs_use_the_fixed_schedule_of_their_seed_and_share_rows_across_studies
     from proas.tasksets import default_root
 
     main_runs = {r.key: r for r in load_study("main").runs(tmp_path)}
-    assert len(main_runs) == 8 * 2 * 3  # 8 runnable rows (PPO, MiGPO and the six group-based ones)
+    assert len(main_runs) == 9 * 2 * 3  # 9 runnable rows (SFT, PPO, MiGPO and the six group-based ones)
+    sft = main_runs["household/sft/seed0"]
+    assert sft.command == "sft" and sft.args == ("--epochs", "10") and main_runs["household/grpo/seed0"].command == "train"
     ppo = main_runs["shop/ppo/seed1"].overrides
     assert f"env.fixed_train_set.path={default_root() / 'fix_train_set_ppo' / 'seed1' / 'shop'}" in ppo
     grpo = main_runs["household/grpo/seed2"].overrides
@@ -183,7 +210,8 @@ def test_runs_use_the_fixed_schedule_of_their_seed_and_share_rows_across_studies
     ({"seeds": []}, "'seeds' must be a non-empty list"),
     ({"steps": 0}, "'steps' must be a positive integer"),
     ({"bogus": 1}, "unknown key(s) bogus"),
-    ({"rows": [{"id": "a", "label": "A"}]}, "rows[0]: a row needs 'overrides', 'untrained_of' or a 'not_run' reason"),
+    ({"rows": [{"id": "a", "label": "A"}]}, "rows[0]: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason"),
+    ({"rows": [{"id": "a", "sft": ["--epoch", "3"]}]}, "row 'a': unknown option(s) of proas sft: --epoch"),
     ({"rows": [{"id": "a", "overrides": ["algo.shaping=x"]}]}, "row 'a' on toy_env:make_env: config: algo.shaping='x'"),
     ({"rows": [{"id": "a", "base": "z", "overrides": ["seed=1"]}]}, "row 'a' refers to unknown row 'z'"),
     ({"rows": [{"id": "a", "overrides": ["seed=1"]}, {"id": "a", "overrides": ["seed=1"]}]}, "duplicate row id 'a'"),

@@ -201,7 +201,8 @@ def env_budgets(study: Study, results: Path, budget: int) -> dict[str, int]:
     reached, so that no row is judged on more training than another."""
     out = {}
     for env in study.envs:
-        reached = [r.val[-1]["step"] for row in study.rows if not row.hidden and not row.not_run
+        reached = [r.val[-1]["step"] for row in study.rows
+                   if not row.hidden and not row.not_run and row.sft is None
                    for s, r in collect_runs(results, env, row.id) if s in study.seeds]
         out[env] = min([budget] + [int(x) for x in reached])
     return out
@@ -223,6 +224,8 @@ def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True
             budget = budgets[env]
             if row.untrained_of:
                 bests = [(s, r, r.val[0] if int(r.val[0]["step"]) == 0 else None) for s, r in runs]
+            elif row.sft is not None:  # epochs of supervised training, not RL steps: all of them count
+                bests = [(s, r, best_within(r, r.steps_done)) for s, r in runs]
             else:
                 bests = [(s, r, best_within(r, budget)) for s, r in runs]
             bests = [(s, r, b) for s, r, b in bests if b is not None]
@@ -238,7 +241,7 @@ def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True
                     m, sd = mean_std(vals)
                     cols[name] = Cell(m, sd, len(vals))
             rr.cells[env] = cols
-            if not row.untrained_of:
+            if not row.untrained_of and row.sft is None:
                 rr.curves[env] = mean_curve([r for _, r, _ in bests], budget)
         rows.append(rr)
     if study.kind == "main":
@@ -317,6 +320,10 @@ def render_table(study: Study, rows: list[RowResult]) -> tuple[str, list[list[st
         if rr.row.untrained_of and rr.cells:
             notes.append(f"{rr.row.label}: the untrained policy, i.e. the step-0 validation (before any update) "
                          f"of the {study.row(rr.row.untrained_of).label} runs of the same seeds.")
+        if rr.row.sft is not None and rr.cells:
+            epochs = sorted({n for env in rr.steps for n in rr.steps[env]})
+            notes.append(f"{rr.row.label}: `proas sft` (supervised training on the oracle's actions in the training "
+                         f"tasks), best validation over its {'/'.join(map(str, epochs))} epochs.")
         lines.append("| " + " | ".join(cells) + " |")
         for env in study.envs:
             if env not in rr.cells:

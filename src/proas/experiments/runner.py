@@ -48,6 +48,24 @@ def _finished_steps(run_dir: Path) -> int | None:
         return None
 
 
+def _finished(spec: RunSpec, out: Path) -> bool:
+    run_dir = spec.run_dir(out)
+    if spec.command == "sft":
+        return (run_dir / "summary.json").exists()
+    return _finished_steps(run_dir) is not None
+
+
+def _clear_partial_sft(run_dir: Path) -> None:
+    """An interrupted SFT run starts over (it is short and has no checkpoint to resume from);
+    its log is kept."""
+    import shutil
+
+    for p in run_dir.iterdir():
+        if p.name == "train.log":
+            continue
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
 def run_status(spec: RunSpec, out: Path, steps: int) -> str:
     """``done``, ``partial`` or ``new``; raises when the directory holds a different config."""
     from proas.train.config import build_config, same_setting
@@ -61,6 +79,8 @@ def run_status(spec: RunSpec, out: Path, steps: int) -> str:
     if not same_setting(on_disk, wanted):
         raise ProasError(f"{run_dir}: holds a run with another config than study {spec.study!r} asks for "
                          f"(row {spec.row!r}); move it away or use another --out")
+    if spec.command == "sft":  # SFT has no step budget and no resume: finished or restarted
+        return DONE if (run_dir / "summary.json").exists() else PARTIAL
     done = _finished_steps(run_dir)
     return DONE if done is not None and done >= steps else PARTIAL
 
@@ -81,6 +101,8 @@ class GridResult:
 
 def _command(spec: RunSpec, out: Path, status: str, steps: int) -> list[str]:
     run_dir = spec.run_dir(out)
+    if spec.command == "sft":
+        return [sys.executable, "-m", "proas", "sft", *spec.overrides, *spec.args, "--run-dir", str(run_dir)]
     base = [sys.executable, "-m", "proas", "train"]
     if status == NEW:
         return base + list(spec.overrides) + ["--run-dir", str(run_dir)]
@@ -144,6 +166,8 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
                 run_dir = s.run_dir(out)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 st = run_status(s, out, study.steps)
+                if s.command == "sft" and st == PARTIAL:
+                    _clear_partial_sft(run_dir)
                 fh = open(run_dir / "train.log", "a", encoding="utf-8")
                 proc = subprocess.Popen(_command(s, out, st, study.steps), stdout=fh, stderr=subprocess.STDOUT,
                                         env=child_env, cwd=str(out))
@@ -155,7 +179,7 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
                     continue
                 fh.close()
                 del running[key]
-                if rc == 0 and _finished_steps(by_key[key].run_dir(out)) is not None:
+                if rc == 0 and _finished(by_key[key], out):
                     finished.add(key)
                     done.append(key)
                     log(f"  done   {key}")

@@ -20,7 +20,8 @@ Format (see docs/experiments.md)::
     rows:
       - {id: grpo, label: GRPO, overrides: [algo.estimator=grpo, algo.shaping=none]}
       - {id: grpo_proas, label: GRPO+ProAS, base: grpo, overrides: [...]}
-      - {id: sft, label: SFT, not_run: "waits for proas sft"}
+      - {id: sft, label: SFT, sft: [--epochs, "10"], overrides: [...]}  # `proas sft` with these options
+      - {id: react, label: ReAct, not_run: "needs a proprietary API model"}
       - {id: direct, label: Direct Prompt, untrained_of: grpo}   # step-0 validation of grpo's runs
       - {id: teacher, label: ..., hidden: true, overrides: [...]}   # run, not a table row
       - {id: distill, ..., needs: [teacher], overrides: [algo.graph.path={out}/{env}/teacher/seed{seed}/checkpoints/step_{steps:06d}/graph.json]}
@@ -46,8 +47,11 @@ __all__ = ["RowSpec", "RunSpec", "Study", "load_study", "shipped_studies", "stud
 
 KINDS = ("main", "ablation")
 SCHEDULES = ("group", "ppo")
+#: the options of ``proas sft`` an ``sft`` row may give
+SFT_OPTIONS = ("--epochs", "--lr", "--batch-size", "--val-every", "--max-tasks")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note", "untrained_of"}
+_ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note", "untrained_of",
+             "sft"}
 _TOP_KEYS = {"study", "title", "kind", "reference", "envs", "seeds", "steps", "common", "env_overrides",
              "rows", "description"}
 
@@ -66,11 +70,15 @@ class RowSpec:
     hidden: bool = False
     schedule: str = "group"
     note: str | None = None
+    #: options of ``proas sft`` (e.g. ``[--epochs, "10"]``): the row is the SFT baseline, run
+    #: with ``proas sft`` on the row's config instead of ``proas train``; its records are epochs,
+    #: outside the RL step budget
+    sft: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One ``proas train`` run: a row on one env with one seed."""
+    """One run: a row on one env with one seed (``proas train``, or ``proas sft`` for SFT rows)."""
 
     study: str
     row: str
@@ -78,6 +86,10 @@ class RunSpec:
     seed: int
     overrides: tuple[str, ...]
     needs: tuple[str, ...] = ()
+    #: ``train`` or ``sft``
+    command: str = "train"
+    #: extra options of the command (``proas sft``'s ``--epochs`` ...)
+    args: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -144,7 +156,9 @@ class Study:
                     if row.id not in chosen or row.not_run or row.untrained_of:
                         continue
                     specs.append(RunSpec(self.name, row.id, env, int(seed),
-                                         self.resolve(row, env, int(seed), out, data), row.needs))
+                                         self.resolve(row, env, int(seed), out, data), row.needs,
+                                         command="sft" if row.sft is not None else "train",
+                                         args=row.sft or ()))
         return specs
 
     def resolve(self, row: RowSpec, env: str, seed: int, out: Path, data: Path) -> tuple[str, ...]:
@@ -220,11 +234,14 @@ def parse_study(data: Any, where: str) -> Study:
             raise ProasError(f"{at}: 'not_run' must be the reason, as text")
         overrides = _strs(r.get("overrides"), f"{at}: overrides")
         untrained_of = r.get("untrained_of")
-        if not not_run and not untrained_of and not overrides:
-            raise ProasError(f"{at}: a row needs 'overrides', 'untrained_of' or a 'not_run' reason")
+        sft = _strs(r.get("sft"), f"{at}: sft") if "sft" in r else None
+        if not not_run and not untrained_of and not overrides and sft is None:
+            raise ProasError(f"{at}: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason")
+        if sft is not None and (r.get("base") or untrained_of):
+            raise ProasError(f"{at}: an 'sft' row has no 'base' or 'untrained_of'")
         rows.append(RowSpec(id=rid, label=str(r.get("label", rid)), overrides=overrides,
                             base=r.get("base"), not_run=not_run, untrained_of=untrained_of, needs=_strs(r.get("needs"), f"{at}: needs"),
-                            hidden=bool(r.get("hidden", False)), schedule=schedule, note=r.get("note")))
+                            hidden=bool(r.get("hidden", False)), schedule=schedule, note=r.get("note"), sft=sft))
     ids = {r.id for r in rows}
     for r in rows:
         for ref in [x for x in (r.base, r.untrained_of) if x] + list(r.needs):
@@ -254,6 +271,10 @@ def _check_overrides(study: Study) -> None:
                 build_config(list(items))
             except ProasError as exc:
                 raise ProasError(f"{study.source}: row {row.id!r} on {env}: {exc}") from None
+            bad = [x for x in row.sft or () if x.startswith("-") and x.split("=", 1)[0] not in SFT_OPTIONS]
+            if bad:
+                raise ProasError(f"{study.source}: row {row.id!r}: unknown option(s) of proas sft: "
+                                 f"{', '.join(bad)} (known: {', '.join(SFT_OPTIONS)})")
 
 
 def shipped_studies() -> list[str]:
