@@ -95,6 +95,15 @@ def test_env_exceptions_are_counted_and_training_goes_on(tmp_path):
     assert rec["train/trajectories"] == 12.0 and rec["loss/updates"] >= 1
 
 
+def test_a_run_whose_every_episode_raises_fails_clearly_without_a_summary(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(ProasError, match=r"step 1: the env raised in every one of the 4 episodes "
+                                         r"\(first: train-000 reset: RuntimeError: toy env crashed on purpose"):
+        train(cfg("env.options.crash_task=train-000", "env.options.n_train=1", "train.steps=2",
+                  "algo.graph.source=rollouts"), run_dir=run)  # no oracle graph (it would fail first)
+    assert not (run / "summary.json").exists()
+
+
 def test_a_foreign_env_name_is_a_clear_error(tmp_path):
     with pytest.raises(ProasError, match="cannot be imported"):
         Trainer(cfg("env.name=no_such_module:make"), tmp_path)

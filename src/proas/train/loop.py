@@ -286,6 +286,7 @@ class Trainer:
         kept: list[Trajectory] = []
         seen: list[Trajectory] = []
         exceptions = 0
+        first_exception = ""
         batches = 0
         while True:
             tasks = self._tasks_for(step, batches)
@@ -297,6 +298,8 @@ class Trainer:
                 success_reward=cfg.env.success_reward, env_name=self.env_name)
             batches += 1
             exceptions += stats.env_exceptions
+            if stats.exception_messages and not first_exception:
+                first_exception = stats.exception_messages[0]
             for msg in stats.exception_messages[:3]:
                 self._log(f"[yellow]env exception[/] step {step}: {msg}")
             seen.extend(trajs)
@@ -307,6 +310,9 @@ class Trainer:
             kept.extend(t for t in trajs if keep[t.group])
             if len(kept) >= target:
                 break
+        if seen and exceptions >= len(seen):  # each episode raises at most once: all of them did
+            raise ProasError(f"step {step}: the env raised in every one of the {len(seen)} episodes "
+                             f"(first: {first_exception}); nothing to train on")
         kept = [t for t in kept if t.steps]  # an env that failed at reset left nothing to learn from
         n = max(1, len(seen))
         info = {
