@@ -238,3 +238,31 @@ def test_cli_dry_run_lists_runs_and_bad_input_exits_2(tmp_path, capsys):
     assert "not valid YAML" in capsys.readouterr().err
     assert main(["experiment", "run", "main", "--rows", "nope", "--dry-run"]) == 2
     assert "no row 'nope'" in capsys.readouterr().err
+
+
+def test_sigterm_stops_the_runner_and_its_children(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    cfg = tmp_path / "toy.yaml"
+    cfg.write_text(yaml.safe_dump({"study": "toy", "kind": "main", "envs": ["toy_env:make_env"], "seeds": [0],
+                                   "steps": 500, "common": COMMON, "rows": [{"id": "a", "overrides": ["algo.shaping=none"]}]}))
+    out = tmp_path / "res"
+    proc = subprocess.Popen([sys.executable, "-m", "proas", "experiment", "run", str(cfg), "--out", str(out), "--jobs", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "toy_env_make_env" / "a" / "seed0" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "stopped by SIGTERM" in err and "run the same command again" in err
+    size = len(metrics.read_text())
+    time.sleep(2)
+    assert len(metrics.read_text()) == size  # the child was stopped with its runner
+    assert not (metrics.parent / "summary.json").exists()

@@ -20,8 +20,10 @@ ARG needs its teacher's graph) starts once that run has finished on the same env
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +142,10 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
     def dep_keys(s: RunSpec) -> list[str]:
         return [f"{env_dir(s.env)}/{d}/seed{s.seed}" for d in s.needs]
 
+    # a `kill` (SIGTERM) or a closed terminal (SIGHUP) must not leave children training unseen
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, _on_stop_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         while pending or running:
             if deadline is not None and time.monotonic() >= deadline:
@@ -196,7 +202,19 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
     except BaseException:
         _stop_all(running)
         raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return GridResult(done=done, skipped=skipped, failed=failed, stopped=stopped)
+
+
+class Stopped(ProasError):
+    """The runner was told to stop (SIGTERM, SIGHUP); its running children were stopped first."""
+
+
+def _on_stop_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Stopped(f"stopped by {signal.Signals(signum).name}: the running runs were stopped with their "
+                  "checkpoints; run the same command again to resume")
 
 
 def _dep_done(out: Path, key: str, steps: int) -> bool:
