@@ -1,0 +1,137 @@
+"""Figures behind results/README.md that the paper-layout report does not show.
+
+    python results/analyse_study.py RESULTS_DIR [--prune]
+
+For every env and row with runs in RESULTS_DIR (mean ± std over the seeds found):
+
+- ``train SR 51-150``: the training success rate (128 episodes a step, temperature 1.0) averaged
+  over steps 51-150, a far less noisy measure than the best of 16 validations;
+- ``last val``: the mean of the last three validation SRs;
+- ``|A| 1-50``, ``grad 1-50``: mean absolute step advantage and gradient norm over steps 1-50;
+- ``err``: the share of env-rejected actions in the training rollouts over steps 51-150;
+- ``unreas. in succ.``: the share of unreasonable steps (Rea = 0) in successful trajectories,
+  and, from the rollout logs where a run has them, how many of those were env errors.
+
+``--prune`` also builds each env's oracle ARG for seeds 0-2 and prunes 40% of its edges as the
+Incomplete ablation does, printing the nodes and edges before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def _ms(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    if not values:
+        return "–"
+    m = statistics.mean(values) * scale
+    if len(values) == 1:
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f}±{statistics.stdev(values) * scale:.{digits}f}"
+
+
+def _records(run: Path) -> list[dict]:
+    out = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break  # a record cut off by a kill
+    by_step = {r["step"]: r for r in out}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _mean(recs: list[dict], key: str, lo: int, hi: int) -> float | None:
+    vals = [r[key] for r in recs if lo <= r["step"] <= hi and r.get(key) is not None]
+    return statistics.mean(vals) if vals else None
+
+
+def _error_share(run: Path) -> tuple[int, int]:
+    """(unreasonable steps in successful trajectories, of which env errors) over the rollout logs."""
+    unreasonable = errors = 0
+    for f in sorted(glob.glob(str(run / "rollouts" / "step_*.jsonl.gz"))):
+        with gzip.open(f, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                traj = json.loads(line)
+                if not traj.get("won"):
+                    continue
+                for s in traj["steps"]:
+                    if s.get("rea") == 0:
+                        unreasonable += 1
+                        errors += bool(s.get("error"))
+    return unreasonable, errors
+
+
+def table(results: Path) -> None:
+    for env_dir in sorted(p for p in results.iterdir() if p.is_dir() and p.name != "studies"):
+        print(f"\n## {env_dir.name}\n")
+        print("| row | seeds | train SR 51-150 | last val | |A| 1-50 | grad 1-50 | err 51-150 "
+              "| unreas. in succ. 51-150 | of those, env errors (rollout logs) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for row in sorted(p for p in env_dir.iterdir() if p.is_dir()):
+            runs = sorted(r for r in row.glob("seed*") if (r / "metrics.jsonl").exists())
+            if not runs:
+                continue
+            cols: dict[str, list[float]] = {k: [] for k in ("tr", "last", "a", "g", "err", "un")}
+            unreasonable = errors = 0
+            for run in runs:
+                recs = _records(run)
+                vals = [r["val/sr"] for r in recs if r.get("val/sr") is not None]
+                for key, value in (("tr", _mean(recs, "train/sr", 51, 150)),
+                                   ("last", statistics.mean(vals[-3:]) if vals else None),
+                                   ("a", _mean(recs, "adv/abs_mean", 1, 50)),
+                                   ("g", _mean(recs, "loss/grad_norm", 1, 50)),
+                                   ("err", _mean(recs, "train/error_rate", 51, 150)),
+                                   ("un", _mean(recs, "train/unreasonable_in_success", 51, 150))):
+                    if value is not None:
+                        cols[key].append(value)
+                u, e = _error_share(run)
+                unreasonable, errors = unreasonable + u, errors + e
+            share = f"{100 * errors / unreasonable:.1f}% of {unreasonable}" if unreasonable else "–"
+            print(f"| {row.name} | {len(runs)} | {_ms(cols['tr'], 100)} | {_ms(cols['last'], 100)} | "
+                  f"{_ms(cols['a'], 1, 3)} | {_ms(cols['g'], 1, 3)} | {_ms(cols['err'], 100)} | "
+                  f"{_ms(cols['un'], 100)} | {share} |")
+
+
+def prune_check() -> None:
+    import tempfile
+
+    from proas.tasksets import default_root
+    from proas.train.config import build_config
+    from proas.train.loop import Trainer
+
+    print("\n## Incomplete ARG: 40% of the oracle ARG's edges pruned\n")
+    print("| env | seed | nodes | edges | nodes after | edges after |")
+    print("|---|---|---|---|---|---|")
+    for env in ("household", "shop"):
+        for seed in (0, 1, 2):
+            cfg = build_config([f"env={env}", f"seed={seed}", "policy=scorer", "train.progress=false",
+                                f"env.fixed_train_set.path={default_root() / 'fixed_train_set' / f'seed{seed}' / env}"])
+            graph = Trainer(cfg, Path(tempfile.mkdtemp())).graph
+            n, e = graph.num_nodes, graph.num_edges
+            graph.prune(0.4, seed=seed)  # what algo.graph.prune=0.4 does to the run's graph
+            print(f"| {env} | {seed} | {n} | {e} | {graph.num_nodes} | {graph.num_edges} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", type=Path)
+    p.add_argument("--prune", action="store_true", help="also check what pruning does to the oracle ARGs")
+    args = p.parse_args(argv)
+    if not args.results.is_dir():
+        print(f"error: {args.results}: no such results directory", file=sys.stderr)
+        return 2
+    table(args.results)
+    if args.prune:
+        prune_check()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
