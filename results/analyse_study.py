@@ -28,12 +28,15 @@ from pathlib import Path
 
 
 def _ms(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """Mean ± sample std as the report computes them (one value: no ±)."""
+    from proas.experiments.report import mean_std
+
     if not values:
         return "–"
-    m = statistics.mean(values) * scale
+    m, sd = mean_std(values)
     if len(values) == 1:
-        return f"{m:.{digits}f}"
-    return f"{m:.{digits}f}±{statistics.stdev(values) * scale:.{digits}f}"
+        return f"{m * scale:.{digits}f}"
+    return f"{m * scale:.{digits}f}±{sd * scale:.{digits}f}"
 
 
 def _records(run: Path) -> list[dict]:

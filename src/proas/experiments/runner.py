@@ -82,7 +82,7 @@ def run_status(spec: RunSpec, out: Path, steps: int) -> str:
         raise ProasError(f"{run_dir}: holds a run with another config than study {spec.study!r} asks for "
                          f"(row {spec.row!r}); move it away or use another --out")
     if spec.command == "sft":  # SFT has no step budget and no resume: finished or restarted
-        return DONE if (run_dir / "summary.json").exists() else PARTIAL
+        return DONE if _finished(spec, out) else PARTIAL
     done = _finished_steps(run_dir)
     return DONE if done is not None and done >= steps else PARTIAL
 

@@ -400,16 +400,23 @@ def shipped_relative(path: str | None) -> str | None:
     return None
 
 
+def _shipped_paths(cfg: Config):
+    """``(section, part below proas/data)`` of each path field of ``cfg`` that names shipped data."""
+    for group, name in _SHIPPED_PATH_FIELDS:
+        section = getattr(getattr(cfg, group), name)
+        rel = shipped_relative(section.path)
+        if rel is not None:
+            yield section, rel
+
+
 def relocate_shipped_paths(cfg: Config) -> Config:
     """A copy of ``cfg`` whose paths into another checkout's shipped data point to this one's
     (only where the file is missing there and present here)."""
     from proas.tasksets import default_root
 
     out = copy.deepcopy(cfg)
-    for group, name in _SHIPPED_PATH_FIELDS:
-        section = getattr(getattr(out, group), name)
-        rel = shipped_relative(section.path)
-        if rel is not None and not Path(section.path).exists() and (default_root() / rel).exists():
+    for section, rel in _shipped_paths(out):
+        if not Path(section.path).exists() and (default_root() / rel).exists():
             section.path = str(default_root() / rel)
     return out
 
@@ -420,11 +427,8 @@ def same_setting(a: Config, b: Config) -> bool:
     a, b = copy.deepcopy(a), copy.deepcopy(b)
     for c in (a, b):
         c.train.steps, c.train.progress = 0, False
-        for group, name in _SHIPPED_PATH_FIELDS:
-            section = getattr(getattr(c, group), name)
-            rel = shipped_relative(section.path)
-            if rel is not None:
-                section.path = "{data}/" + rel
+        for section, rel in _shipped_paths(c):
+            section.path = "{data}/" + rel
     return a == b
 
 
