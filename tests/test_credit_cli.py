@@ -38,13 +38,14 @@ def test_credit_writes_one_row_per_step_in_input_order(files, capsys):
     rows = read_rows(files / "out.jsonl")
     assert [(r["trajectory"], r["t"]) for r in rows] == [("win", t) for t in range(5)] + [("lose", t) for t in range(3)]
     win = rows[:5]
-    # X -> B revisits B; the error step is unreasonable
-    assert [r["rea"] for r in win] == [1, 0, 1, 1, 1]
+    # the error step is unreasonable; X -> B is no ARG edge (the loop through X was cut)
+    assert [r["rea"] for r in win] == [1, 0, 0, 1, 1]
     assert [r["pa"] for r in win] == [1, 0, 0, 1, 1]
     assert [r["fd"] for r in win] == [2, 2, 1, 0, 0]
-    # GRPO over [1, 0]: +-0.707; MUI zeroes the error step
-    assert win[0]["base_advantage"] == pytest.approx(0.7071, abs=1e-3)
-    assert win[1]["advantage"] == 0.0
+    # GRPO over step rows [1]*5 + [0]*3 (verl-agent's statistics): (1 - 5/8) / std
+    std = (5 * (3 / 8) ** 2 + 3 * (5 / 8) ** 2) ** 0.5 / 7 ** 0.5
+    assert win[0]["base_advantage"] == pytest.approx((3 / 8) / (std + 1e-6), rel=1e-6)
+    assert win[1]["advantage"] == 0.0 and win[2]["advantage"] == 0.0
     lose = rows[5:]
     assert sum(r["advantage"] for r in lose) == pytest.approx(3 * lose[0]["base_advantage"], rel=1e-5)
     # the saved graph includes the input's successful trajectory (evolved)
@@ -53,13 +54,34 @@ def test_credit_writes_one_row_per_step_in_input_order(files, capsys):
     assert g.num_nodes == 4
 
 
+def test_rea_and_group_stats_flags(files):
+    out = files / "out.jsonl"
+    args = ["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(out),
+            "--build-from", str(files / "oracle.jsonl")]
+    assert main(args + ["--rea", "node", "--group-stats", "trajectories"]) == 0
+    win = read_rows(out)[:5]
+    assert [r["rea"] for r in win] == [1, 0, 1, 1, 1]  # X -> B reaches a node: reasonable
+    assert win[0]["base_advantage"] == pytest.approx(0.7071, abs=1e-3)  # GRPO over [1, 0]
+    assert main(args + ["--rea", "state_action"]) == 0
+    assert [r["rea"] for r in read_rows(out)[:5]] == [1, 0, 0, 1, 1]
+    with pytest.raises(SystemExit):
+        main(args + ["--rea", "edge"])
+
+
+def test_group_stats_refused_for_an_estimator_without_groups(files, capsys):
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "out.jsonl"),
+               "--estimator", "rloo", "--group-stats", "steps"])
+    assert rc == 2
+    assert "--group-stats does not apply to estimator 'rloo'" in capsys.readouterr().err
+
+
 def test_static_graph_ignores_the_input(files):
     g = ReferenceGraph.from_trajectories([path_traj("o", "o1", 1, ["A", "B"])])
     g.save(files / "g.json")
     main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "out.jsonl"),
           "--graph", str(files / "g.json"), "--static", "--save-graph", str(files / "g2.json")])
     rows = read_rows(files / "out.jsonl")
-    assert [r["rea"] for r in rows[:5]] == [1, 0, 1, 0, 0]  # C and G unknown to the static graph
+    assert [r["rea"] for r in rows[:5]] == [1, 0, 0, 0, 0]  # only A -> B is known to the static graph
     assert ReferenceGraph.load(files / "g2.json").num_nodes == 2
 
 

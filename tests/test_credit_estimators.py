@@ -36,19 +36,48 @@ def test_grpo_matches_verls_figures():
 
 def test_grpo_group_of_one_has_mean_zero_std_one():
     b = batch_of({"solo": [(3.0, 2)], "pair": [(1.0, 1), (3.0, 1)]})
-    adv = get_estimator("grpo")(b)
+    adv = get_estimator("grpo")(b, group_stats="trajectories")
     assert adv.traj[0] == pytest.approx(3.0 / (1 + 1e-6))
     # pair: mean 2, unbiased std sqrt(2)
     assert adv.traj[1:] == pytest.approx([-1 / (np.sqrt(2) + 1e-6), 1 / (np.sqrt(2) + 1e-6)])
+    # over step rows, the solo trajectory's two rows are two samples of 3.0: mean 3, advantage 0
+    rows = get_estimator("grpo")(b)
+    assert rows.traj[0] == pytest.approx(0.0)
+    assert rows.traj[1:] == pytest.approx(adv.traj[1:])
 
 
-def test_grpo_statistics_over_trajectories_not_steps():
+def test_grpo_statistics_default_to_step_rows_as_verl_agent():
     b = batch_of({"g": [(1.0, 5), (0.0, 1)]})
-    per_traj = get_estimator("grpo")(b, norm_by_std=False)
+    per_traj = get_estimator("grpo")(b, norm_by_std=False, group_stats="trajectories")
     assert per_traj.traj == pytest.approx([0.5, -0.5])
-    # verl-agent's every-step-row statistics: mean = (5*1 + 1*0)/6
-    cross = get_estimator("grpo")(b, norm_by_std=False, cross_steps=True)
-    assert cross.traj == pytest.approx([1 - 5 / 6, -5 / 6])
+    # verl-agent's every-step-row statistics (the default): mean = (5*1 + 1*0)/6
+    rows = get_estimator("grpo")(b, norm_by_std=False)
+    assert rows.traj == pytest.approx([1 - 5 / 6, -5 / 6])
+    # with the std: rows [1,1,1,1,1,0], unbiased std sqrt((5*(1/6)^2 + (5/6)^2) / 5)
+    std = np.std([1, 1, 1, 1, 1, 0], ddof=1)
+    assert get_estimator("grpo")(b).traj == pytest.approx([(1 / 6) / (std + 1e-6), (-5 / 6) / (std + 1e-6)])
+    with pytest.raises(ValueError, match="steps, trajectories"):
+        get_estimator("grpo")(b, group_stats="rows")
+
+
+def test_invalid_action_penalty_enters_the_row_scores_before_the_statistics():
+    # verl-agent: row (i, t) scores R_i - p_{i,t}; group mean over rows [1, 1, 0, -0.5] = 0.375
+    b = batch_of({"g": [(1.0, 2), (0.0, 2)]})
+    pen = np.array([0.0, 0.0, 0.0, 0.5])
+    adv = get_estimator("grpo")(b, norm_by_std=False, step_penalty=pen)
+    assert adv.traj == pytest.approx([0.625, -0.375])  # A_i: the part ProAS reshapes
+    assert adv.step == pytest.approx([0.0, 0.0, 0.0, -0.5])  # the row's own penalty, in B
+    assert adv.per_step(b) == pytest.approx(np.array([1, 1, 0, -0.5]) - 0.375)
+    # normalised: both parts divided by the rows' std
+    std = np.std([1, 1, 0, -0.5], ddof=1)
+    n = get_estimator("grpo")(b, step_penalty=pen)
+    assert n.per_step(b) == pytest.approx((np.array([1, 1, 0, -0.5]) - 0.375) / (std + 1e-6))
+    # an all-fail group keeps a signal: the invalid row is below its valid siblings
+    flat = batch_of({"f": [(0.0, 2), (0.0, 2)]})
+    f = get_estimator("grpo")(flat, norm_by_std=False, step_penalty=pen)
+    assert f.per_step(flat)[3] < f.per_step(flat)[0]
+    with pytest.raises(ValueError, match="shape"):
+        get_estimator("grpo")(b, step_penalty=np.zeros(3))
 
 
 def test_dapo_is_grpo_and_dynamic_sampling_drops_flat_groups():
@@ -93,15 +122,21 @@ def test_gigpo_hand_worked():
                                      Step("c", "z", "d", anchor="o2")])
     t2 = Trajectory("g", "2", 0.0, [Step("a", "x", "b", anchor="o0"), Step("b", "w", "e", anchor="o1")])
     b = CreditBatch.from_trajectories([t1, t2])
-    adv = get_estimator("gigpo")(b, gamma=0.5, mode="mean_norm", step_weight=2.0)
+    adv = get_estimator("gigpo")(b, gamma=0.5, mode="mean_norm", step_weight=2.0, group_stats="trajectories")
     assert adv.traj == pytest.approx([5.0, -5.0])
     # returns: t1 [2.5, 5, 10] (reward 10 on the last step), t2 [0, 0]
     # anchor o0: {2.5, 0} mean 1.25; o1: {5, 0} mean 2.5; o2 singleton -> 0
     assert adv.step == pytest.approx(2.0 * np.array([1.25, 2.5, 0.0, -1.25, -2.5]))
     assert adv.uniform.tolist() == [False, False, True, False, False]
-    std = get_estimator("gigpo")(b, gamma=0.5, mode="mean_std_norm")
+    std = get_estimator("gigpo")(b, gamma=0.5, mode="mean_std_norm", group_stats="trajectories")
     assert std.traj == pytest.approx([5 / (np.sqrt(50) + 1e-6), -5 / (np.sqrt(50) + 1e-6)])
     assert std.step[0] == pytest.approx(1.25 / (np.std([2.5, 0], ddof=1) + 1e-6))
+    # over step rows (verl-agent's default): rows [10, 10, 10, 0, 0], mean 6, std sqrt(30)
+    rows = get_estimator("gigpo")(b, gamma=0.5, mode="mean_norm", step_weight=2.0)
+    assert rows.traj == pytest.approx([4.0, -6.0])
+    assert rows.step == pytest.approx(adv.step)  # the anchor-state level is unchanged
+    rows_std = get_estimator("gigpo")(b, gamma=0.5, mode="mean_std_norm")
+    assert rows_std.traj == pytest.approx([4 / (np.sqrt(30) + 1e-6), -6 / (np.sqrt(30) + 1e-6)])
 
 
 def test_gigpo_anchor_groups_never_cross_task_groups():
@@ -174,10 +209,13 @@ def test_migpo_hand_worked_with_arg_milestones():
     b = CreditBatch.from_trajectories(trajs)
     # milestones: each new best ARG distance reached by a reasonable step
     assert arg_milestones(b, g, annotate(b, g).rea).tolist() == [1, 0, 0, 1, 1, 1, 0, 0]
-    res = compute_credit(trajs, g, "migpo", "none", {"gamma": 0.5})
+    res = compute_credit(trajs, g, "migpo", "none", {"gamma": 0.5, "group_stats": "trajectories"})
     # segment rewards: traj 1 [10 | 2.5 5 10 | 10], traj 2 [10 | 0 0 (open segment)]
     # groups (g, seg0) {10, 10}; (g, seg1) {2.5, 5, 10, 0, 0} mean 3.5; (g, seg2) singleton
     assert res.base_advantage == pytest.approx([5, 4, 6.5, 11.5, 5, -5, -8.5, -8.5])
+    # episode level over step rows: [10]*5 + [0]*3, mean 6.25: A = [3.75, -6.25]
+    rows = compute_credit(trajs, g, "migpo", "none", {"gamma": 0.5})
+    assert rows.base_advantage == pytest.approx([3.75, 2.75, 5.25, 10.25, 3.75, -6.25, -9.75, -9.75])
     assert res.uniform.tolist() == [False, False, False, False, True, False, False, False]
 
 

@@ -95,17 +95,44 @@ def test_graph_stays_acyclic_under_any_merges(paths):
 )
 def test_prune_removes_the_asked_fraction(paths, fraction, seed):
     g = ReferenceGraph.from_trajectories([path_traj("g", str(k), 1, p) for k, p in enumerate(paths)])
-    before = g.num_edges
+    before = g.num_state_actions
     isolated_before = set(g.nodes()) - {u for u, _, _, _ in g.edges()} - {v for _, _, v, _ in g.edges()}
     removed = g.prune(fraction, seed=seed)
     assert removed == round(fraction * before)
-    assert g.num_edges == before - removed
+    assert g.num_state_actions == before - removed
+    assert g.num_state_actions == len({(u, a) for u, a, _, _ in g.edges()})
     # pruning leaves no node without edges (a single-state path never had any)
     touched = {u for u, _, v, _ in g.edges()} | {v for _, _, v, _ in g.edges()}
     if removed:
         assert set(g.nodes()) == touched
     else:
         assert set(g.nodes()) == touched | isolated_before
+
+
+def test_prune_removes_state_action_pairs_and_a_transition_with_its_last_action():
+    from proas.types import Step, Trajectory
+
+    g = ReferenceGraph.from_trajectories([
+        Trajectory("o", "1", 1.0, [Step("A", "go", "B"), Step("B", "x", "G")]),
+        Trajectory("o", "2", 1.0, [Step("A", "walk", "B"), Step("B", "x", "G")]),
+    ])
+    assert g.num_state_actions == 3 and g.num_transitions == 2 and g.num_edges == 3
+    # find a seed that prunes exactly (A, go): A -> B survives through "walk"
+    for seed in range(50):
+        h = g.copy()
+        h.prune(1 / 3, seed=seed)
+        if not h.has_state_action("A", "go"):
+            break
+    assert not h.has_state_action("A", "go") and h.has_state_action("A", "walk")
+    assert h.has_transition("A", "B") and h.num_transitions == 2
+    # pruning both actions of A -> B removes the transition, and A with it
+    for seed in range(50):
+        h = g.copy()
+        h.prune(2 / 3, seed=seed)
+        if h.has_state_action("B", "x"):
+            break
+    assert not h.has_transition("A", "B") and "A" not in h
+    assert h.has_transition("B", "G") and h.num_state_actions == 1
 
 
 def test_prune_is_seeded():

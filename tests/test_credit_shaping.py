@@ -117,10 +117,14 @@ def test_progress_bonus_hand_worked():
         path_traj("g", "lost", 0, ["Q", "B"]),  # unknown start: depth 4 is the reference
     ]
     batch = CreditBatch.from_trajectories(trajs)
-    ann = annotate(batch, g)
+    ann = annotate(batch, g, rea="node")
     assert progress_bonus(batch, g, ann.rea, coef=2.0) == pytest.approx([2.0, 1.0, 0.0, 2.0 * (1 - 3 / 4)])
-    res = compute_credit(trajs, g, estimator="grpo", shaping="progress_reward",
-                         estimator_options={"norm_by_std": False}, shaping_options={"progress_coef": 2.0})
+    # under the transition rule Q -> B is no ARG edge, so "lost" reached nothing reasonably
+    ann_t = annotate(batch, g)
+    assert progress_bonus(batch, g, ann_t.rea, coef=2.0) == pytest.approx([2.0, 1.0, 0.0, 0.0])
+    res = compute_credit(trajs, g, estimator="grpo", shaping="progress_reward", rea="node",
+                         estimator_options={"norm_by_std": False, "group_stats": "trajectories"},
+                         shaping_options={"progress_coef": 2.0})
     rewards = np.array([12.0, 1.0, 0.0, 0.5])
     assert res.reward == pytest.approx(rewards)
     assert res.advantage == pytest.approx(res.base_advantage)

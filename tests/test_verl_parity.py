@@ -120,7 +120,7 @@ def test_grpo_cross_steps_equals_verls_grpo_on_the_same_rows(seed, norm):
         index=data.non_tensor_batch["uid"],
         norm_adv_by_std_in_grpo=norm,
     )
-    credit = ProASCredit(estimator="grpo", estimator_options={"cross_steps": True, "norm_by_std": norm},
+    credit = ProASCredit(estimator="grpo", estimator_options={"group_stats": "steps", "norm_by_std": norm},
                          shaping="none")
     credit.reshape(data)
     torch.testing.assert_close(data.batch["advantages"], verl_adv, rtol=1e-5, atol=1e-5)
@@ -231,7 +231,7 @@ def test_gigpo_cross_steps_equals_verl_agents_gigpo(mode, seed):
         nt["anchor_obs"], nt["uid"], nt["traj_uid"], gamma=0.95, step_weight=1.0, mode=mode,
     )
     credit = ProASCredit(estimator="gigpo", shaping="none",
-                         estimator_options={"cross_steps": True, "mode": mode, "gamma": 0.95})
+                         estimator_options={"group_stats": "steps", "mode": mode, "gamma": 0.95})
     credit.reshape(data)
     torch.testing.assert_close(data.batch["advantages"], expected, rtol=1e-5, atol=1e-5)
     # the step level did something: some anchor groups have several members
@@ -240,9 +240,9 @@ def test_gigpo_cross_steps_equals_verl_agents_gigpo(mode, seed):
 
 # ---------------------------------------------------------------------- reshape == credit layer
 @pytest.mark.parametrize("estimator,options", [
-    ("grpo", {"cross_steps": True}),
+    ("grpo", {"group_stats": "steps"}),
     ("dapo", {}),
-    ("gigpo", {"cross_steps": True, "mode": "mean_std_norm"}),
+    ("gigpo", {"group_stats": "steps", "mode": "mean_std_norm"}),
     ("rloo", {}),
     ("reinforce_pp", {}),
 ])
@@ -281,7 +281,7 @@ def test_base_verl_on_verls_grpo_equals_base_proas_when_rows_of_a_trajectory_agr
     data, origin = shuffle_and_pad(data, rng)
     ProASCredit(ReferenceGraph.from_trajectories(oracle), base="verl").reshape(data)
     ref = compute_credit(trajs, ReferenceGraph.from_trajectories(oracle), estimator="grpo",
-                         estimator_options={"cross_steps": True}, evolve=True)
+                         estimator_options={"group_stats": "steps"}, evolve=True)
     expected = torch.as_tensor(ref.advantage[origin], dtype=torch.float32)[:, None] * data.batch["response_mask"]
     torch.testing.assert_close(data.batch["advantages"], expected, rtol=1e-5, atol=1e-5)
 
@@ -322,7 +322,7 @@ def test_verls_compute_advantage_dispatches_proas_gigpo_to_the_bound_credit():
 
     rng = np.random.default_rng(9)
     trajs = make_trajectories(rng)
-    options = {"cross_steps": True, "mode": "mean_norm"}
+    options = {"group_stats": "steps", "mode": "mean_norm"}
     oracle = [t for t in trajs if t.success][:1]
     data, _ = shuffle_and_pad(make_dataproto(trajs, rng), rng)
 
@@ -343,7 +343,7 @@ def test_proas_compute_advantage_binds_for_proas_names_and_passes_others_through
     rng = np.random.default_rng(4)
     trajs = make_trajectories(rng)
     data = make_dataproto(trajs, rng)
-    credit = ProASCredit(estimator="grpo", estimator_options={"cross_steps": True}, shaping="none")
+    credit = ProASCredit(estimator="grpo", estimator_options={"group_stats": "steps"}, shaping="none")
     out = compute_advantage(data, "proas_grpo", credit=credit, config=AlgoConfig())
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=data.batch["token_level_rewards"],

@@ -235,7 +235,7 @@ def test_a_static_empty_graph_masks_every_success_step():
 
 
 @pytest.mark.parametrize("estimator,options,shaping", [
-    ("grpo", {"cross_steps": True}, "proas"),
+    ("grpo", {"group_stats": "steps"}, "proas"),
     ("gigpo", {"mode": "mean_std_norm"}, "proas"),
     ("rloo", {}, "no_mui"),
     ("reinforce_pp", {}, "suffix"),
@@ -341,12 +341,12 @@ def test_from_config_loads_the_graph_and_settings(tmp_path):
     graph.save(tmp_path / "arg.json.gz")
     cfg = OmegaConf.create({
         "graph": str(tmp_path / "arg.json.gz"), "estimator": "gigpo",
-        "estimator_options": {"cross_steps": True, "mode": "mean_norm"},
+        "estimator_options": {"group_stats": "steps", "mode": "mean_norm"},
         "shaping": "no_apr", "evolve": False, "columns": {"step": "t"}, "seed": 7,
     })
     credit = ProASCredit.from_config(cfg)
     assert (credit.estimator, credit.shaping, credit.evolve, credit.seed) == ("gigpo", "no_apr", False, 7)
-    assert credit.estimator_options == {"cross_steps": True, "mode": "mean_norm"}
+    assert credit.estimator_options == {"group_stats": "steps", "mode": "mean_norm"}
     assert credit.columns.step == "t"
     assert set(credit.graph.nodes()) == {"s0", "s1", "goal"}
 

@@ -14,10 +14,11 @@ so a verl user can take it alone. Symbols of the paper and where they live:
 ==================  ======================================================
 """
 
-from proas.credit.annotate import Annotations, annotate, annotate_loop, future_drift
+from proas.credit.annotate import REA_RULES, Annotations, annotate, annotate_loop, future_drift, reasonable
 from proas.credit.batch import CreditBatch
 from proas.credit.estimators import (
     ESTIMATORS,
+    GROUP_STATS,
     BaseAdvantage,
     dynamic_sampling_keep,
     get_estimator,
@@ -42,6 +43,8 @@ from proas.credit.shaping import (
 __all__ = [
     "ARG_VARIANTS",
     "ESTIMATORS",
+    "GROUP_STATS",
+    "REA_RULES",
     "SHAPINGS",
     "Annotations",
     "BaseAdvantage",
@@ -51,6 +54,7 @@ __all__ = [
     "ReferenceGraph",
     "annotate",
     "annotate_loop",
+    "reasonable",
     "clean_path",
     "compute_credit",
     "credit_arrays",

@@ -39,6 +39,7 @@ class CreditBatch:
         success: ``(n,)`` bool, ``won`` if recorded else ``R_i > 0``.
         states: vocabulary of abstract states seen in the batch (before and after steps).
         state: ``(S,)`` code of ``s_t``; ``next_state``: ``(S,)`` code of ``s_{t+1}``.
+        actions: vocabulary of the actions taken in the batch; action: ``(S,)`` code of ``a_t``.
         error: ``(S,)`` bool ``error_t``.
         anchor: ``(S,)`` code of the anchor observation (the state text when none was given);
             codes are only meaningful for equality.
@@ -59,6 +60,8 @@ class CreditBatch:
     states: list[str]
     state: np.ndarray
     next_state: np.ndarray
+    actions: list[str]
+    action: np.ndarray
     error: np.ndarray
     anchor: np.ndarray
     step_reward: np.ndarray
@@ -100,6 +103,7 @@ class CreditBatch:
         group, group_ids = _intern([tr.group for tr in trajectories])
         steps = [s for tr in trajectories for s in tr.steps]
         state_codes, states = _intern([s.state for s in steps] + [s.next_state for s in steps])
+        action, actions = _intern([s.action for s in steps])
         anchor, _ = _intern([s.anchor if s.anchor is not None else s.state for s in steps])
         reward = np.fromiter((tr.reward for tr in trajectories), dtype=np.float64, count=n)
         success = np.fromiter((tr.success for tr in trajectories), dtype=bool, count=n)
@@ -129,6 +133,8 @@ class CreditBatch:
             states=states,
             state=state_codes[:n_steps],
             next_state=state_codes[n_steps:],
+            actions=actions,
+            action=action,
             error=error,
             anchor=anchor,
             step_reward=step_reward,

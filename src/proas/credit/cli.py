@@ -7,7 +7,8 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from proas.credit.estimators import ESTIMATORS
+from proas.credit.annotate import REA_RULES
+from proas.credit.estimators import ESTIMATORS, GROUP_STATS, takes_group_stats
 from proas.credit.graph import ReferenceGraph
 from proas.credit.pipeline import CreditResult, compute_credit
 from proas.credit.shaping import SHAPINGS
@@ -86,16 +87,25 @@ def cmd_credit(args: argparse.Namespace) -> int:
         raise ProasError("a static graph needs --graph or --build-from")
     else:
         graph = ReferenceGraph()
+    est_opts = _parse_options(args.estimator_option, "estimator")
+    if args.group_stats is not None and not takes_group_stats(args.estimator):
+        raise ProasError(f"--group-stats does not apply to estimator {args.estimator!r} "
+                         f"(it applies to: {', '.join(e for e in sorted(ESTIMATORS) if takes_group_stats(e))})")
+    if takes_group_stats(args.estimator):
+        if args.group_stats is not None and est_opts.get("group_stats", args.group_stats) != args.group_stats:
+            raise ProasError("--group-stats and --estimator-option group_stats=... disagree")
+        est_opts.setdefault("group_stats", args.group_stats or GROUP_STATS[0])
     try:
         res = compute_credit(
             trajectories,
             graph,
             estimator=args.estimator,
             shaping=args.shaping,
-            estimator_options=_parse_options(args.estimator_option, "estimator"),
+            estimator_options=est_opts,
             shaping_options=_parse_options(args.shaping_option, "shaping"),
             seed=args.seed,
             evolve=not args.static,
+            rea=args.rea,
         )
     except (ValueError, TypeError) as exc:
         raise ProasError(str(exc).splitlines()[0]) from None
@@ -178,6 +188,12 @@ def register(sub) -> None:
     p.add_argument("--estimator", default="grpo", choices=sorted(ESTIMATORS))
     p.add_argument("--shaping", default="proas", choices=list(SHAPINGS))
     p.add_argument("--static", action="store_true", help="do not merge the input's successful trajectories")
+    p.add_argument("--rea", default=REA_RULES[0], choices=list(REA_RULES),
+                   help="reasonableness rule: (s_t, s_t+1) is an ARG edge (transition, default), "
+                        "(s_t, a_t) labels an ARG edge (state_action), or s_t+1 is a node (node)")
+    p.add_argument("--group-stats", choices=list(GROUP_STATS), default=None,
+                   help="group mean/std over the group's step rows (steps, verl-agent's default) "
+                        "or one sample per trajectory (trajectories); grpo, dapo, gigpo, migpo")
     p.add_argument("--seed", type=int, default=0, help="seed of the random-label ablation")
     p.add_argument("--estimator-option", action="append", metavar="KEY=VALUE", help="e.g. gamma=0.95")
     p.add_argument("--shaping-option", action="append", metavar="KEY=VALUE", help="epsilon, progress_coef")

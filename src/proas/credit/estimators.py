@@ -12,11 +12,20 @@ Each estimator maps a ``CreditBatch`` to a ``BaseAdvantage`` (DESIGN.md §2):
 The full per-step base advantage is ``A_i + B_{i,t}``.
 
 Conventions follow verl (``verl/trainer/ppo/core_algos.py``) and verl-agent
-(``gigpo/core_gigpo.py``), at the granularity of steps rather than tokens: group statistics are
-taken over trajectories (one sample per trajectory) unless ``cross_steps=True`` (verl-agent's
-behaviour: every step row of the group is a sample, so longer trajectories weigh more); the
+(``gigpo/core_gigpo.py``), at the granularity of steps rather than tokens. Group statistics
+(``group_stats``) are taken, as verl-agent does by default (``compute_mean_std_cross_steps``),
+over the group's **step rows** (``"steps"``: every step of every trajectory is a sample, so a
+long trajectory weighs more), or over ``"trajectories"`` (one sample per trajectory); the
 standard deviation is unbiased (N − 1); a group with one sample has mean 0 and std 1;
 ε = 1e-6 is added to the std.
+
+The invalid-action penalty (``step_penalty``, ``(S,)``, verl-agent's
+``invalid_action_penalty_coef · (1 − is_action_valid)``) is subtracted from the row's score
+before the group statistics, as verl-agent does: row ``(i, t)`` scores ``R_i − p_{i,t}``. The
+part that comes from ``R_i`` is the trajectory-level ``A_i`` (what ProAS reshapes); the part that
+comes from the row's own penalty, ``−p_{i,t}`` (divided by the group std where the estimator
+normalises), is added to ``B_{i,t}``. For GiGPO the penalty is also subtracted from that row's
+step return (not discounted into earlier steps), as verl-agent's ``step_rewards``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from proas.types import Trajectory, group_by
 
 __all__ = [
     "ESTIMATORS",
+    "GROUP_STATS",
     "BaseAdvantage",
     "dapo",
     "discounted_returns",
@@ -40,6 +50,7 @@ __all__ = [
     "get_estimator",
     "gigpo",
     "group_mean_std",
+    "takes_group_stats",
     "grpo",
     "register_estimator",
     "reinforce_pp",
@@ -67,6 +78,9 @@ class Estimator(Protocol):
 
 ESTIMATORS: dict[str, Estimator] = {}
 
+#: how group statistics are taken; the first is the default (verl-agent's)
+GROUP_STATS = ("steps", "trajectories")
+
 
 def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
     """Register an estimator under ``name``; registering a taken name is an error."""
@@ -78,6 +92,14 @@ def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
         return fn
 
     return deco
+
+
+def takes_group_stats(name: str) -> bool:
+    """Whether the estimator ``name`` normalises over groups with a ``group_stats`` option."""
+    import inspect
+
+    fn = ESTIMATORS.get(name)
+    return fn is not None and "group_stats" in inspect.signature(fn).parameters
 
 
 def get_estimator(name: str) -> Estimator:
@@ -112,20 +134,46 @@ def group_mean_std(
     return mean, std, count
 
 
+def _check_penalty(batch: CreditBatch, step_penalty: np.ndarray | None) -> np.ndarray:
+    if step_penalty is None:
+        return np.zeros(batch.n_steps)
+    pen = np.asarray(step_penalty, dtype=np.float64)
+    if pen.shape != (batch.n_steps,):
+        raise ValueError(f"step_penalty must have shape ({batch.n_steps},), got {pen.shape}")
+    return pen
+
+
 def _outcome_advantage(
-    batch: CreditBatch, *, norm_by_std: bool, epsilon: float, cross_steps: bool
-) -> np.ndarray:
-    weights = batch.lengths if cross_steps else None
-    mean, std, _ = group_mean_std(batch.reward, batch.group, batch.n_groups, weights)
+    batch: CreditBatch,
+    *,
+    norm_by_std: bool,
+    epsilon: float,
+    group_stats: str,
+    step_penalty: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(A_i (n,), penalty part of B (S,))`` of GRPO's group-normalised outcome advantage."""
+    if group_stats not in GROUP_STATS:
+        raise ValueError(f"unknown group_stats {group_stats!r}; choose one of: {', '.join(GROUP_STATS)}")
+    pen = _check_penalty(batch, step_penalty)
+    if group_stats == "steps":
+        # every step row is a sample scoring R_i - p_{i,t}
+        row_group = batch.group[batch.traj_of_step]
+        mean, std, _ = group_mean_std(batch.reward[batch.traj_of_step] - pen, row_group, batch.n_groups)
+    else:
+        mean, std, _ = group_mean_std(batch.reward, batch.group, batch.n_groups)
     adv = batch.reward - mean[batch.group]
+    step = -pen
     if norm_by_std:
         adv = adv / (std[batch.group] + epsilon)
-    return adv
+        step = step / (std[batch.group][batch.traj_of_step] + epsilon)
+    return adv, step
 
 
-def _uniform_result(batch: CreditBatch, traj: np.ndarray) -> BaseAdvantage:
+def _uniform_result(batch: CreditBatch, traj: np.ndarray, step: np.ndarray | None = None) -> BaseAdvantage:
     return BaseAdvantage(
-        traj=traj, step=np.zeros(batch.n_steps), uniform=np.ones(batch.n_steps, dtype=bool)
+        traj=traj,
+        step=np.zeros(batch.n_steps) if step is None else step,
+        uniform=np.ones(batch.n_steps, dtype=bool),
     )
 
 
@@ -171,16 +219,18 @@ def grpo(
     *,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
-    cross_steps: bool = False,
+    group_stats: str = "steps",
+    step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """GRPO (arXiv:2402.03300): ``A_i = (R_i − mean_g) / (std_g + ε)``.
 
     ``norm_by_std=False`` normalises by the mean only (Dr. GRPO, verl's
-    ``norm_adv_by_std_in_grpo=False``).
+    ``norm_adv_by_std_in_grpo=False``). ``group_stats`` and ``step_penalty``: module docstring.
     """
-    return _uniform_result(
-        batch, _outcome_advantage(batch, norm_by_std=norm_by_std, epsilon=epsilon, cross_steps=cross_steps)
+    traj, step = _outcome_advantage(
+        batch, norm_by_std=norm_by_std, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty
     )
+    return _uniform_result(batch, traj, step)
 
 
 @register_estimator("dapo")
@@ -189,14 +239,15 @@ def dapo(
     *,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
-    cross_steps: bool = False,
+    group_stats: str = "steps",
+    step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """DAPO (arXiv:2503.14476): GRPO's advantage; groups are filtered by ``dynamic_sampling_keep``.
 
     The rest of DAPO (clip-higher 0.2/0.28, token-mean loss, bounded re-sampling) lives in the
     trainer's loss and rollout.
     """
-    return grpo(batch, norm_by_std=norm_by_std, epsilon=epsilon, cross_steps=cross_steps)
+    return grpo(batch, norm_by_std=norm_by_std, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty)
 
 
 def dynamic_sampling_keep(trajectories: list[Trajectory], atol: float = 0.0) -> dict[str, bool]:
@@ -255,7 +306,8 @@ def gigpo(
     step_weight: float = 1.0,
     mode: str = "mean_norm",
     epsilon: float = 1e-6,
-    cross_steps: bool = False,
+    group_stats: str = "steps",
+    step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """GiGPO (arXiv:2505.10978): episode-level plus anchor-state step-level advantage.
 
@@ -264,16 +316,19 @@ def gigpo(
       group; each step's discounted return ``G_t`` (γ) is normalised within it. A step group
       of one member gets 0 and is credited uniformly (``U = 1``).
     - ``mode``: ``"mean_norm"`` subtracts the mean only at both levels (verl-agent's config
-      default); ``"mean_std_norm"`` also divides by ``std + ε``.
-    - ``B_{i,t} = step_weight · A^S_{i,t}``.
+      default and its WebShop scripts); ``"mean_std_norm"`` also divides by ``std + ε``
+      (verl-agent's ALFWorld scripts).
+    - ``B_{i,t} = step_weight · A^S_{i,t}`` plus the episode level's penalty part.
     """
     if mode not in ("mean_norm", "mean_std_norm"):
         raise ValueError(f"unknown GiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
     norm = mode == "mean_std_norm"
-    traj = _outcome_advantage(batch, norm_by_std=norm, epsilon=epsilon, cross_steps=cross_steps)
-    returns = discounted_returns(batch.step_reward, batch, gamma)
+    traj, pen_part = _outcome_advantage(
+        batch, norm_by_std=norm, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty
+    )
+    returns = discounted_returns(batch.step_reward, batch, gamma) - _check_penalty(batch, step_penalty)
     step_adv, single = _within_step_groups(returns, batch, batch.anchor, norm, epsilon)
-    return BaseAdvantage(traj=traj, step=step_weight * step_adv, uniform=single)
+    return BaseAdvantage(traj=traj, step=step_weight * step_adv + pen_part, uniform=single)
 
 
 @register_estimator("gae")
@@ -313,7 +368,8 @@ def migpo(
     step_weight: float = 1.0,
     mode: str = "mean_norm",
     epsilon: float = 1e-6,
-    cross_steps: bool = False,
+    group_stats: str = "steps",
+    step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """MiGPO, milestone-guided policy optimisation (BEACON, arXiv:2605.06078).
 
@@ -334,7 +390,9 @@ def migpo(
     if milestones.shape != (batch.n_steps,):
         raise ValueError(f"milestones must have shape ({batch.n_steps},), got {milestones.shape}")
     norm = mode == "mean_std_norm"
-    traj = _outcome_advantage(batch, norm_by_std=norm, epsilon=epsilon, cross_steps=cross_steps)
+    traj, pen_part = _outcome_advantage(
+        batch, norm_by_std=norm, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty
+    )
     # segment index of each step: milestones strictly before it in its trajectory
     m = milestones.astype(np.int64)
     csum = np.cumsum(m)
@@ -349,4 +407,4 @@ def migpo(
     closed = next_m[:-1] < end
     seg_reward = np.where(closed, scale * np.power(gamma, (next_m[:-1] - idx).astype(np.float64)), 0.0)
     seg_adv, single = _within_step_groups(seg_reward, batch, before, norm, epsilon)
-    return BaseAdvantage(traj=traj, step=step_weight * seg_adv, uniform=single)
+    return BaseAdvantage(traj=traj, step=step_weight * seg_adv + pen_part, uniform=single)

@@ -92,6 +92,9 @@ class ReferenceGraph:
         self._edges: dict[tuple[int, str, int], int] = {}
         self._succ: dict[int, dict[int, int]] = {}
         self._pred: dict[int, dict[int, int]] = {}
+        # how many edge triples carry each (state, action) pair: the pairs Incomplete prunes
+        # and the ``state_action`` reasonableness rule looks up
+        self._state_action: dict[tuple[int, str], int] = {}
         self._ord: dict[int, float] = {}
         self._next_id = 0
         self._ord_values: set[float] = set()  # orders are unique; new ones must not collide
@@ -141,6 +144,34 @@ class ReferenceGraph:
         """``(len(states),)`` bool: which states are nodes."""
         ids = self._id
         return np.fromiter((s in ids for s in states), dtype=bool, count=len(states))
+
+    def has_transition(self, state: str, next_state: str) -> bool:
+        """Whether some edge leads from ``state`` to ``next_state`` (any action)."""
+        u, v = self._id.get(state), self._id.get(next_state)
+        return u is not None and v is not None and v in self._succ.get(u, ())
+
+    def has_state_action(self, state: str, action: str) -> bool:
+        """Whether some edge leaves ``state`` labelled ``action``."""
+        u = self._id.get(state)
+        return u is not None and (u, action) in self._state_action
+
+    def transitions_many(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """``(len(pairs),)`` bool: ``has_transition`` of each ``(state, next_state)``."""
+        return np.fromiter((self.has_transition(u, v) for u, v in pairs), dtype=bool, count=len(pairs))
+
+    def state_actions_many(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """``(len(pairs),)`` bool: ``has_state_action`` of each ``(state, action)``."""
+        return np.fromiter((self.has_state_action(u, a) for u, a in pairs), dtype=bool, count=len(pairs))
+
+    @property
+    def num_state_actions(self) -> int:
+        """Distinct ``(state, action)`` pairs over the edges."""
+        return len(self._state_action)
+
+    @property
+    def num_transitions(self) -> int:
+        """Distinct ``(state, next_state)`` pairs over the edges."""
+        return sum(len(s) for s in self._succ.values())
 
     def distance(self, state: str) -> float:
         """Shortest number of edges from ``state`` to a goal; ``inf`` if none or unknown."""
@@ -305,6 +336,7 @@ class ReferenceGraph:
                 self.rejected_edges += 1
                 return False
         self._edges[key] = support
+        self._state_action[(u, action)] = self._state_action.get((u, action), 0) + 1
         self._succ.setdefault(u, {})
         self._succ[u][v] = self._succ[u].get(v, 0) + 1
         self._pred.setdefault(v, {})
@@ -350,26 +382,31 @@ class ReferenceGraph:
 
     # ------------------------------------------------------------------ pruning
     def prune(self, fraction: float, seed: int = 0) -> int:
-        """Remove ``round(fraction * num_edges)`` state-action edges chosen with ``seed``.
+        """Remove ``round(fraction * num_state_actions)`` state-action pairs chosen with ``seed``.
 
-        Nodes left without any edge are removed too (their state is no longer known to the
-        graph), so pruning makes the graph *incomplete* for annotation, as in the paper's
-        Incomplete ARG. Returns the number of edges removed.
+        A pruned ``(state, action)`` pair loses every edge it labels; a ``(state, next_state)``
+        transition goes when all of its actions are pruned. Nodes left without any edge are
+        removed too (their state is no longer known to the graph). This is the paper's
+        Incomplete ARG ("prunes 40% of the ARG's state-action pairs"). Returns the number of
+        pairs removed.
         """
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"prune fraction must lie in [0, 1], got {fraction}")
-        keys = list(self._edges)
-        k = int(round(fraction * len(keys)))
+        pairs = list(self._state_action)
+        k = int(round(fraction * len(pairs)))
         if k == 0:
             return 0
         rng = np.random.default_rng(seed)
-        for idx in rng.choice(len(keys), size=k, replace=False):
-            u, a, v = keys[idx]
-            del self._edges[keys[idx]]
+        chosen = {pairs[i] for i in rng.choice(len(pairs), size=k, replace=False)}
+        for key in [key for key in self._edges if (key[0], key[1]) in chosen]:
+            u, a, v = key
+            del self._edges[key]
             for table, x, y in ((self._succ, u, v), (self._pred, v, u)):
                 table[x][y] -= 1
                 if table[x][y] == 0:
                     del table[x][y]
+        for pair in chosen:
+            del self._state_action[pair]
         for i in list(self._name):
             if not self._succ.get(i) and not self._pred.get(i):
                 self._remove_node(i)

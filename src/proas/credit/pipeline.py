@@ -5,7 +5,8 @@ This is what the trainer, the verl integration and ``proas credit`` call. The st
 1. the batch becomes flat arrays (``CreditBatch``);
 2. unless the graph is static, the batch's successful trajectories are merged into the graph
    (the evolving ARG) — before annotation, so a successful trajectory's clean path is known;
-3. ``Rea``, ``PA`` and ``D`` are computed against the graph;
+3. ``Rea`` (under the rule ``rea``: ``transition``, ``state_action`` or ``node``), ``PA`` and
+   ``D`` are computed against the graph;
 4. the base estimator gives ``A_i``, ``B_{i,t}``, ``U_{i,t}`` (for ``progress_reward`` the
    estimator sees ``R_i`` plus the ARG progress bonus);
 5. the shaping turns ``A_i`` into ``Ã_{i,t}``; the final advantage is ``Ã_{i,t} + B_{i,t}``.
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from proas.credit.annotate import annotate
+from proas.credit.annotate import REA_RULES, annotate
 from proas.credit.batch import CreditBatch
 from proas.credit.estimators import get_estimator
 from proas.credit.graph import ReferenceGraph
@@ -98,8 +99,11 @@ def credit_arrays(
     estimator_options: Mapping[str, Any] | None = None,
     shaping_options: Mapping[str, Any] | None = None,
     seed: int = 0,
+    rea: str = "transition",
 ) -> CreditResult:
     """Annotate, estimate and shape a ``CreditBatch`` (no graph evolution)."""
+    if rea not in REA_RULES:
+        raise ValueError(f"unknown reasonableness rule {rea!r}; choose one of: {', '.join(REA_RULES)}")
     if shaping not in SHAPINGS:
         raise ValueError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
     estimate = get_estimator(estimator)
@@ -108,7 +112,7 @@ def credit_arrays(
     coef = float(opts.pop("progress_coef", 1.0))
     if opts:
         raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
-    ann = annotate(batch, graph)
+    ann = annotate(batch, graph, rea)
     if shaping == "progress_reward":
         batch = batch.with_reward(batch.reward + progress_bonus(batch, graph, ann.rea, coef))
     est_opts = dict(estimator_options or {})
@@ -141,6 +145,7 @@ def compute_credit(
     shaping_options: Mapping[str, Any] | None = None,
     seed: int = 0,
     evolve: bool = False,
+    rea: str = "transition",
 ) -> CreditResult:
     """Credit for a batch of trajectories.
 
@@ -152,6 +157,7 @@ def compute_credit(
         shaping: a name in ``proas.credit.SHAPINGS``; ``shaping_options``: ``epsilon`` (APR's
             ε, 1e-6) and ``progress_coef`` (the progress-reward bonus weight, 1.0).
         seed: seeds the ``random`` ablation's labels.
+        rea: the reasonableness rule (``proas.credit.REA_RULES``; ``transition`` by default).
     """
     if evolve:
         graph.add_trajectories(trajectories)
@@ -163,6 +169,7 @@ def compute_credit(
         estimator_options=estimator_options,
         shaping_options=shaping_options,
         seed=seed,
+        rea=rea,
     )
 
 
@@ -179,7 +186,7 @@ def make_reference_graph(
     - ``evolving`` (default ProAS): from the oracle trajectories, evolved every batch;
     - ``static``: the same graph, never evolved;
     - ``incomplete`` / ``incomplete_static``: pruned by ``prune_fraction`` (0.4) of its
-      state-action edges with ``seed``, evolved / not;
+      state-action pairs with ``seed``, evolved / not;
     - ``distill``: from another policy's successful rollouts (``distill_from``), evolved.
     """
     if variant not in ARG_VARIANTS:

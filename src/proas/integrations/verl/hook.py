@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from proas.credit import (
+    REA_RULES,
     SHAPINGS,
     BaseAdvantage,
     CreditBatch,
@@ -73,8 +74,9 @@ class ProASCredit:
             from the run's own successes.
         estimator: proas base estimator computing ``A_i``, ``B_{i,t}``, ``U_{i,t}`` from the
             batch's trajectories: one of ``HOOK_ESTIMATORS``.
-        estimator_options: passed to it, e.g. ``{"cross_steps": True}`` for verl-agent's
-            every-step-row group statistics, ``{"norm_by_std": False}`` for Dr. GRPO,
+        estimator_options: passed to it, e.g. ``{"group_stats": "trajectories"}`` for one
+            sample per trajectory instead of verl-agent's every-step-row group statistics (the
+            default), ``{"norm_by_std": False}`` for Dr. GRPO,
             ``{"gamma": 0.95, "mode": "mean_std_norm"}`` for GiGPO.
         shaping: ``"proas"`` or an ablation name (``proas.credit.SHAPINGS``).
         shaping_options: ``epsilon`` (APR's ε), ``progress_coef``.
@@ -82,6 +84,7 @@ class ProASCredit:
             dynamically evolving ARG); ``False`` is the ``static`` ablation.
         columns: the ``non_tensor_batch`` column names (verl-agent's by default).
         seed: seeds the ``random`` ablation; batch ``k`` uses ``seed + k``.
+        rea: the reasonableness rule (``proas.credit.REA_RULES``; ``transition`` by default).
         base: ``"proas"`` (default): ``A_i`` from proas's ``estimator`` on the batch's
             trajectories, so the result equals ``compute_credit``. ``"verl"``: reshape the
             advantage verl already computed (``batch["advantages"]``, one value per row), for
@@ -102,7 +105,10 @@ class ProASCredit:
         columns: StepColumns | None = None,
         seed: int = 0,
         base: str = "proas",
+        rea: str = "transition",
     ) -> None:
+        if rea not in REA_RULES:
+            raise ProasError(f"unknown rea rule {rea!r}; choose one of: {', '.join(REA_RULES)}")
         if base not in BASES:
             raise ProasError(f"unknown base {base!r}; choose one of: {', '.join(BASES)}")
         if base == "verl" and estimator not in VERL_BASE_ESTIMATORS:
@@ -137,6 +143,7 @@ class ProASCredit:
         self.columns = columns or StepColumns()
         self.seed = int(seed)
         self.base = base
+        self.rea = rea
         #: number of batches reshaped so far (restored on resume)
         self.batches_seen = 0
         #: the last batch's layout and credit, for inspection and logging
@@ -149,8 +156,8 @@ class ProASCredit:
         """Build from a mapping such as a verl YAML's ``proas:`` section (docs/verl.md).
 
         Keys: ``graph`` (path of a saved graph, optional), ``estimator``, ``estimator_options``,
-        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``, ``base``. Unknown
-        keys raise.
+        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``, ``base``, ``rea``.
+        Unknown keys raise.
         """
         try:
             from omegaconf import DictConfig, OmegaConf
@@ -163,7 +170,7 @@ class ProASCredit:
             raise ProasError(f"proas config must be a mapping, got {type(cfg).__name__}")
         known = {
             "graph", "estimator", "estimator_options", "shaping", "shaping_options",
-            "evolve", "columns", "seed", "base",
+            "evolve", "columns", "seed", "base", "rea",
         }
         unknown = sorted(set(cfg) - known)
         if unknown:
@@ -180,6 +187,7 @@ class ProASCredit:
             columns=StepColumns.from_mapping(cfg.get("columns")),
             seed=int(cfg.get("seed", 0)),
             base=str(cfg.get("base", "proas")),
+            rea=str(cfg.get("rea", "transition")),
         )
 
     # ------------------------------------------------------------------ credit
@@ -205,6 +213,7 @@ class ProASCredit:
                     shaping_options=self.shaping_options,
                     seed=self.seed + self.batches_seen,
                     evolve=self.evolve,
+                    rea=self.rea,
                 )
         except (TypeError, ValueError) as exc:  # bad estimator/shaping options
             raise ProasError(f"ProAS credit failed: {exc}") from None
@@ -233,7 +242,7 @@ class ProASCredit:
             raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
         if self.evolve:
             self.graph.add_trajectories(layout.trajectories)
-        ann = annotate(batch, self.graph)
+        ann = annotate(batch, self.graph, self.rea)
         rng = np.random.default_rng(self.seed + self.batches_seen)
         shaped = shape(self.shaping, base, ann, batch, epsilon=epsilon, rng=rng)
         a = traj[batch.traj_of_step]
@@ -248,7 +257,7 @@ class ProASCredit:
 
         Call it right after verl's ``compute_advantage``. With ``base="proas"`` the advantages
         verl computed are replaced by proas's base estimator + ProAS shaping on the same
-        trajectories; with ``estimator_options={"cross_steps": True}`` that base equals
+        trajectories; with the default every-step-row group statistics that base equals
         verl-agent's GRPO / GiGPO (tests/test_verl_parity.py). With ``base="verl"`` verl's own
         advantage is reshaped. Returns metrics to log (``proas/...``).
         """
