@@ -165,7 +165,16 @@ def test_a_run_made_from_another_checkout_counts_as_this_studys_run(tmp_path):
 
 
 def test_shipped_studies_cover_the_papers_tables():
-    assert shipped_studies() == ["ablation_arg", "ablation_shaping", "main"]
+    assert shipped_studies() == ["ablation_arg", "ablation_rea", "ablation_shaping", "main", "main_warm"]
+    # the warm-start table: every RL row starts from its seed's SFT run
+    warm = load_study("main_warm")
+    assert warm.row("sft_start").sft == ("--epochs", "2", "--max-tasks", "150")
+    for row in warm.rows:
+        if row.sft is None:
+            assert row.needs == ("sft_start",)
+            assert "policy.scorer.init_from={out}/{env}/sft_start/seed{seed}" in row.overrides
+    rea = load_study("ablation_rea")
+    assert {r.id: r.overrides for r in rea.rows}["rea_node"][-1] == "algo.graph.rea=node"
     main_study = load_study("main")
     assert [r.label for r in main_study.rows if not r.hidden] == [
         "Proprietary model (ReAct)", "Direct Prompt", "SFT", "PPO", "MiGPO", "GRPO", "GRPO+ProAS", "DAPO",

@@ -28,6 +28,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from proas.credit.annotate import REA_RULES
+from proas.credit.estimators import GROUP_STATS
 from proas.errors import ProasError
 
 __all__ = [
@@ -50,6 +52,8 @@ SHAPINGS = ("none", "proas", "no_mui", "no_apr", "mask_pm", "suffix", "random", 
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 POLICIES = ("scorer", "lm")
 GRAPH_SOURCES = ("oracle", "load", "rollouts")
+#: GiGPO's normalisation in verl-agent's scripts: mean_std_norm for ALFWorld, mean_norm for WebShop
+GIGPO_MODE_BY_ENV = {"household": "mean_std_norm", "shop": "mean_norm"}
 
 
 @dataclass
@@ -109,6 +113,12 @@ class ScorerConfig:
     lr: float = 1.0
     #: std of the initial weights (small: the untrained policy is close to uniform)
     init_std: float = 0.01
+    #: observation/action pairs of history the scorer sees, as the lm prompt shows them
+    #: (verl-agent's ``history_length``: 2); older steps are invisible to it
+    history_length: int = 2
+    #: start from the weights of a ``proas sft`` run of the scorer (its directory) or of a
+    #: checkpoint file of scorer weights; None = random weights (the RL-from-SFT warm start)
+    init_from: Optional[str] = None
 
 
 @dataclass
@@ -166,6 +176,10 @@ class GraphConfig:
     prune: float = 0.0
     #: at most this many training tasks are replayed by the oracle to build the graph (0 = all)
     oracle_tasks: int = 0
+    #: reasonableness rule: ``transition`` ((s_t, s_t+1) is an ARG edge; the paper's "invalid
+    #: state transition"), ``state_action`` ((s_t, a_t) labels an ARG edge) or ``node``
+    #: (s_t+1 is an ARG node; the first version's rule)
+    rea: str = "transition"
 
 
 @dataclass
@@ -181,8 +195,13 @@ class AlgoConfig:
     gamma: float = 0.95
     #: GAE lambda (verl-agent: 1.0)
     lam: float = 1.0
-    #: GiGPO normalisation: mean_norm | mean_std_norm
-    gigpo_mode: str = "mean_norm"
+    #: GiGPO / MiGPO normalisation: mean_norm | mean_std_norm; None = verl-agent's script for
+    #: the env (household: mean_std_norm, as its ALFWorld script; shop and others: mean_norm)
+    gigpo_mode: Optional[str] = None
+    #: group mean/std of GRPO, DAPO and GiGPO's / MiGPO's episode level: over the group's step
+    #: rows (``steps``, verl-agent's ``compute_mean_std_cross_steps=True``) or one sample per
+    #: trajectory (``trajectories``)
+    group_stats: str = "steps"
     #: GiGPO weight of the anchor-state term
     step_weight: float = 1.0
     #: PPO clip below 1 (ratio >= 1 - clip_low)
@@ -217,6 +236,11 @@ class AlgoConfig:
         if self.clip_high is not None:
             return self.clip_high
         return 0.28 if self.estimator == "dapo" else 0.2
+
+    def resolved_gigpo_mode(self, env_name: str) -> str:
+        if self.gigpo_mode is not None:
+            return self.gigpo_mode
+        return GIGPO_MODE_BY_ENV.get(env_name, "mean_norm")
 
     def resolved_dynamic_sampling(self) -> bool:
         if self.dynamic_sampling is not None:
@@ -279,7 +303,10 @@ def _validate(cfg: Config) -> None:
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
     choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
-    choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
+    if cfg.algo.gigpo_mode is not None:
+        choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
+    choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
+    choice("algo.graph.rea", cfg.algo.graph.rea, REA_RULES)
     choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)
     if cfg.algo.graph.source == "load" and not cfg.algo.graph.path:
         raise ProasError("config: algo.graph.source=load needs algo.graph.path=<graph file>")
@@ -318,6 +345,7 @@ def _validate(cfg: Config) -> None:
         ("policy.val_temperature", cfg.policy.val_temperature),
         ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
         ("policy.lm.history_length", cfg.policy.lm.history_length),
+        ("policy.scorer.history_length", cfg.policy.scorer.history_length),
     ]:
         positive(key, val, allow_zero=True)
     if cfg.algo.clip_high is not None:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
+from proas.credit.estimators import takes_group_stats
 from proas.envs.base import Env
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
@@ -81,13 +82,40 @@ def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
     return make
 
 
+def _scorer_init_state(path: str, want) -> dict[str, Any]:
+    """The scorer weights of ``policy.scorer.init_from``: a run directory (its best checkpoint,
+    else its latest: a ``proas sft`` run), a checkpoint directory, or its ``state.pt``."""
+    target = Path(path)
+    if target.is_file():
+        target = target.parent
+    if not target.exists():
+        raise ProasError(f"config: policy.scorer.init_from={path!r} does not exist")
+    state = ckpt.load_state(ckpt.find_checkpoint(target))
+    try:
+        src = config_from_yaml(str(state.get("config", "")), where=f"{path} (config)")
+    except ProasError:
+        src = None
+    if src is not None:
+        if src.policy.kind != "scorer":
+            raise ProasError(f"config: policy.scorer.init_from={path!r} holds a {src.policy.kind!r} policy")
+        theirs, ours = src.policy.scorer, want
+        if (theirs.dim, theirs.hash_bits) != (ours.dim, ours.hash_bits):
+            raise ProasError(f"config: policy.scorer.init_from={path!r} has dim={theirs.dim}, "
+                             f"hash_bits={theirs.hash_bits}; this run has dim={ours.dim}, hash_bits={ours.hash_bits}")
+    return state["policy"]
+
+
 def build_policy(cfg: Config, seed: int) -> Policy:
     """The configured policy, initialised from ``seed`` (and the model path for ``lm``)."""
     if cfg.policy.kind == "scorer":
         from proas.policies.scorer import ScorerPolicy
 
         s = cfg.policy.scorer
-        return ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed, optimizer=s.optimizer)
+        policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed,
+                              optimizer=s.optimizer, history_length=s.history_length)
+        if s.init_from:
+            policy.load_state_dict(_scorer_init_state(s.init_from, s))
+        return policy
     from proas.policies.lm import LMPolicy
 
     return LMPolicy.from_config(cfg.policy.lm, seed=seed)
@@ -332,11 +360,18 @@ class Trainer:
         if name in ("grpo", "dapo"):
             opts: dict[str, Any] = {"norm_by_std": a.norm_by_std}
         elif name in ("gigpo", "migpo"):
-            opts = {"gamma": a.gamma, "step_weight": a.step_weight, "mode": a.gigpo_mode}
+            opts = {"gamma": a.gamma, "step_weight": a.step_weight,
+                    "mode": a.resolved_gigpo_mode(self.env_name)}
         elif name == "gae":
             opts = {"gamma": a.gamma, "lam": a.lam}
         else:
             opts = {}
+        if takes_group_stats(name):
+            opts["group_stats"] = a.group_stats
+            # verl-agent's invalid-action penalty: subtracted from the row's score before the
+            # group statistics (an invalid action = a response that could not be parsed)
+            opts["step_penalty"] = self.cfg.env.invalid_action_penalty * np.fromiter(
+                (bool(s.extra.get("malformed")) for t in trajs for s in t.steps), dtype=np.float64)
         if self.critic is not None:
             with torch.no_grad():
                 values = self.critic([s.extra["context"] for t in trajs for s in t.steps]).double().numpy()
@@ -347,16 +382,19 @@ class Trainer:
                     k += 1
         assert self.graph is not None
         return compute_credit(trajs, self.graph, estimator=name, shaping=a.shaping, estimator_options=opts,
-                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve)
+                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve, rea=a.graph.rea)
 
     def _update(self, trajs: list[Trajectory], res) -> dict[str, float]:
         a = self.cfg.algo
         steps = [s for t in trajs for s in t.steps]
         data = [s.extra["policy"] for s in steps]
-        # the invalid-action penalty: a per-step cost on the final advantage of a response that
-        # could not be parsed into an action (see rollout.py)
-        invalid = np.fromiter((bool(s.extra.get("malformed")) for s in steps), dtype=np.float64, count=len(steps))
-        adv = torch.as_tensor(res.advantage - self.cfg.env.invalid_action_penalty * invalid, dtype=torch.float32)
+        adv_np = res.advantage
+        if not takes_group_stats(_CREDIT_NAME.get(a.estimator, a.estimator)):
+            # estimators without group statistics (rloo, reinforce_pp, ppo) take the invalid-action
+            # penalty on the final advantage; the group estimators took it in ``_credit``
+            invalid = np.fromiter((bool(s.extra.get("malformed")) for s in steps), dtype=np.float64, count=len(steps))
+            adv_np = adv_np - self.cfg.env.invalid_action_penalty * invalid
+        adv = torch.as_tensor(adv_np, dtype=torch.float32)
         n = len(steps)
         mb = a.minibatch_size
         micro = self.cfg.policy.lm.micro_batch_size if self.policy.kind == "lm" else mb
