@@ -1,4 +1,5 @@
-"""`proas report` on synthetic run directories, against tables and Spd.@K worked out by hand."""
+"""`proas report` on synthetic run directories, against tables, Spd.@K, training SR and Welch
+intervals worked out by hand."""
 
 import csv
 import json
@@ -9,7 +10,8 @@ import pytest
 
 from proas.cli import main
 from proas.errors import ProasError
-from proas.experiments.report import best_within, first_reach, make_report, mean_std, read_run, speedup
+from proas.experiments.report import (best_within, first_reach, make_report, mean_std, read_run, speedup,
+                                      t_quantile, train_sr_mean, train_window, welch_ci)
 
 TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
          "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
@@ -43,13 +45,15 @@ rows:
 
 
 def _val(step, sr, types=None, ts=None):
-    rec = {"step": step, "train/sr": 0.0, "val/sr": sr, "val/ts": 100 * sr if ts is None else ts}
+    rec = {"step": step, "val/sr": sr, "val/ts": 100 * sr if ts is None else ts}
     for i, t in enumerate(TYPES):
         rec[f"val/sr/{t}"] = (types or [sr] * 6)[i]
     return rec
 
 
-def _write_run(root: Path, env: str, row: str, seed: int, records, extra_lines=()):
+def _write_run(root: Path, env: str, row: str, seed: int, records, extra_lines=(), train=lambda step: 0.0):
+    """``train(step)``: the step's training SR (fraction); the step-0 record, a validation before
+    any training, has none, as the trainer writes it."""
     d = root / env / row / f"seed{seed}"
     d.mkdir(parents=True)
     lines = []
@@ -57,7 +61,9 @@ def _write_run(root: Path, env: str, row: str, seed: int, records, extra_lines=(
     for rec in records:
         # a training record between validations, as the trainer writes
         for s in range(last + 1, rec["step"]):
-            lines.append(json.dumps({"step": s, "train/sr": 0.0}))
+            lines.append(json.dumps({"step": s, "train/sr": train(s)}))
+        if rec["step"] > 0:
+            rec = {**rec, "train/sr": train(rec["step"])}
         lines.append(json.dumps(rec))
         last = rec["step"]
     lines += list(extra_lines)
@@ -72,26 +78,41 @@ def results(tmp_path):
     (root / "studies" / "main.yaml").write_text(MAIN)
     (root / "studies" / "ablation_shaping.yaml").write_text(ABL)
     hh = "household"
+    # training SR rises 1 point a step (step/100), plus a per-run offset, so that a window one step
+    # off changes every mean. Household is compared within 30 steps: window 11-30, where step/100
+    # averages 20.5%. Shop within 20 (its runs stop there): window 7-20, average 13.5%.
     # GRPO: mean curve 0, 37.5, 62.5, 72.5 -> first >= 70 at step 30; best within 30: 75 and 75;
     # step 40 (SR 1.0) lies beyond the budget and must be ignored
+    # train SR 20.5 and 30.5 -> 25.5±7.1 (steps 31-40 of seed 0 lie beyond the budget);
+    # final (step 30) 70 and 75 -> 72.5±3.5
     _write_run(root, hh, "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.75, [1, 0.5, 1, 0.5, 0.5, 1.0]),
-                                     _val(30, 0.7), _val(40, 1.0)])
+                                     _val(30, 0.7), _val(40, 1.0)], train=lambda s: s / 100)
     _write_run(root, hh, "grpo", 1, [_val(0, 0.0), _val(10, 0.25), _val(20, 0.5),
-                                     _val(30, 0.75, [0.5, 0.5, 1, 1, 0.5, 0.0])])
+                                     _val(30, 0.75, [0.5, 0.5, 1, 1, 0.5, 0.0])], train=lambda s: s / 100 + 0.1)
     # +ProAS: curve 0, 68.75, 81.25, 62.5 -> first >= 70 at step 20 -> Spd.@70 = 30 / 20 = 1.50x;
-    # best: seed0 step 20 (0.875), seed1 step 20 (0.75, tied with step 30: the earliest counts)
+    # best: seed0 step 20 (0.875), seed1 step 20 (0.75, tied with step 30: the earliest counts);
+    # Spd.@35: both curves first reach 35 at step 10 -> 1.00x; final 50 and 75 -> 62.5±17.7;
+    # train SR 50.5 and 60.5 -> 55.5±7.1
     _write_run(root, hh, "grpo_proas", 0, [_val(0, 0.0), _val(10, 0.75), _val(20, 0.875, [1, 1, 1, 1, 0.5, 0.5]),
-                                           _val(30, 0.5)])
+                                           _val(30, 0.5)], train=lambda s: s / 100 + 0.3)
     _write_run(root, hh, "grpo_proas", 1, [_val(0, 0.0), _val(10, 0.625), _val(20, 0.75, [1, 0.5, 1, 0.5, 1, 0.5]),
-                                           _val(30, 0.75, [0, 0, 0, 0, 0, 0])])
-    # shop: GRPO never reaches 50% (best 40, 30); +ProAS reaches it at step 20 (mean 55)
-    _write_run(root, "shop", "grpo", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.4, ts=60.0), _val(20, 0.3, ts=50.0)])
-    _write_run(root, "shop", "grpo", 1, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.3, ts=40.0)])
-    _write_run(root, "shop", "grpo_proas", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.6, ts=70.0)])
+                                           _val(30, 0.75, [0, 0, 0, 0, 0, 0])], train=lambda s: s / 100 + 0.4)
+    # shop: GRPO never reaches 50% (best 40, 30); +ProAS reaches it at step 20 (mean 55).
+    # 25%: GRPO's mean curve (10, 30, 30) at step 10, +ProAS's (10, 20, 60) at step 20 -> Spd.@25 0.50x.
+    # train SR 13.5 and 33.5 -> 23.5±14.1 against +ProAS's 63.5 (one seed)
+    _write_run(root, "shop", "grpo", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.4, ts=60.0), _val(20, 0.3, ts=50.0)],
+               train=lambda s: s / 100)
+    _write_run(root, "shop", "grpo", 1, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.3, ts=40.0)],
+               train=lambda s: s / 100 + 0.2)
+    _write_run(root, "shop", "grpo_proas", 0, [_val(0, 0.1, ts=20.0), _val(10, 0.2, ts=30.0), _val(20, 0.6, ts=70.0)],
+               train=lambda s: s / 100 + 0.5)
     # seed 1 of shop +ProAS has no results: the note must say so, and the curve uses seed 0 only
-    # suffix ablation: best 0.5 and 0.875 -> 68.75 ± 26.5 (below GRPO's 75: not bold)
-    _write_run(root, hh, "grpo_suffix", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.25)])
-    _write_run(root, hh, "grpo_suffix", 1, [_val(0, 0.0), _val(10, 0.875), _val(20, 0.5), _val(30, 0.5)])
+    # suffix ablation: best 0.5 and 0.875 -> 68.75 ± 26.5 (below GRPO's 75: not bold);
+    # final 25 and 50 -> 37.5±17.7; train SR 25.5 and 35.5 -> 30.5±7.1
+    _write_run(root, hh, "grpo_suffix", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.25)],
+               train=lambda s: s / 100 + 0.05)
+    _write_run(root, hh, "grpo_suffix", 1, [_val(0, 0.0), _val(10, 0.875), _val(20, 0.5), _val(30, 0.5)],
+               train=lambda s: s / 100 + 0.15)
     return root
 
 
@@ -108,21 +129,37 @@ def _table_rows(md: str, title: str) -> dict[str, list[str]]:
 def test_main_table_cells_bold_and_speedup_match_hand_computation(results):
     md = make_report(results).read_text()
     rows = _table_rows(md, "Main results")
-    # household: Pick Look Clean Heat Cool Pick2 All Spd | shop: TS SR Spd
-    assert rows["GRPO"][:8] == ["75.0±35.4", "50.0±0.0", "100.0±0.0", "75.0±35.4", "50.0±0.0", "50.0±70.7",
-                                "75.0±0.0", "–"]
-    # +ProAS best records: seed0 step 20 [1,1,1,1,.5,.5] 87.5; seed1 step 20 [1,.5,1,.5,1,.5] 75
-    assert rows["GRPO+ProAS"][:8] == ["**100.0±0.0**", "**75.0±35.4**", "100.0±0.0", "75.0±35.4",
-                                      "**75.0±35.4**", "50.0±0.0", "**81.2±8.8**", "1.50×"]
-    # shop GRPO: best 40 (TS 60) and 30 (TS 40) -> TS 50.0±14.1, SR 35.0±7.1
-    assert rows["GRPO"][8:] == ["50.0±14.1", "35.0±7.1", "–"]
+    # household: Pick Look Clean Heat Cool Pick2 All Spd.@70 Spd.@35 Final Train Δ |
+    # shop: TS SR Spd.@50 Spd.@25 Final Train Δ
+    assert ("| Method | household Pick | household Look | household Clean | household Heat | household Cool | "
+            "household Pick2 | household All | household Spd.@70 | household Spd.@35 | household Final | "
+            "household Train SR 11-30 | household Δ train SR | shop TS | shop SR | shop Spd.@50 | shop Spd.@25 | "
+            "shop Final | shop Train SR 7-20 | shop Δ train SR |") in md
+    assert rows["GRPO"][:12] == ["75.0±35.4", "50.0±0.0", "100.0±0.0", "75.0±35.4", "50.0±0.0", "50.0±70.7",
+                                 "75.0±0.0", "–", "–", "72.5±3.5", "25.5±7.1", "–"]
+    # +ProAS best records: seed0 step 20 [1,1,1,1,.5,.5] 87.5; seed1 step 20 [1,.5,1,.5,1,.5] 75.
+    # Δ train SR: 55.5 - 25.5 = 30; both stds sqrt(50) over 2 seeds, so se = sqrt(25 + 25) and
+    # Welch's df = 50^2 / (25^2 + 25^2) = 2, where t(0.975) = 0.95 / sqrt(2 * 0.975 * 0.025) = 4.30265:
+    # 30 ± 30.425 -> [-0.4, 60.4]; the best-validation bold is unaffected
+    assert rows["GRPO+ProAS"][:12] == ["**100.0±0.0**", "**75.0±35.4**", "100.0±0.0", "75.0±35.4",
+                                       "**75.0±35.4**", "50.0±0.0", "**81.2±8.8**", "1.50×", "1.00×",
+                                       "62.5±17.7", "55.5±7.1", "+30.0 [−0.4, 60.4]"]
+    # shop GRPO: best 40 (TS 60) and 30 (TS 40) -> TS 50.0±14.1, SR 35.0±7.1; final 30 and 30
+    assert rows["GRPO"][12:] == ["50.0±14.1", "35.0±7.1", "–", "–", "30.0±0.0", "23.5±14.1", "–"]
     # shop +ProAS: seed 0 only, best at step 20 (SR 60, TS 70); GRPO's mean curve (10, 30, 30) never
-    # reaches 50 -> lower bound 20 / 20 = 1.00x
-    assert rows["GRPO+ProAS"][8:] == ["**70.0**", "**60.0**", "≥1.00×"]  # one seed: no ±
+    # reaches 50 -> lower bound 20 / 20 = 1.00x; it reaches 25 at step 10, +ProAS at 20 -> 0.50x.
+    # Δ train SR 63.5 - 23.5 = 40 with no interval: one seed has no spread
+    assert rows["GRPO+ProAS"][12:] == ["**70.0**", "**60.0**", "≥1.00×", "0.50×", "60.0", "63.5", "+40.0"]
+    assert "GRPO+ProAS, shop Δ train SR: no confidence interval, GRPO+ProAS has one seed." in md
+    assert "Spd.@35:" not in md and "Spd.@25:" not in md  # both reach the lower K: no bound, no note
     assert rows["SFT"][0] == "not run"
     assert "SFT: not run (waits for proas sft)." in md
-    # Direct: the step-0 validation of the GRPO runs (household SR 0 and 0; shop SR 10, TS 20)
-    assert rows["Direct Prompt"] == ["0.0±0.0"] * 7 + ["–", "20.0±0.0", "10.0±0.0", "–"]
+    # Direct: the step-0 validation of the GRPO runs (household SR 0 and 0; shop SR 10, TS 20), which is
+    # also its final validation; no training, so no training SR
+    assert rows["Direct Prompt"] == (["0.0±0.0"] * 7 + ["–", "–", "0.0±0.0", "–", "–"]
+                                     + ["20.0±0.0", "10.0±0.0", "–", "–", "10.0±0.0", "–", "–"])
+    assert "Train SR: the training episodes' SR averaged over the last two thirds of the budget " \
+           "(household steps 11-30, shop steps 7-20)" in md
     assert "Direct Prompt: the untrained policy, i.e. the step-0 validation (before any update) of the GRPO runs" in md
     assert "GRPO+ProAS, shop: only seeds 0 have results." in md
     assert "the base never reaches 50% within 20 steps; +ProAS does at step 20 (lower bound)" in md
@@ -138,7 +175,12 @@ def test_ablation_table_bolds_against_the_reference_row(results):
     # not where it is higher (Pick 75, Clean 100, Heat 75)
     assert rows["Suffix"][:6] == ["68.8±26.5", "**68.8±26.5**", "68.8±26.5", "68.8±26.5", "**68.8±26.5**",
                                   "**68.8±26.5**"]
-    assert "Bold: higher than GRPO." in md
+    assert "Bold: higher than GRPO (best validation)." in md
+    # Final, Train SR 11-30, Δ train SR against GRPO (no Spd in an ablation): 30.5 - 25.5 = 5 with the
+    # same df = 2 and se = sqrt(50) as the main table's -> 5 ± 30.425
+    assert "| household All | household Final | household Train SR 11-30 | household Δ train SR |" in md
+    assert rows["GRPO"][7:] == ["72.5±3.5", "25.5±7.1", "–"]
+    assert rows["Suffix"][7:] == ["37.5±17.7", "30.5±7.1", "+5.0 [−25.4, 35.4]"]
 
 
 def test_csv_holds_the_numbers_of_the_table(results):
@@ -152,6 +194,24 @@ def test_csv_holds_the_numbers_of_the_table(results):
     proas_shop = next(r for r in rows if r["row"] == "grpo_proas" and r["env"] == "shop")
     assert float(proas_shop["shop_TS_mean"]) == pytest.approx(70.0)
     assert proas_shop["household_All_mean"] == ""
+    # the new columns: final, training SR and its Welch interval, both Spd.@K
+    proas_hh = next(r for r in rows if r["row"] == "grpo_proas" and r["env"] == "household")
+    assert proas_hh["train_window"] == "11-30" and proas_hh["final_steps"] == "30 30"
+    assert float(proas_hh["household_Final_mean"]) == pytest.approx(62.5)
+    assert float(proas_hh["household_Final_std"]) == pytest.approx(25 / math.sqrt(2), abs=1e-4)
+    assert float(proas_hh["household_TrainSR_mean"]) == pytest.approx(55.5)
+    assert float(proas_hh["household_TrainSR_std"]) == pytest.approx(math.sqrt(50), abs=1e-4)
+    half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * math.sqrt(50)  # t(0.975, df=2) in closed form, times se
+    assert float(proas_hh["household_dTrainSR"]) == pytest.approx(30.0)
+    assert float(proas_hh["household_dTrainSR_lo"]) == pytest.approx(30 - half, abs=1e-4)
+    assert float(proas_hh["household_dTrainSR_hi"]) == pytest.approx(30 + half, abs=1e-4)
+    assert proas_hh["household_Spd@70"] == "1.50×" and proas_hh["household_Spd@35"] == "1.00×"
+    assert proas_shop["shop_Spd@25"] == "0.50×" and proas_shop["train_window"] == "7-20"
+    assert float(proas_shop["shop_dTrainSR"]) == pytest.approx(40.0)
+    assert proas_shop["shop_dTrainSR_lo"] == "" and proas_shop["shop_dTrainSR_hi"] == ""
+    assert proas_shop["household_TrainSR_mean"] == ""
+    grpo_shop = next(r for r in rows if r["row"] == "grpo" and r["env"] == "shop")
+    assert grpo_shop["shop_dTrainSR"] == "" and float(grpo_shop["shop_TrainSR_mean"]) == pytest.approx(23.5)
 
 
 def test_curves_are_png_files(results):
