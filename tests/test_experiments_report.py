@@ -312,3 +312,74 @@ def test_an_sft_row_reports_its_best_epoch_and_does_not_shrink_the_rl_budget(tmp
     assert "Reduced budget" not in md
     assert "SFT: `proas sft` (supervised training on the oracle's actions in the training tasks), best " \
            "validation over its 3 epochs." in md
+
+
+def test_t_quantile_matches_closed_forms_and_tables():
+    # df 1 (Cauchy): tan(pi (p - 1/2)); df 2: (2p - 1) / sqrt(2 p (1 - p))
+    assert t_quantile(0.975, 1) == pytest.approx(math.tan(0.475 * math.pi), rel=1e-9)
+    assert t_quantile(0.975, 2) == pytest.approx(0.95 / math.sqrt(2 * 0.975 * 0.025), rel=1e-9)
+    # df 4: a = 4p(1-p), q = cos(arccos(sqrt a) / 3) / sqrt a, t = 2 sqrt(q - 1)
+    a = 4 * 0.975 * 0.025
+    q = math.cos(math.acos(math.sqrt(a)) / 3) / math.sqrt(a)
+    assert t_quantile(0.975, 4) == pytest.approx(2 * math.sqrt(q - 1), rel=1e-9)
+    # printed tables: 3.182 (df 3), 2.228 (df 10), 2.042 (df 30); the normal's 1.960 for large df
+    assert t_quantile(0.975, 3) == pytest.approx(3.1824, abs=1e-4)
+    assert t_quantile(0.975, 10) == pytest.approx(2.2281, abs=1e-4)
+    assert t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-4)
+    assert t_quantile(0.975, 1e6) == pytest.approx(1.95996, abs=1e-5)
+    # Welch's df is real: between the neighbouring integers, and symmetric
+    assert t_quantile(0.975, 3) < t_quantile(0.975, 2.5) < t_quantile(0.975, 2)
+    assert t_quantile(0.025, 2.5) == pytest.approx(-t_quantile(0.975, 2.5))
+    assert t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_welch_interval_by_hand():
+    # a = [1, 3] (var 2, n 2), b = [0, 0, 0] (var 0): se^2 = 2/2 = 1, df = 1 / (1^2 / 1) = 1
+    diff, lo, hi, df = welch_ci([1.0, 3.0], [0.0, 0.0, 0.0])
+    t1 = math.tan(0.475 * math.pi)
+    assert (diff, df) == (2.0, pytest.approx(1.0)) and lo == pytest.approx(2 - t1) and hi == pytest.approx(2 + t1)
+    # a = [0, 2, 4] (var 4, n 3), b = [0, 2] (var 2, n 2): se^2 = 4/3 + 1 = 7/3,
+    # df = (7/3)^2 / ((4/3)^2 / 2 + 1^2 / 1) = 49/17; t(0.975, 49/17) = 3.257210 (scipy.stats.t.ppf)
+    diff, lo, hi, df = welch_ci([0.0, 2.0, 4.0], [0.0, 2.0])
+    assert diff == 1.0 and df == pytest.approx(49 / 17)
+    assert hi - 1.0 == pytest.approx(3.257210 * math.sqrt(7 / 3), rel=1e-6) and 1.0 - lo == pytest.approx(hi - 1.0)
+    # one seed on a side: no spread to estimate, no interval
+    assert welch_ci([5.0], [1.0, 3.0]) == (3.0, None, None, None)
+    # no spread on either side: the interval is the difference itself
+    assert welch_ci([5.0, 5.0], [1.0, 1.0]) == (4.0, 4.0, 4.0, None)
+
+
+def test_train_window_and_resumed_run_count_the_last_record_of_a_step(tmp_path):
+    assert train_window(150) == (51, 150) and train_window(30) == (11, 30) and train_window(20) == (7, 20)
+    assert train_window(10) == (4, 10)
+    # resumed after step 5 (steps 4 and 5 written twice: the second record counts), and the run's
+    # records of steps 4-10 miss step 7
+    recs = [{"step": 0, "val/sr": 0.0}] + [{"step": s, "train/sr": 0.9} for s in range(1, 6)]
+    recs += [{"step": s, "train/sr": s / 10} for s in (4, 5, 6, 8, 9)] + [{"step": 10, "train/sr": 1.0, "val/sr": 0.5}]
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    run = read_run(d)
+    # steps 4 5 6 8 9 10: (0.4 + 0.5 + 0.6 + 0.8 + 0.9 + 1.0) / 6 = 0.7
+    mean, n = train_sr_mean(run, 4, 10)
+    assert mean == pytest.approx(70.0) and n == 6
+    assert train_sr_mean(run, 11, 20) == (None, 0)
+
+
+def test_a_run_missing_training_records_in_the_window_is_noted(tmp_path):
+    root = tmp_path / "res"
+    (root / "studies").mkdir(parents=True)
+    (root / "studies" / "main.yaml").write_text(MAIN)
+    _write_run(root, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.9)],
+               train=lambda s: 0.5)
+    d = _write_run(root, "household", "grpo", 1, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.25), _val(30, 0.9)],
+                   train=lambda s: 0.3)
+    # seed 1 lost the training keys of steps 11-20 (kept: 21-30, mean 30%)
+    lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    lines = [{k: v for k, v in r.items() if not (k == "train/sr" and 11 <= r["step"] <= 20)} for r in lines]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    md = make_report(root, plots=False).read_text()
+    rows = _table_rows(md, "Main results")
+    assert rows["GRPO"][10] == "40.0±14.1"  # 50 and 30
+    assert ("GRPO, household Train SR 11-30: seed 1 has training records for 10 of its 20 steps; its mean is "
+            "over those.") in md
