@@ -383,3 +383,21 @@ def test_a_run_missing_training_records_in_the_window_is_noted(tmp_path):
     assert rows["GRPO"][10] == "40.0±14.1"  # 50 and 30
     assert ("GRPO, household Train SR 11-30: seed 1 has training records for 10 of its 20 steps; its mean is "
             "over those.") in md
+
+
+def test_training_curve_is_binned_by_ten_steps_and_averaged_over_seeds(tmp_path):
+    from proas.experiments.report import train_curve
+
+    a = _write_run(tmp_path, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.5), _val(25, 0.5)],
+                   train=lambda s: s / 100)
+    b = _write_run(tmp_path, "household", "grpo", 1, [_val(0, 0.0), _val(10, 0.5), _val(20, 0.5), _val(25, 0.5)],
+                   train=lambda s: s / 100 + 0.1)
+    # bins 1-10, 11-20, 21-25 (the budget ends the last): step/100 averages 5.5, 15.5, 23 there,
+    # the other seed 10 points more; std of two values 10 apart is sqrt(50)
+    curve = train_curve([read_run(a), read_run(b)], 25)
+    assert [(e, m) for e, m, _ in curve] == [(10, pytest.approx(10.5)), (20, pytest.approx(20.5)),
+                                             (25, pytest.approx(28.0))]
+    assert all(sd == pytest.approx(math.sqrt(50)) for _, _, sd in curve)
+    # within a budget of 15 the last bin is 11-15 (mean 13 and 23)
+    assert [(e, m) for e, m, _ in train_curve([read_run(a), read_run(b)], 15)] == [
+        (10, pytest.approx(10.5)), (15, pytest.approx(18.0))]

@@ -270,6 +270,27 @@ def mean_curve(runs: list[RunCurve], budget: int) -> list[tuple[int, float, floa
     return out
 
 
+def train_curve(runs: list[RunCurve], budget: int, width: int = 10) -> list[tuple[int, float, float]]:
+    """(bin's last step, mean training SR %, std) over seeds: per run the mean ``train/sr`` over
+    steps 1-10, 11-20, ... (the last bin ends at the budget), so the points line up with the
+    validations every 10 steps and one step's 128 episodes do not make the curve jagged; only
+    bins every run has a record in."""
+    per_run = []
+    for run in runs:
+        bins: dict[int, list[float]] = {}
+        for step, v in run.train_sr.items():
+            if 1 <= step <= budget:
+                bins.setdefault(min(budget, -(-step // width) * width), []).append(100.0 * v)
+        per_run.append({end: sum(vs) / len(vs) for end, vs in bins.items()})
+    if not per_run:
+        return []
+    out = []
+    for end in sorted(set.intersection(*(set(b) for b in per_run))):
+        m, sd = mean_std([b[end] for b in per_run])
+        out.append((end, m, sd))
+    return out
+
+
 def first_reach(curve: list[tuple[int, float, float]], k: float) -> int | None:
     """First step at which the mean SR reaches k% (None: never within the curve)."""
     for step, m, _ in curve:
@@ -312,6 +333,7 @@ class RowResult:
     steps: dict[str, list[int]] = field(default_factory=dict)  # env -> steps each run reached
     best_steps: dict[str, list[int]] = field(default_factory=dict)
     curves: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
+    train_curves: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
     speedup: dict[str, dict[float, tuple[str, str | None]]] = field(default_factory=dict)  # env -> K -> cell
     final: dict[str, Cell] = field(default_factory=dict)  # env -> last validation SR within the budget
     final_steps: dict[str, list[int]] = field(default_factory=dict)
@@ -394,6 +416,7 @@ def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True
                 rr.final_steps[env] = [int(f["step"]) for _, f in finals]
             if not row.untrained_of and row.sft is None:
                 rr.curves[env] = mean_curve([r for _, r, _ in bests], budget)
+                rr.train_curves[env] = train_curve([r for _, r, _ in bests], budget)
                 lo, hi = train_window(budget)
                 rr.train_window[env] = (lo, hi)
                 per_run = [(s, *train_sr_mean(r, lo, hi)) for s, r, _ in bests]
@@ -565,7 +588,8 @@ def render_table(study: Study, rows: list[RowResult],
 
 def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> bool:
     """Validation SR vs step, seed mean with a ±1 std band; one panel per env (and per base/+ProAS
-    pair in a main study). Returns False when there is nothing to plot."""
+    pair in a main study), each with the training SR (10-step means, see ``train_curve``) beside
+    it, the Train SR column's window shaded. Returns False when there is nothing to plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -586,30 +610,44 @@ def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> 
                 panels.append((env, f"{env}: {study.title}", group))
     if not panels:
         return False
-    ncols = 3 if len(panels) >= 3 else len(panels)
-    nrows = math.ceil(len(panels) / ncols)
+    # each panel is a (validation, training) pair of axes side by side, two pairs to a figure row
+    pairs = 2 if len(panels) >= 2 else 1
+    ncols = 2 * pairs
+    nrows = math.ceil(len(panels) / pairs)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), dpi=100, squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[2 * len(panels):]:
         ax.set_visible(False)
-    for ax, (env, title, group) in zip(axes.flat, panels):
+    flat = list(axes.flat)
+    for n, (env, title, group) in enumerate(panels):
+        ax, tax = flat[2 * n], flat[2 * n + 1]
+        window = next((rr.train_window[env] for rr in group if env in rr.train_window), None)
         for i, rr in enumerate(group):
-            curve = rr.curves[env]
-            xs = [c[0] for c in curve]
-            ms = [c[1] for c in curve]
-            sds = [c[2] for c in curve]
             color = plt.cm.tab10(i % 10)
-            ax.plot(xs, ms, "-o", ms=3, color=color, lw=1.6, label=f"{rr.row.label} (n={len(rr.seeds[env])})")
-            ax.fill_between(xs, [m - s for m, s in zip(ms, sds)], [m + s for m, s in zip(ms, sds)],
-                            color=color, alpha=0.18, lw=0)
+            for a, curve in ((ax, rr.curves[env]), (tax, rr.train_curves.get(env, []))):
+                if not curve:
+                    continue
+                xs = [c[0] for c in curve]
+                ms = [c[1] for c in curve]
+                sds = [c[2] for c in curve]
+                a.plot(xs, ms, "-o", ms=3, color=color, lw=1.6, label=f"{rr.row.label} (n={len(rr.seeds[env])})")
+                a.fill_between(xs, [m - s for m, s in zip(ms, sds)], [m + s for m, s in zip(ms, sds)],
+                               color=color, alpha=0.18, lw=0)
         if study.kind == "main" and env in SPEEDUP_K:
-            ax.axhline(SPEEDUP_K[env], color="grey", ls=":", lw=1)
+            for k in speedup_ks(env):
+                ax.axhline(k, color="grey", ls=":", lw=1)
+        if window:
+            tax.axvspan(window[0] - 1, window[1], color="grey", alpha=0.08, lw=0)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("RL step")
+        tax.set_title(f"{title}: training SR" + (f" (shaded: steps {window[0]}-{window[1]})" if window else ""),
+                      fontsize=9)
         ax.set_ylabel("validation SR (%)")
-        ax.set_xlim(0, budget)
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        tax.set_ylabel("training SR (%), 10-step means")
+        for a in (ax, tax):
+            a.set_xlabel("RL step")
+            a.set_xlim(0, budget)
+            a.set_ylim(-2, 102)
+            a.grid(alpha=0.3)
+            a.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
