@@ -37,7 +37,7 @@ from proas.experiments.spec import RowSpec, Study, env_dir, load_study
 from proas.fileio import atomic_write_bytes, atomic_write_text
 
 __all__ = ["RunCurve", "best_within", "collect_runs", "first_reach", "last_within", "make_report", "speedup",
-           "summarise", "t_quantile", "train_sr_mean", "train_window", "welch_ci"]
+           "summarise", "t_quantile", "train_curve", "train_sr_mean", "train_window", "welch_ci"]
 
 #: household task types in the paper's column order, with the paper's column names
 HOUSEHOLD_TYPES = [
@@ -226,7 +226,8 @@ def t_quantile(p: float, df: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float | None, float | None, float | None]:
+def welch_ci(a: list[float], b: list[float],
+             level: float = 0.95) -> tuple[float, float | None, float | None, float | None]:
     """mean(a) - mean(b) with its Welch confidence interval: (difference, low, high, df).
 
     The seeds of two rows are independent samples with possibly different spreads, hence Welch's
