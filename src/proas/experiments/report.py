@@ -12,7 +12,15 @@ overall, shop TS and SR, all in percent. In a ``main`` study a ``+ProAS`` row (o
 curve, the first step at which the base reaches K% SR divided by the first step at which the
 +ProAS row does (K = 70 household, 50 shop). When one of them never reaches K within the budget
 the cell says so (a bound, or "n/r") and a note explains it. In an ``ablation`` study a cell is
-bold where it beats the reference row (GRPO).
+bold where it beats the reference row (GRPO). A second Spd.@K column uses half the paper's K (35
+household, 25 shop): this study's small policy stays below the paper's K (best validations of
+roughly 15-55%), where the first column is "n/r" and says nothing.
+
+Beside the best validation, figures that tell an effect from seed noise: per env, "Final" (the
+last validation SR within the budget), "Train SR a-b" (per run the mean ``train/sr`` over steps a =
+budget//3 + 1 to b = budget, 51-150 for 150 steps: 100 steps of 128 training episodes each, far
+less noisy than the best of 16 validations) and "Δ train SR", the difference of that from the base
+(main) or the reference row (ablation) with a 95% Welch t confidence interval over seeds.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from proas.errors import ProasError
 from proas.experiments.spec import RowSpec, Study, env_dir, load_study
 from proas.fileio import atomic_write_bytes, atomic_write_text
 
-__all__ = ["RunCurve", "best_within", "collect_runs", "first_reach", "make_report", "speedup", "summarise"]
+__all__ = ["RunCurve", "best_within", "collect_runs", "first_reach", "last_within", "make_report", "speedup",
+           "summarise", "t_quantile", "train_curve", "train_sr_mean", "train_window", "welch_ci"]
 
 #: household task types in the paper's column order, with the paper's column names
 HOUSEHOLD_TYPES = [
@@ -42,6 +51,15 @@ HOUSEHOLD_TYPES = [
 ]
 #: Spd.@K thresholds (% SR): the paper's
 SPEEDUP_K = {"household": 70.0, "shop": 50.0}
+#: a second Spd.@K at half the paper's K: this study's small policy stays below the paper's K,
+#: where the speed-up is "n/r" everywhere and says nothing
+SPEEDUP_K_LOW = {env: k / 2 for env, k in SPEEDUP_K.items()}
+
+
+def speedup_ks(env: str) -> tuple[float, float]:
+    """The two Spd.@K thresholds of an env: the paper's K and half of it."""
+    k = SPEEDUP_K.get(env, 50.0)
+    return k, SPEEDUP_K_LOW.get(env, k / 2)
 
 
 def env_columns(env: str) -> list[tuple[str, str]]:
@@ -60,12 +78,14 @@ def _percent(key: str, value: float) -> float:
 
 @dataclass
 class RunCurve:
-    """A run's validation records (step -> metrics), as read from its metrics.jsonl."""
+    """A run's validation records (step -> metrics) and training SR per step (``train/sr``, a
+    fraction), as read from its metrics.jsonl."""
 
     path: Path
     val: list[dict[str, Any]]
     steps_done: int
     steps_planned: int | None = None
+    train_sr: dict[int, float] = field(default_factory=dict)
 
     def sr_curve(self, budget: int) -> list[tuple[int, float]]:
         return [(int(r["step"]), 100.0 * float(r["val/sr"])) for r in self.val if int(r["step"]) <= budget]
@@ -77,6 +97,7 @@ def read_run(run_dir: Path) -> RunCurve | None:
     if not path.exists():
         return None
     val: list[dict[str, Any]] = []
+    train_sr: dict[int, float] = {}
     steps_done = 0
     lines = path.read_text(encoding="utf-8").splitlines()
     for n, line in enumerate(lines, 1):
@@ -92,6 +113,8 @@ def read_run(run_dir: Path) -> RunCurve | None:
         steps_done = max(steps_done, step)
         if rec.get("val/sr") is not None:
             val.append(rec)
+        if rec.get("train/sr") is not None:
+            train_sr[step] = float(rec["train/sr"])  # a resumed run repeats steps: the last record counts
     planned = None
     cfg = run_dir / "config.yaml"
     if cfg.exists():
@@ -105,7 +128,7 @@ def read_run(run_dir: Path) -> RunCurve | None:
         return None
     # a resumed run may repeat steps; keep the last record of each step
     by_step = {int(r["step"]): r for r in val}
-    return RunCurve(run_dir, [by_step[s] for s in sorted(by_step)], steps_done, planned)
+    return RunCurve(run_dir, [by_step[s] for s in sorted(by_step)], steps_done, planned, train_sr)
 
 
 def best_within(run: RunCurve, budget: int) -> dict[str, Any] | None:
@@ -114,6 +137,118 @@ def best_within(run: RunCurve, budget: int) -> dict[str, Any] | None:
     if not cands:
         return None
     return max(cands, key=lambda r: (float(r["val/sr"]), -int(r["step"])))
+
+
+def last_within(run: RunCurve, budget: int) -> dict[str, Any] | None:
+    """The last validation record at a step <= budget (the final checkpoint's validation)."""
+    cands = [r for r in run.val if int(r["step"]) <= budget]
+    return cands[-1] if cands else None
+
+
+def train_window(budget: int) -> tuple[int, int]:
+    """The steps whose training SR a row is judged on: those > budget/3 up to the budget (51-150
+    for 150 steps), past the first third where every method is still near its starting SR."""
+    return budget // 3 + 1, budget
+
+
+def train_sr_mean(run: RunCurve, lo: int, hi: int) -> tuple[float | None, int]:
+    """Mean training SR (%) over the run's steps lo..hi that have a ``train/sr`` record, and how
+    many steps that was (None, 0: none)."""
+    vals = [v for s, v in run.train_sr.items() if lo <= s <= hi]
+    if not vals:
+        return None, 0
+    return 100.0 * sum(vals) / len(vals), len(vals)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    # continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    # the continued fraction converges fast only below (a+1)/(a+b+2); above, use the symmetry
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """CDF of Student's t with ``df`` (real, > 0) degrees of freedom."""
+    tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Quantile of Student's t (real df, as Welch's df is), by bisection on ``t_cdf``; scipy is no
+    dependency of the package for this one number."""
+    if not 0.0 < p < 1.0 or not df > 0:
+        raise ValueError(f"t_quantile: p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def welch_ci(a: list[float], b: list[float],
+             level: float = 0.95) -> tuple[float, float | None, float | None, float | None]:
+    """mean(a) - mean(b) with its Welch confidence interval: (difference, low, high, df).
+
+    The seeds of two rows are independent samples with possibly different spreads, hence Welch's
+    unequal-variance t rather than the pooled one. With fewer than two values on a side there is no
+    spread to estimate: low, high and df are None. When both sides have zero spread the interval is
+    the difference itself (df None)."""
+    if not a or not b:
+        raise ValueError("welch_ci: an empty sample")
+    ma, va = mean_std(a)
+    mb, vb = mean_std(b)
+    diff = ma - mb
+    if len(a) < 2 or len(b) < 2:
+        return diff, None, None, None
+    qa, qb = va ** 2 / len(a), vb ** 2 / len(b)
+    se2 = qa + qb
+    if se2 <= 0.0:
+        return diff, diff, diff, None
+    df = se2 ** 2 / (qa ** 2 / (len(a) - 1) + qb ** 2 / (len(b) - 1))  # Welch-Satterthwaite
+    half = t_quantile(0.5 + level / 2.0, df) * math.sqrt(se2)
+    return diff, diff - half, diff + half, df
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -134,6 +269,27 @@ def mean_curve(runs: list[RunCurve], budget: int) -> list[tuple[int, float, floa
     for s in common:
         m, sd = mean_std([c[s] for c in curves])
         out.append((s, m, sd))
+    return out
+
+
+def train_curve(runs: list[RunCurve], budget: int, width: int = 10) -> list[tuple[int, float, float]]:
+    """(bin's last step, mean training SR %, std) over seeds: per run the mean ``train/sr`` over
+    steps 1-10, 11-20, ... (the last bin ends at the budget), so the points line up with the
+    validations every 10 steps and one step's 128 episodes do not make the curve jagged; only
+    bins every run has a record in."""
+    per_run = []
+    for run in runs:
+        bins: dict[int, list[float]] = {}
+        for step, v in run.train_sr.items():
+            if 1 <= step <= budget:
+                bins.setdefault(min(budget, -(-step // width) * width), []).append(100.0 * v)
+        per_run.append({end: sum(vs) / len(vs) for end, vs in bins.items()})
+    if not per_run:
+        return []
+    out = []
+    for end in sorted(set.intersection(*(set(b) for b in per_run))):
+        m, sd = mean_std([b[end] for b in per_run])
+        out.append((end, m, sd))
     return out
 
 
@@ -179,7 +335,15 @@ class RowResult:
     steps: dict[str, list[int]] = field(default_factory=dict)  # env -> steps each run reached
     best_steps: dict[str, list[int]] = field(default_factory=dict)
     curves: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
-    speedup: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    train_curves: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
+    speedup: dict[str, dict[float, tuple[str, str | None]]] = field(default_factory=dict)  # env -> K -> cell
+    final: dict[str, Cell] = field(default_factory=dict)  # env -> last validation SR within the budget
+    final_steps: dict[str, list[int]] = field(default_factory=dict)
+    train: dict[str, Cell] = field(default_factory=dict)  # env -> training SR over train_window
+    train_runs: dict[str, list[float]] = field(default_factory=dict)  # env -> that, per seed (%)
+    train_window: dict[str, tuple[int, int]] = field(default_factory=dict)
+    delta: dict[str, tuple[float, float | None, float | None, float | None]] = field(default_factory=dict)
+    train_short: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # env -> (seed, steps found)
 
 
 def collect_runs(results: Path, env: str, row: str) -> list[tuple[int, RunCurve]]:
@@ -241,19 +405,47 @@ def summarise(study: Study, results: Path, budget: int, *, equalise: bool = True
                     m, sd = mean_std(vals)
                     cols[name] = Cell(m, sd, len(vals))
             rr.cells[env] = cols
+            # Final: the untrained row's only validation is step 0; SFT's last epoch; RL: the last
+            # validation within the budget
+            if row.untrained_of:
+                finals = [(s, b) for s, _, b in bests]
+            else:
+                finals = [(s, last_within(r, r.steps_done if row.sft is not None else budget)) for s, r, _ in bests]
+            finals = [(s, f) for s, f in finals if f is not None]
+            if finals:
+                m, sd = mean_std([100.0 * float(f["val/sr"]) for _, f in finals])
+                rr.final[env] = Cell(m, sd, len(finals))
+                rr.final_steps[env] = [int(f["step"]) for _, f in finals]
             if not row.untrained_of and row.sft is None:
                 rr.curves[env] = mean_curve([r for _, r, _ in bests], budget)
+                rr.train_curves[env] = train_curve([r for _, r, _ in bests], budget)
+                lo, hi = train_window(budget)
+                rr.train_window[env] = (lo, hi)
+                per_run = [(s, *train_sr_mean(r, lo, hi)) for s, r, _ in bests]
+                vals = [v for _, v, _ in per_run if v is not None]
+                if vals:
+                    m, sd = mean_std(vals)
+                    rr.train[env] = Cell(m, sd, len(vals))
+                    rr.train_runs[env] = vals
+                short = [(s, n) for s, v, n in per_run if n < hi - lo + 1]
+                if short:
+                    # a mean over fewer steps is noisier and, on a rising curve, biased: say so
+                    rr.train_short[env] = short
         rows.append(rr)
-    if study.kind == "main":
-        by_id = {r.row.id: r for r in rows}
-        for rr in rows:
-            base = by_id.get(rr.row.base) if rr.row.base else None
-            if base is None:
-                continue
-            for env in study.envs:
-                if env in rr.curves and env in base.curves:
-                    rr.speedup[env] = speedup(base.curves[env], rr.curves[env], SPEEDUP_K.get(env, 50.0),
-                                              budgets[env])
+    by_id = {r.row.id: r for r in rows}
+    for rr in rows:
+        if study.kind == "main":
+            cmp = by_id.get(rr.row.base) if rr.row.base else None
+        else:
+            cmp = by_id.get(study.reference) if rr.row.id != study.reference else None
+        if cmp is None:
+            continue
+        for env in study.envs:
+            if study.kind == "main" and env in rr.curves and env in cmp.curves:
+                rr.speedup[env] = {k: speedup(cmp.curves[env], rr.curves[env], k, budgets[env])
+                                   for k in speedup_ks(env)}
+            if env in rr.train_runs and env in cmp.train_runs:
+                rr.delta[env] = welch_ci(rr.train_runs[env], cmp.train_runs[env])
     return rows
 
 
@@ -272,18 +464,56 @@ def _fmt(cell: Cell | None, bold: bool) -> str:
     return f"**{text}**" if bold else text
 
 
-def render_table(study: Study, rows: list[RowResult]) -> tuple[str, list[list[str]], list[str]]:
-    """Markdown table, CSV rows, notes."""
+def _signed(x: float, plus: bool) -> str:
+    """One decimal, a true minus sign for negatives, "+" on positives when ``plus``; never "-0.0"."""
+    text = f"{x:.1f}"
+    if text in ("-0.0", "0.0"):
+        return "0.0"
+    if text.startswith("-"):
+        return "−" + text[1:]
+    return ("+" + text) if plus else text
+
+
+def _fmt_delta(d: tuple[float, float | None, float | None, float | None] | None) -> str:
+    if d is None:
+        return "–"
+    diff, lo, hi, _ = d
+    if lo is None or hi is None:
+        return _signed(diff, True)
+    return f"{_signed(diff, True)} [{_signed(lo, False)}, {_signed(hi, False)}]"
+
+
+def train_column(window: tuple[int, int] | None) -> str:
+    return f"Train SR {window[0]}-{window[1]}" if window else "Train SR"
+
+
+def render_table(study: Study, rows: list[RowResult],
+                 budgets: dict[str, int] | None = None) -> tuple[str, list[list[str]], list[str]]:
+    """Markdown table, CSV rows, notes. ``budgets``: each env's compared budget (names the training
+    SR window in the header; without it the window of the rows is used)."""
     by_id = {r.row.id: r for r in rows}
     ref = by_id.get(study.reference) if study.kind == "ablation" else None
+    windows: dict[str, tuple[int, int] | None] = {}
+    for env in study.envs:
+        if budgets and env in budgets:
+            windows[env] = train_window(budgets[env])
+        else:
+            windows[env] = next((rr.train_window[env] for rr in rows if env in rr.train_window), None)
     header = ["Method"]
-    csv_header = ["method", "row", "env", "seeds", "steps_reached", "best_steps"]
+    csv_header = ["method", "row", "env", "seeds", "steps_reached", "best_steps", "final_steps", "train_window"]
     for env in study.envs:
         for _, name in env_columns(env):
             header.append(f"{env} {name}")
             csv_header += [f"{env}_{name}_mean", f"{env}_{name}_std"]
         if study.kind == "main":
-            header.append(f"{env} Spd.@{SPEEDUP_K.get(env, 50.0):g}")
+            for k in speedup_ks(env):
+                header.append(f"{env} Spd.@{k:g}")
+                csv_header.append(f"{env}_Spd@{k:g}")
+        header += [f"{env} Final", f"{env} {train_column(windows[env])}", f"{env} Δ train SR"]
+        csv_header += [f"{env}_Final_mean", f"{env}_Final_std", f"{env}_TrainSR_mean", f"{env}_TrainSR_std",
+                       f"{env}_dTrainSR", f"{env}_dTrainSR_lo", f"{env}_dTrainSR_hi"]
+    # columns per env after the best-validation block: Spd.@K x2 (main), Final, Train SR, Δ train SR
+    extra = 5 if study.kind == "main" else 3
     notes: list[str] = []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     csv_rows: list[list[str]] = [csv_header]
@@ -300,20 +530,30 @@ def render_table(study: Study, rows: list[RowResult]) -> tuple[str, list[list[st
             continue
         for env in study.envs:
             if env not in rr.cells:
-                cells += ["not run"] + [""] * (len(env_columns(env)) - 1)
-                if study.kind == "main":
-                    cells.append("")
+                cells += ["not run"] + [""] * (len(env_columns(env)) - 1 + extra)
                 continue
             for _, name in env_columns(env):
                 cells.append(_fmt(rr.cells[env].get(name), _beats(rr, cmp, env, name)))
             if study.kind == "main":
-                sp = rr.speedup.get(env)
-                if sp is None:
-                    cells.append("–")
-                else:
-                    cells.append(sp[0])
-                    if sp[1]:
-                        notes.append(f"{rr.row.label}, {env} Spd.@{SPEEDUP_K.get(env, 50.0):g}: {sp[1]}.")
+                for k in speedup_ks(env):
+                    sp = rr.speedup.get(env, {}).get(k)
+                    if sp is None:
+                        cells.append("–")
+                    else:
+                        cells.append(sp[0])
+                        if sp[1]:
+                            notes.append(f"{rr.row.label}, {env} Spd.@{k:g}: {sp[1]}.")
+            cells.append(_fmt(rr.final.get(env), False))
+            cells.append(_fmt(rr.train.get(env), False))
+            d = rr.delta.get(env)
+            cells.append(_fmt_delta(d))
+            if d is not None and d[1] is None and cmp is not None:
+                notes.append(f"{rr.row.label}, {env} Δ train SR: no confidence interval, "
+                             f"{rr.row.label if len(rr.train_runs[env]) < 2 else cmp.row.label} has one seed.")
+            for seed, n in rr.train_short.get(env, []):
+                lo, hi = rr.train_window[env]
+                notes.append(f"{rr.row.label}, {env} {train_column((lo, hi))}: seed {seed} has training "
+                             f"records for {n} of its {hi - lo + 1} steps; its mean is over those.")
             seeds = rr.seeds[env]
             if len(seeds) < len(study.seeds):
                 notes.append(f"{rr.row.label}, {env}: only seeds {', '.join(map(str, seeds))} have results.")
@@ -328,19 +568,30 @@ def render_table(study: Study, rows: list[RowResult]) -> tuple[str, list[list[st
         for env in study.envs:
             if env not in rr.cells:
                 continue
+            win = rr.train_window.get(env)
             row = [rr.row.label, rr.row.id, env, " ".join(map(str, rr.seeds[env])),
-                   " ".join(map(str, rr.steps[env])), " ".join(map(str, rr.best_steps[env]))]
+                   " ".join(map(str, rr.steps[env])), " ".join(map(str, rr.best_steps[env])),
+                   " ".join(map(str, rr.final_steps.get(env, []))), f"{win[0]}-{win[1]}" if win else ""]
             for e2 in study.envs:
                 for _, name in env_columns(e2):
                     c = rr.cells[env].get(name) if e2 == env else None
                     row += ["" if c is None else f"{c.mean:.4f}", "" if c is None else f"{c.std:.4f}"]
+                if study.kind == "main":
+                    for k in speedup_ks(e2):
+                        sp = rr.speedup.get(env, {}).get(k) if e2 == env else None
+                        row.append("" if sp is None else sp[0])
+                for c in ((rr.final.get(env), rr.train.get(env)) if e2 == env else (None, None)):
+                    row += ["" if c is None else f"{c.mean:.4f}", "" if c is None else f"{c.std:.4f}"]
+                d = rr.delta.get(env) if e2 == env else None
+                row += ["" if x is None else f"{x:.4f}" for x in (d[:3] if d is not None else (None,) * 3)]
             csv_rows.append(row)
     return "\n".join(lines), csv_rows, notes
 
 
 def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> bool:
     """Validation SR vs step, seed mean with a ±1 std band; one panel per env (and per base/+ProAS
-    pair in a main study). Returns False when there is nothing to plot."""
+    pair in a main study), each with the training SR (10-step means, see ``train_curve``) beside
+    it, the Train SR column's window shaded. Returns False when there is nothing to plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -361,30 +612,44 @@ def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> 
                 panels.append((env, f"{env}: {study.title}", group))
     if not panels:
         return False
-    ncols = 3 if len(panels) >= 3 else len(panels)
-    nrows = math.ceil(len(panels) / ncols)
+    # each panel is a (validation, training) pair of axes side by side, two pairs to a figure row
+    pairs = 2 if len(panels) >= 2 else 1
+    ncols = 2 * pairs
+    nrows = math.ceil(len(panels) / pairs)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), dpi=100, squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[2 * len(panels):]:
         ax.set_visible(False)
-    for ax, (env, title, group) in zip(axes.flat, panels):
+    flat = list(axes.flat)
+    for n, (env, title, group) in enumerate(panels):
+        ax, tax = flat[2 * n], flat[2 * n + 1]
+        window = next((rr.train_window[env] for rr in group if env in rr.train_window), None)
         for i, rr in enumerate(group):
-            curve = rr.curves[env]
-            xs = [c[0] for c in curve]
-            ms = [c[1] for c in curve]
-            sds = [c[2] for c in curve]
             color = plt.cm.tab10(i % 10)
-            ax.plot(xs, ms, "-o", ms=3, color=color, lw=1.6, label=f"{rr.row.label} (n={len(rr.seeds[env])})")
-            ax.fill_between(xs, [m - s for m, s in zip(ms, sds)], [m + s for m, s in zip(ms, sds)],
-                            color=color, alpha=0.18, lw=0)
+            for a, curve in ((ax, rr.curves[env]), (tax, rr.train_curves.get(env, []))):
+                if not curve:
+                    continue
+                xs = [c[0] for c in curve]
+                ms = [c[1] for c in curve]
+                sds = [c[2] for c in curve]
+                a.plot(xs, ms, "-o", ms=3, color=color, lw=1.6, label=f"{rr.row.label} (n={len(rr.seeds[env])})")
+                a.fill_between(xs, [m - s for m, s in zip(ms, sds)], [m + s for m, s in zip(ms, sds)],
+                               color=color, alpha=0.18, lw=0)
         if study.kind == "main" and env in SPEEDUP_K:
-            ax.axhline(SPEEDUP_K[env], color="grey", ls=":", lw=1)
+            for k in speedup_ks(env):
+                ax.axhline(k, color="grey", ls=":", lw=1)
+        if window:
+            tax.axvspan(window[0] - 1, window[1], color="grey", alpha=0.08, lw=0)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("RL step")
+        tax.set_title(f"{title}: training SR" + (f" (shaded: steps {window[0]}-{window[1]})" if window else ""),
+                      fontsize=9)
         ax.set_ylabel("validation SR (%)")
-        ax.set_xlim(0, budget)
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        tax.set_ylabel("training SR (%), 10-step means")
+        for a in (ax, tax):
+            a.set_xlabel("RL step")
+            a.set_xlim(0, budget)
+            a.set_ylim(-2, 102)
+            a.grid(alpha=0.3)
+            a.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -425,7 +690,7 @@ def make_report(results: Path, out: Path | None = None, *, budget: int | None = 
         b = budget or study.steps
         rows = summarise(study, results, b)
         budgets = env_budgets(study, results, b)
-        table, csv_rows, notes = render_table(study, rows)
+        table, csv_rows, notes = render_table(study, rows, budgets)
         parts += [f"## {study.title}", ""]
         if study.description:
             parts += [study.description, ""]
@@ -441,10 +706,19 @@ def make_report(results: Path, out: Path | None = None, *, budget: int | None = 
             else:
                 parts.append(f"{env}: within {b} steps.")
         if study.kind == "main":
-            parts.append("Bold: +ProAS beats its base. Spd.@K: steps the base needs to first reach K% "
-                         "mean validation SR over the steps +ProAS needs (K = 70 household, 50 shop).")
+            parts.append("Bold: +ProAS beats its base (best validation). Spd.@K: steps the base needs to first "
+                         "reach K% mean validation SR over the steps +ProAS needs (K = 70 household, 50 shop, "
+                         "the paper's; and half of it, 35 and 25).")
+            against = "its base"
         else:
-            parts.append(f"Bold: higher than {study.row(study.reference).label}.")
+            parts.append(f"Bold: higher than {study.row(study.reference).label} (best validation).")
+            against = study.row(study.reference).label
+        windows = ", ".join(f"{env} steps {train_window(budgets[env])[0]}-{train_window(budgets[env])[1]}"
+                            for env in study.envs)
+        parts.append(f"Final: the last validation SR within the budget. Train SR: the training episodes' SR "
+                     f"averaged over the last two thirds of the budget ({windows}), mean ± std over seeds. "
+                     f"Δ train SR: its difference from {against} with a 95% Welch confidence interval "
+                     f"over seeds.")
         parts += ["", table, ""]
         if notes:
             parts += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
