@@ -69,7 +69,9 @@ def make_run(run_dir: Path, steps=(1, 2), tasks=TASKS):
     credit = None
     for n, step in enumerate(steps):
         trajs = batch(env, tasks, seed=n)
-        credit = compute_credit(trajs, graph, estimator="grpo", shaping="proas", evolve=True)
+        # one sample per trajectory, so the tests can work the advantages out by hand
+        credit = compute_credit(trajs, graph, estimator="grpo", shaping="proas", evolve=True,
+                                estimator_options={"group_stats": "trajectories"})
         write_rollouts(run_dir, step, trajs, credit)
     save_resumable(run_dir, steps[-1], {"step": steps[-1]}, graph)
     return trajs, credit, graph

@@ -168,7 +168,7 @@ def test_shipped_studies_cover_the_papers_tables():
     assert shipped_studies() == ["ablation_arg", "ablation_rea", "ablation_shaping", "main", "main_warm"]
     # the warm-start table: every RL row starts from its seed's SFT run
     warm = load_study("main_warm")
-    assert warm.row("sft_start").sft == ("--epochs", "2", "--max-tasks", "150")
+    assert warm.row("sft_start").sft == ("--epochs", "1", "--max-tasks", "80")
     for row in warm.rows:
         if row.sft is None:
             assert row.needs == ("sft_start",)

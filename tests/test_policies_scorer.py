@@ -83,13 +83,14 @@ def test_feature_ids_are_stable_across_instances():
     assert words("Take the Key 1!") == ("take", "the", "key", "1")
 
 
-def test_pair_features_see_the_task_match_and_repetition():
+def test_pair_features_see_the_task_match_admissibility_and_repetition():
     f = Featurizer(14)
     c = ctx(history=[("o", "go to desk")])
-    take, go = f.pair_ids(c, ["take key from desk", "go to desk"])
+    take, go, mug = f.pair_ids(c, ["take key from desk", "go to desk", "take mug from desk"])
     assert f._id("m:take:1") in take.tolist()  # 'key' is in the task
-    assert f._id("r:go:1") in go.tolist()  # 'go to desk' was taken once
-    assert f._id("rl:go:1") in go.tolist()  # and it was the last action
+    assert f._id("ad:take:1") in take.tolist() and f._id("ad:take:0") in mug.tolist()  # listed or not
+    assert f._id("rl:go:1") in go.tolist()  # 'go to desk' was the last action
+    assert f._id("rl:take:0") in take.tolist()  # 'take key from desk' was not taken recently
 
 
 def test_state_dict_round_trip():

@@ -7,11 +7,14 @@ context ``c`` gets the logit
     score(c, a) = u(c) . v(a) + sum_{f in pair(c, a)} w_f
 
 where ``u`` and ``v`` are sums of learned embeddings of hashed text features of the context
-(task, observation, history) and of the action (``proas.policies.features``), and ``w`` is a
-learned weight per pair feature. The policy is ``softmax(score / temperature)`` over the
-candidates. For the losses a step is a response of one token, the chosen candidate, so the
-step's log-prob is ``log_softmax(score)[chosen]`` and the same PPO/KL/entropy code serves the
-``lm`` policy's token sequences and this policy.
+and of the action (``proas.policies.features``), and ``w`` is a learned weight per pair
+feature. The context features are what the ``lm`` policy's prompt shows, no more and no less:
+the task, the step count, the last ``history_length`` (observation, action) pairs, the current
+observation and the admissible actions; so the two policies decide on the same information.
+The policy is ``softmax(score / temperature)`` over the candidates. For the losses a step is a
+response of one token, the chosen candidate, so the step's log-prob is
+``log_softmax(score)[chosen]`` and the same PPO/KL/entropy code serves the ``lm`` policy's token
+sequences and this policy.
 """
 
 from __future__ import annotations
@@ -109,15 +112,20 @@ def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 class ScorerPolicy(Policy):
-    """Scores candidate actions from hashed text features; see the module docstring."""
+    """Scores candidate actions from hashed text features; see the module docstring.
+
+    ``history_length`` is how many recent (observation, action) pairs the features see, as the
+    ``lm`` policy's ``history_length`` is how many its prompt shows.
+    """
 
     kind = "scorer"
     exact_rollout_logp = True
 
     def __init__(self, bits: int = 14, dim: int = 16, init_std: float = 0.01, seed: int = 0,
-                 optimizer: str = "sgd"):
+                 optimizer: str = "sgd", history_length: int = 2):
         self.optimizer = optimizer
-        self.features = Featurizer(bits)
+        self.history_length = history_length
+        self.features = Featurizer(bits, history_length=history_length)
         self.module = ScorerModule(bits, dim, init_std, seed)
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:

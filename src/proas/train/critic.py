@@ -1,7 +1,8 @@
 """The critic of the ``ppo`` estimator: a value model over hashed context features.
 
 ``V(s_t)`` is a learned linear function of the same hashed text features of the context that
-the ``scorer`` policy uses (task, observation, progress in the history). It serves both
+the ``scorer`` policy uses (what the ``lm`` prompt shows: task, step count, recent history,
+observation, admissible actions). It serves both
 policies: for the ``lm`` policy it is a cheap stand-in for verl-agent's separate LLM critic
 (documented in docs/training.md), so PPO runs on one GPU without a second model.
 """
