@@ -11,21 +11,22 @@
 # every run (metrics.jsonl, summary.json, config.yaml, train.log, the study configs) into
 # $OUT/study.tgz, so what came back so far is kept even if the machine goes away.
 #
-# What runs, all at once, one CPU thread each (16 cores, oversubscribed; nice 0 first):
-#   main table, group rows (GRPO, DAPO, GiGPO, each with and without ProAS): household + shop
-#   the Distill row's teacher (GiGPO, graph grown from its own rollouts) and student: shop
-#   nice 5: ablation (a) shaping rows and ablation (b) ARG rows: shop
-# seeds 0-2, 150 steps. Needs .whl/ (omegaconf, antlr4-python3-runtime, rapidfuzz, bm25s,
-# PyStemmer wheels, and a copy of the installed `alfworld` package under .whl/pkgs): carry it.
+# What runs, one CPU thread each, about 22 at a time on the 16 cores, so that runs finish one
+# after another (a run left unfinished when the machine goes is resumed or rerun elsewhere):
+#   nice 0: `main` group rows (GRPO, DAPO, GiGPO, each with and without ProAS) and `main_warm`
+#           (the same rows started from a short SFT run), household + shop, seeds 0-2
+#   nice 5: `ablation_rea` (Rea = state_action, node) and the main job (`proas train` on its
+#           defaults) with seeds 0-4, one after another
+# 150 steps. Needs .whl/ (omegaconf, antlr4-python3-runtime, rapidfuzz, bm25s, PyStemmer
+# wheels, and a copy of the installed `alfworld` package under .whl/pkgs): carry it.
 set -u
 MODE=${1:?start or watch}
 BUDGET=${2:?seconds to watch}
-RES=/tmp/res
+export RES=/tmp/res
 OUT=${OUT:-/tmp/out}
 T0=$SECONDS
 export PYTHONPATH=/tmp/site:/tmp/code/pkgs:/tmp/code/src
 export CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1   # bm25s may import jax: keep it off the GPU
-MAIN_ROWS="grpo grpo_proas dapo dapo_proas gigpo gigpo_proas"
 
 if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -34,15 +35,19 @@ if [ "$MODE" = start ]; then
   python3 -c "import proas.envs.household.generator as g, proas.envs.shop, omegaconf, bm25s; g._alfworld(); g.domain_and_grammar()" \
     || { echo "imports failed"; exit 1; }
   nproc; python3 -c "import platform; print(platform.processor())"
-  cat > /tmp/study.sh <<EOF
+  cat > /tmp/study.sh <<'EOF'
 cd /tmp/code
-run() { python3 -m proas experiment run "\$@" --out $RES; }
-run main --rows $MAIN_ROWS --jobs 36 > $RES/log_main.txt 2>&1 &
-run ablation_arg --envs shop --rows arg_teacher arg_distill --jobs 6 > $RES/log_arg_distill.txt 2>&1 &
-nice -n 5 bash -c "\$(declare -f run); run ablation_shaping --envs shop --rows grpo_progress_reward grpo_no_mui grpo_no_apr grpo_mask_pm grpo_suffix --jobs 15" > $RES/log_shaping.txt 2>&1 &
-nice -n 5 bash -c "\$(declare -f run); run ablation_arg --envs shop --rows arg_random arg_static arg_incomplete arg_incomplete_static --jobs 12" > $RES/log_arg.txt 2>&1 &
+run() { python3 -m proas experiment run "$@" --out "$RES"; }
+run main --rows grpo grpo_proas dapo dapo_proas gigpo gigpo_proas --jobs 9 > "$RES/log_main.txt" 2>&1 &
+run main_warm --jobs 9 > "$RES/log_warm.txt" 2>&1 &
+nice -n 5 python3 -m proas experiment run ablation_rea --rows rea_state_action rea_node --jobs 3 --out "$RES" \
+  > "$RES/log_rea.txt" 2>&1 &
+(for s in 0 1 2 3 4; do
+   nice -n 5 python3 -m proas train seed=$s train.out_dir="$RES/mainjob" train.run_name=seed$s train.progress=false \
+     > "$RES/log_mainjob_$s.txt" 2>&1
+ done) &
 wait
-echo done > $RES/ALL_DONE
+echo done > "$RES/ALL_DONE"
 EOF
   setsid nohup bash /tmp/study.sh > /tmp/study.log 2>&1 < /dev/null &
   sleep 5
@@ -50,17 +55,22 @@ elif [ ! -d "$RES" ]; then
   echo "no study on this machine (a fresh one): nothing to watch"; exit 3
 fi
 
-progress() {  # runs, finished runs, and the mean step reached, per env
+progress() {  # per env and row: the step each run reached (* = finished)
   python3 - "$RES" <<'EOF'
 import json, pathlib, sys
 res = pathlib.Path(sys.argv[1])
-for env in ("household", "shop"):
+for env, pattern in (("household", "household/*/seed*/metrics.jsonl"), ("shop", "shop/*/seed*/metrics.jsonl"),
+                     ("mainjob", "mainjob/*/metrics.jsonl")):
     rows = {}
-    for m in sorted(res.glob(f"{env}/*/seed*/metrics.jsonl")):
+    for m in sorted(res.glob(pattern)):
         lines = m.read_text().splitlines()
-        step = json.loads(lines[-1])["step"] if lines else 0
+        try:
+            step = json.loads(lines[-1])["step"] if lines else 0
+        except ValueError:
+            step = "?"
         done = (m.parent / "summary.json").exists()
-        rows.setdefault(m.parent.parent.name, []).append(f"{step}{'*' if done else ''}")
+        key = m.parent.name if env == "mainjob" else m.parent.parent.name
+        rows.setdefault(key, []).append(f"{step}{'*' if done else ''}")
     print(env, " ".join(f"{r}:{','.join(s)}" for r, s in rows.items()))
 EOF
 }
