@@ -116,3 +116,25 @@ def test_demo_runs_as_a_command():
     assert out.returncode == 0, out.stderr
     assert "rollout-0 (success" in out.stdout and "rollout-2 (failure" in out.stdout
     assert "ProAS A" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["g.json.gz", "g.json"])
+def test_no_mutated_graph_file_escapes_as_a_traceback(files, capsys, name):
+    import random
+
+    ReferenceGraph.from_trajectories([path_traj("o", "o1", 1, ["A", "B", "C", "G"])]).save(files / name)
+    raw = (files / name).read_bytes()
+    rng = random.Random(15)
+    outcomes = set()
+    for _ in range(150):
+        data = bytearray(raw)
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        (files / name).write_bytes(bytes(data))
+        rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl"),
+                   "--graph", str(files / name)])
+        err = capsys.readouterr().err
+        assert rc in (0, 2)
+        if rc == 2:
+            assert err.startswith("proas: error: ") and err.count("\n") == 1, err
+        outcomes.add(rc)
+    assert 2 in outcomes

@@ -25,6 +25,7 @@ import gzip
 import json
 import math
 import os
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -461,7 +462,8 @@ class ReferenceGraph:
             if raw[:2] == b"\x1f\x8b":
                 raw = gzip.decompress(raw)
             obj = json.loads(raw.decode("utf-8"))
-        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # zlib.error: a damaged deflate stream; RecursionError: absurdly deep JSON nesting
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise GraphFileError(f"{path}: corrupt graph file ({type(exc).__name__})") from None
         return cls.from_json(obj, where=str(path))
 
