@@ -138,3 +138,18 @@ def test_no_mutated_graph_file_escapes_as_a_traceback(files, capsys, name):
             assert err.startswith("proas: error: ") and err.count("\n") == 1, err
         outcomes.add(rc)
     assert 2 in outcomes
+
+
+def test_duplicate_trajectory_ids_are_refused_with_both_lines(files, capsys):
+    lines = (files / "in.jsonl").read_text().splitlines()
+    (files / "in.jsonl").write_text("\n".join([lines[0], lines[1], "", lines[0]]) + "\n")
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "in.jsonl:4:" in err and "'win'" in err and "repeats line 1" in err
+    assert not (files / "o.jsonl").exists()
+    # the same trajectory id in another group is a different trajectory
+    other = json.loads(lines[0])
+    other["group"] = "h"
+    (files / "in.jsonl").write_text("\n".join([lines[0], lines[1], json.dumps(other)]) + "\n")
+    assert main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl")]) == 0

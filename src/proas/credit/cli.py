@@ -17,7 +17,11 @@ from proas.types import Trajectory, TrajectoryFormatError
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read one trajectory per line (blank lines skipped); errors name the line."""
+    """Read one trajectory per line (blank lines skipped); errors name the line.
+
+    ``(group, trajectory)`` ids must be unique: a repeated one would be counted twice in its
+    group's statistics.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -26,6 +30,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ProasError(f"cannot read {path}: {exc}") from None
     out = []
+    first_line: dict[tuple[str, str], int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -34,9 +39,14 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
         except json.JSONDecodeError as exc:
             raise ProasError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
         try:
-            out.append(Trajectory.from_json(obj, where=f"{path}:{lineno}"))
+            traj = Trajectory.from_json(obj, where=f"{path}:{lineno}")
         except TrajectoryFormatError as exc:
             raise ProasError(str(exc)) from None
+        seen = first_line.setdefault((traj.group, traj.trajectory), lineno)
+        if seen != lineno:
+            raise ProasError(f"{path}:{lineno}: group {traj.group!r}, trajectory {traj.trajectory!r} "
+                             f"repeats line {seen}; ids must be unique")
+        out.append(traj)
     return out
 
 
