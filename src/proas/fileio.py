@@ -8,7 +8,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, IO
+from typing import Any, Iterable, Iterator, IO, Sequence
+
+from proas.errors import ProasError
 
 
 @contextlib.contextmanager
@@ -73,6 +75,65 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
     with atomic_open(path, "w") as fh:
         for row in rows:
             fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+
+def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
+    """Refuse, with a one-line ``ProasError``, an output path that cannot become a file: a
+    directory, a path under a file, or a folder this process may not write in. Checked before
+    any work, so a bad path fails fast instead of after the computation."""
+    path = Path(path)
+    if str(path).endswith(os.sep) or path.is_dir():
+        raise ProasError(f"{what} {path}: is a directory, not a file")
+    parent = path.parent
+    while not parent.exists():
+        if parent.is_symlink() or parent == parent.parent:  # a dangling link or a missing root
+            raise ProasError(f"{what} {path}: {parent} cannot be created")
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ProasError(f"{what} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ProasError(f"{what} {path}: no permission to write in {parent}")
+    return path
+
+
+def atomic_write_all(files: Sequence[tuple[str | os.PathLike, bytes]]) -> None:
+    """Write several files all or none: every one is staged (written and fsynced) beside its
+    target before any is renamed into place, so a failure while writing leaves every target as
+    it was. A failure is a one-line ``ProasError``."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for target, data in files:
+            target = Path(target)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                           dir=target.parent)
+            except OSError as exc:
+                raise ProasError(f"cannot write {target}: {exc.strerror or exc}") from None
+            staged.append((tmp, target))
+            try:
+                try:
+                    perm = target.stat().st_mode & 0o777
+                except FileNotFoundError:
+                    perm = 0o666 & ~_umask()
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), perm)
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise ProasError(f"cannot write {target}: {exc.strerror or exc}") from None
+        for tmp, target in staged:
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise ProasError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    for directory in {target.parent for _, target in staged}:
+        _fsync_dir(directory)
 
 
 def sha256_file(path: str | os.PathLike) -> str:

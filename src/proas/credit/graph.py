@@ -22,6 +22,7 @@ File format (``save``/``load``): JSON, gzip-compressed when the name ends in ``.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
@@ -441,11 +442,16 @@ class ReferenceGraph:
         graph.rejected_edges = 0
         return graph
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the graph atomically (gzip when the name ends in ``.gz``)."""
+    def to_bytes(self, path: str | os.PathLike) -> bytes:
+        """The content ``save(path)`` writes (gzip when the name ends in ``.gz``)."""
         data = json.dumps(self.to_json(), separators=(",", ":")).encode("utf-8")
         if str(path).endswith(".gz"):
             data = gzip.compress(data, mtime=0)
+        return data
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the graph atomically (gzip when the name ends in ``.gz``)."""
+        data = self.to_bytes(path)
         with atomic_open(path, "wb") as fh:
             fh.write(data)
 
@@ -486,18 +492,29 @@ class ReferenceGraph:
 
         Distance ``-1`` marks a node from which no goal is reachable.
         """
-        path = Path(path)
-        fmt = (fmt or path.suffix.lstrip(".")).lower()
-        if fmt == "graphml":
+        data = self.export_bytes(path, fmt)
+        with atomic_open(path, "wb") as fh:
+            fh.write(data)
+
+    @staticmethod
+    def export_format(path: str | os.PathLike, fmt: str | None = None) -> str:
+        """``graphml`` or ``dot`` for an export to ``path``; an unknown format is a ``ProasError``."""
+        fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
+        if fmt == "gv":
+            fmt = "dot"
+        if fmt not in ("graphml", "dot"):
+            raise ProasError(f"unknown export format {fmt!r}: choose graphml or dot")
+        return fmt
+
+    def export_bytes(self, path: str | os.PathLike, fmt: str | None = None) -> bytes:
+        """The content ``export(path, fmt)`` writes."""
+        if self.export_format(path, fmt) == "graphml":
             import networkx as nx
 
-            with atomic_open(path, "wb") as fh:
-                nx.write_graphml(self.to_networkx(), fh)
-        elif fmt in ("dot", "gv"):
-            with atomic_open(path, "w") as fh:
-                fh.write(self.to_dot())
-        else:
-            raise ProasError(f"unknown export format {fmt!r}: choose graphml or dot")
+            buf = io.BytesIO()
+            nx.write_graphml(self.to_networkx(), buf)
+            return buf.getvalue()
+        return self.to_dot().encode("utf-8")
 
     def to_dot(self) -> str:
         dist = self._distances()
