@@ -109,6 +109,20 @@ def test_a_foreign_env_name_is_a_clear_error(tmp_path):
         Trainer(cfg("env.name=no_such_module:make"), tmp_path)
 
 
+@pytest.mark.parametrize("bad", ["env.name=nosuch", "env.name=no_such_module:make",
+                                 "env.fixed_train_set.path=/no/such/schedule"])
+def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, capsys, bad):
+    run = tmp_path / "runs" / "r"
+    argv = ["train", "--run-dir", str(run), *TOY, "train.progress=false", "train.steps=1"]
+    assert proas_main([*argv, bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proas: error: ") and err.count("\n") == 1
+    assert not run.exists()
+    # the directory is free for the next, good attempt
+    assert proas_main([*argv, "train.val_every=0"]) == 0
+    assert (run / "summary.json").exists()
+
+
 def test_eval_prints_the_per_type_table(tmp_path, capsys):
     train(cfg("train.steps=2", "train.val_every=2", "env.fixed_val_set.size=4"), run_dir=tmp_path / "run")
     capsys.readouterr()
