@@ -148,3 +148,13 @@ def test_a_checkpoint_from_before_checksums_is_accepted(tmp_path):
     (tmp_path / "checkpoints" / "latest.json").write_text(json.dumps({"step": 2, "dir": "step_000002"}))
     found, warnings = _latest(tmp_path)
     assert found == old and warnings == [] and ckpt.load_state(found)["step"] == 2
+
+
+def test_eval_finds_only_checkpoints_that_verify(tmp_path, capsys):
+    root = _two_checkpoints(tmp_path)
+    ckpt.save_checkpoint(tmp_path / "best", {"step": 3})
+    _flip_byte(tmp_path / "best" / "state.pt")
+    with pytest.raises(ProasError, match="best: checkpoint fails verification .state.pt does not match"):
+        ckpt.find_checkpoint(tmp_path / "best" / "state.pt")
+    assert ckpt.find_checkpoint(tmp_path) == root / "step_000004"
+    assert "best: state.pt does not match its sha256; using the latest" in capsys.readouterr().err

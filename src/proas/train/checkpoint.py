@@ -193,18 +193,26 @@ def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] | None = None) 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
     """Resolve ``proas eval``'s argument: a run directory (its best checkpoint, else the latest),
-    a checkpoint directory, or a ``state.pt`` file."""
+    a checkpoint directory, or a ``state.pt`` file. A named checkpoint must verify; a run's
+    best one that does not gives way to the latest, with a warning."""
     p = Path(path)
     if not p.exists():
         raise ProasError(f"{p}: no such run directory or checkpoint")
     if p.is_file():
         if p.name != STATE_FILE:
             raise ProasError(f"{p}: expected a run directory, a checkpoint directory or {STATE_FILE}")
-        return p.parent
+        p = p.parent
     if (p / STATE_FILE).exists():
+        problem = verify_checkpoint(p)
+        if problem is not None:
+            raise ProasError(f"{p}: checkpoint fails verification ({problem})")
         return p
-    if (p / "best" / STATE_FILE).exists():
-        return p / "best"
+    best = p / "best"
+    if (best / STATE_FILE).exists():
+        problem = verify_checkpoint(best)
+        if problem is None:
+            return best
+        _warn(f"{best}: {problem}; using the latest checkpoint instead")
     latest = latest_checkpoint(p)
     if latest is None:
         raise ProasError(f"{p}: not a run directory with a checkpoint")
