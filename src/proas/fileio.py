@@ -72,7 +72,9 @@ def remove_stale_temporaries(directory: str | os.PathLike, now: float | None = N
         if m is None:
             continue
         try:
-            if not entry.is_file(follow_symlinks=False) or now - entry.stat(follow_symlinks=False).st_mtime < STALE_TMP_AGE_S:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_TMP_AGE_S:
                 continue
         except OSError:
             continue

@@ -36,9 +36,9 @@ _NOT_NOUNS = frozenset(
     sparkling roasted mixed dry ground green red blue black white pink gray grey brown""".split()
 )
 
-# "women's" / "men's" name the buyer, not the product type (WebShop's tagger keeps neither); kept,
-# they make any two products for one gender share a title noun. Plain "women" ("perfume for
-# women") stays a noun.
+# "women's" / "men's" name the buyer, not the product type; kept, they make any two products for
+# one gender share a title noun and earn a type reward where WebShop's is 0. Plain "women"
+# ("perfume for women") stays a noun.
 _NOT_NOUN_POSSESSIVES = re.compile(r"\b(?:women|men)['’]s\b")
 
 
