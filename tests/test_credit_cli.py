@@ -138,3 +138,77 @@ def test_demo_runs_as_a_command():
     assert out.returncode == 0, out.stderr
     assert "rollout-0 (success" in out.stdout and "rollout-2 (failure" in out.stdout
     assert "ProAS A" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["g.json.gz", "g.json"])
+def test_no_mutated_graph_file_escapes_as_a_traceback(files, capsys, name):
+    import random
+
+    ReferenceGraph.from_trajectories([path_traj("o", "o1", 1, ["A", "B", "C", "G"])]).save(files / name)
+    raw = (files / name).read_bytes()
+    rng = random.Random(15)
+    outcomes = set()
+    for _ in range(150):
+        data = bytearray(raw)
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        (files / name).write_bytes(bytes(data))
+        rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl"),
+                   "--graph", str(files / name)])
+        err = capsys.readouterr().err
+        assert rc in (0, 2)
+        if rc == 2:
+            assert err.startswith("proas: error: ") and err.count("\n") == 1, err
+        outcomes.add(rc)
+    assert 2 in outcomes
+
+
+def test_duplicate_trajectory_ids_are_refused_with_both_lines(files, capsys):
+    lines = (files / "in.jsonl").read_text().splitlines()
+    (files / "in.jsonl").write_text("\n".join([lines[0], lines[1], "", lines[0]]) + "\n")
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "in.jsonl:4:" in err and "'win'" in err and "repeats line 1" in err
+    assert not (files / "o.jsonl").exists()
+    # the same trajectory id in another group is a different trajectory
+    other = json.loads(lines[0])
+    other["group"] = "h"
+    (files / "in.jsonl").write_text("\n".join([lines[0], lines[1], json.dumps(other)]) + "\n")
+    assert main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "o.jsonl")]) == 0
+
+
+@pytest.mark.parametrize(
+    "outputs, message",
+    [
+        (["--out", "d"], "--out {d}: is a directory"),
+        (["--out", "out.jsonl", "--save-graph", "d"], "--save-graph {d}: is a directory"),
+        (["--out", "in.jsonl/x.jsonl"], "is not a directory"),
+        (["--out", "out.jsonl", "--save-graph", "in.jsonl/g.json"], "is not a directory"),
+        (["--out", "out.jsonl", "--export-graph", "d/g.txt"], "unknown export format 'txt'"),
+        (["--out", "out.jsonl", "--save-graph", "out.jsonl"], "--out and --save-graph name the same file"),
+    ],
+)
+def test_bad_output_paths_fail_before_any_write(files, capsys, outputs, message):
+    (files / "d").mkdir()
+    (files / "out.jsonl").write_text("previous output\n")
+    args = [str(files / a) if not a.startswith("--") else a for a in outputs]
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--build-from", str(files / "oracle.jsonl"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert message.format(d=files / "d") in err
+    assert (files / "out.jsonl").read_text() == "previous output\n"
+    assert sorted(p.name for p in files.iterdir()) == ["d", "in.jsonl", "oracle.jsonl", "out.jsonl"]
+    assert list((files / "d").iterdir()) == []
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs /proc")
+def test_a_graph_that_cannot_be_written_leaves_the_other_outputs_untouched(files, capsys):
+    (files / "out.jsonl").write_text("previous output\n")
+    # /proc takes no new files, though (as root) it may pass the permission check
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), "--out", str(files / "out.jsonl"),
+               "--export-graph", str(files / "g.dot"), "--save-graph", "/proc/proas-graph.json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "/proc/proas-graph.json" in err
+    assert (files / "out.jsonl").read_text() == "previous output\n"
+    assert not (files / "g.dot").exists()
+    assert not [p for p in files.iterdir() if p.name.endswith(".tmp")]

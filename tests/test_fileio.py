@@ -2,6 +2,7 @@
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,69 @@ def test_failure_leaves_the_old_content_and_no_temp_file(tmp_path):
         raise RuntimeError("boom")
     assert p.read_text() == "old"
     assert [q.name for q in tmp_path.iterdir()] == ["c.txt"]
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _age(path, seconds):
+    import time
+
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def test_a_killed_writers_stale_temporary_is_removed_by_the_next_write(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    # a writer killed with SIGKILL in the middle of an atomic write leaves its temporary
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'src')!r})
+        from proas.fileio import atomic_open
+        with atomic_open({str(tmp_path / 'state.json')!r}) as fh:
+            fh.write("half"); fh.flush(); print("writing", flush=True); time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    live = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(live) == 1 and f".{proc.pid}." in live[0].name
+    _age(live[0], 3600)
+    atomic_write_text(tmp_path / "other.txt", "x")
+    assert live[0].exists()  # its writer still runs, however old the file
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    atomic_write_text(tmp_path / "other.txt", "y")
+    assert not live[0].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt"]
+
+
+def test_only_old_temporaries_of_our_naming_with_no_live_writer_are_removed(tmp_path):
+    from proas.fileio import STALE_TMP_AGE_S
+
+    dead = _dead_pid()
+    files = {
+        f".a.json.{dead}.abcd1234.tmp": (3600, False),      # dead writer, old: removed
+        f".a.json.{dead}.abcd1235.tmp": (60, True),         # dead writer, but recent: kept
+        f".a.json.{os.getpid()}.abcd1236.tmp": (3600, True),  # this live process: kept
+        ".b.json.x7_k2m9q.tmp": (STALE_TMP_AGE_S + 60, False),  # no pid (older proas), old: removed
+        ".b.json.x7_k2m9r.tmp": (60, True),                 # no pid, recent: kept
+        "notes.tmp": (3600, True),                          # not our naming
+        ".b.json.swp": (3600, True),
+        ".c.json.TOOLONG_RANDOM.tmp": (3600, True),
+    }
+    for name, (age, _) in files.items():
+        (tmp_path / name).write_text("x")
+        _age(tmp_path / name, age)
+    atomic_write_text(tmp_path / "a.json", "{}")
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {"a.json"} | {n for n, (_, kept) in files.items() if kept}

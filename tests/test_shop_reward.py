@@ -229,3 +229,32 @@ def test_goal_without_options_and_no_price_clause():
     g = goal(goal_options={}, price_upper=1000000)
     r, info = get_reward(product(), g, 999.0, {}, nouns)
     assert r == 1.0 and "r_option" not in info
+
+
+# ---------------------------------------------------------------- the tagger-free noun fallback
+
+
+@pytest.mark.parametrize(
+    "bought, wanted",
+    [
+        ("Men's Leather Wallet", "Men's Running Shoes"),
+        ("Women’s Crew Neck Tee", "Women's Hiking Boots, Waterproof"),
+    ],
+)
+def test_fallback_nouns_do_not_match_on_a_shared_gender(bought, wanted):
+    from proas.envs.shop.nouns import TitleNouns
+
+    fallback = TitleNouns("stored")  # no stored titles: every title goes to the heuristic
+    p = product(name=bought, query="x", product_category="Other › Thing")
+    g = goal(name=wanted, attributes=[], goal_options={}, price_upper=100.0)
+    info = type_reward(p, g, fallback)
+    assert info["title_score"] == 0.0 and info["r_type"] == 0.0
+    assert get_reward(p, g, 10.0, {}, fallback)[0] == 0.0
+
+
+def test_fallback_nouns_keep_women_and_men_when_not_possessive():
+    from proas.envs.shop.nouns import heuristic_nouns
+
+    assert heuristic_nouns("Women's Running Shoes") == ["running", "shoes"]
+    assert heuristic_nouns("Perfume for Women") == ["perfume", "women"]
+    assert heuristic_nouns("Sportsmen's Duffel Bag") == ["sportsmen", "duffel", "bag"]

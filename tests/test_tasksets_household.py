@@ -58,3 +58,12 @@ def test_config_with_a_missing_path_is_a_clear_error():
 
     with pytest.raises(ProasError, match="not found"):
         tasksets.schedule_from_config({"fixed_train_set": {"path": "fixed_train_set/seed9/household"}})
+
+
+def test_val_set_from_config_reads_the_trainers_path_key():
+    cfg = {"fixed_val_set": {"enabled": True, "path": "fixed_val_set/household.jsonl"}}
+    assert len(tasksets.val_set_from_config(cfg, "household").task_ids) == 128
+    from proas.errors import ProasError
+
+    with pytest.raises(ProasError, match="not found"):
+        tasksets.val_set_from_config({"fixed_val_set": {"enabled": True, "path": "nosuch/val.jsonl"}}, "household")

@@ -102,3 +102,42 @@ def test_a_run_recorded_from_another_checkout_is_the_same_setting_and_is_relocat
     own.mkdir(parents=True)
     assert relocate_shipped_paths(build_config([f"env.fixed_train_set.path={own}"])).env.fixed_train_set.path == str(own)
     assert relocate_shipped_paths(build_config(["env.fixed_train_set.path=/elsewhere/x"])).env.fixed_train_set.path == "/elsewhere/x"
+
+
+def test_every_config_key_named_in_the_docs_exists():
+    """Backticked dotted keys (``env.x.y``, ``algo.z=1``) in docs/*.md whose first part is a
+    top-level config section must be keys of the schema. docs/verl.md is left out: it names
+    verl-agent's own config (``env.rollout.n``), whose sections share our names; tokens ending
+    in a file extension (``train.log``) are file names, not keys."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    sections = {f.name for f in dataclasses.fields(Config)}
+    token = re.compile(r"`([a-z_]+(?:\.[A-Za-z0-9_]+)+)(?:=[^`]*)?`")
+    file_ext = {"log", "json", "jsonl", "yaml", "yml", "md", "py", "png", "gz", "txt", "csv", "pt"}
+
+    def exists(key: str) -> bool:
+        node = Config()
+        for part in key.split("."):
+            if isinstance(node, dict):  # env.options: free-form keyword arguments
+                return True
+            if not dataclasses.is_dataclass(node) or part not in {f.name for f in dataclasses.fields(node)}:
+                return False
+            node = getattr(node, part)
+        return True
+
+    checked, missing = 0, []
+    for path in sorted(docs.glob("*.md")):
+        if path.name == "verl.md":
+            continue
+        for m in token.finditer(path.read_text(encoding="utf-8")):
+            key = m.group(1)
+            if key.split(".")[0] not in sections or key.rsplit(".", 1)[-1] in file_ext:
+                continue
+            checked += 1
+            if not exists(key):
+                missing.append(f"{path.name}: {key}")
+    assert checked > 30  # the scan finds the documented keys at all
+    assert not missing, missing

@@ -109,6 +109,20 @@ def test_a_foreign_env_name_is_a_clear_error(tmp_path):
         Trainer(cfg("env.name=no_such_module:make"), tmp_path)
 
 
+@pytest.mark.parametrize("bad", ["env.name=nosuch", "env.name=no_such_module:make",
+                                 "env.fixed_train_set.path=/no/such/schedule"])
+def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, capsys, bad):
+    run = tmp_path / "runs" / "r"
+    argv = ["train", "--run-dir", str(run), *TOY, "train.progress=false", "train.steps=1"]
+    assert proas_main([*argv, bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proas: error: ") and err.count("\n") == 1
+    assert not run.exists()
+    # the directory is free for the next, good attempt
+    assert proas_main([*argv, "train.val_every=0"]) == 0
+    assert (run / "summary.json").exists()
+
+
 def test_eval_prints_the_per_type_table(tmp_path, capsys):
     train(cfg("train.steps=2", "train.val_every=2", "env.fixed_val_set.size=4"), run_dir=tmp_path / "run")
     capsys.readouterr()
@@ -142,6 +156,59 @@ def test_stopped_then_resumed_in_process_matches_an_uninterrupted_run(tmp_path):
 
     assert rows(tmp_path / "cut") == rows(tmp_path / "full")
     assert [r["step"] for r in rows(tmp_path / "cut")] == [0, 1, 2, 3, 4, 5]
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_resume_falls_back_past_a_damaged_checkpoint_and_still_matches(tmp_path, capsys):
+    c = cfg("train.steps=6", "train.val_every=3", "train.save_every=2")
+    train(c, run_dir=tmp_path / "full")
+    cut = tmp_path / "cut"
+    train(c, run_dir=cut, stop_after=5)  # checkpoints at steps 2 and 4, step 5 after them
+    _flip_byte(cut / "checkpoints" / "step_000004" / "state.pt")
+    capsys.readouterr()
+    assert proas_main(["train", "--resume", str(cut)]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "step_000004: state.pt does not match its sha256" in err
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+                for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    assert rows(cut) == rows(tmp_path / "full")  # replayed from step 2
+
+
+@pytest.mark.parametrize("damage", ["every checkpoint", "the checkpoints folder", "latest.json"])
+def test_resume_refuses_or_recovers_when_checkpoints_are_lost(tmp_path, capsys, damage):
+    import shutil
+
+    run = tmp_path / "run"
+    train(cfg("train.steps=5", "train.val_every=0", "train.save_every=2"), run_dir=run, stop_after=3)
+    root = run / "checkpoints"
+    if damage == "latest.json":
+        (root / "latest.json").unlink()
+        capsys.readouterr()
+        assert proas_main(["train", "--resume", str(run)]) == 0
+        assert "latest.json is missing" in capsys.readouterr().err
+        steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [0, 1, 2, 3, 4, 5]  # continued from step 2, not restarted from 0
+        return
+    if damage == "every checkpoint":
+        for d in root.glob("step_*"):
+            _flip_byte(d / "state.pt")
+    else:
+        shutil.rmtree(root)
+    before = (run / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert proas_main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proas: error: ") and err.count("\n") == 1
+    assert ("no checkpoint verifies" if damage == "every checkpoint" else "no checkpoint is left") in err
+    assert (run / "metrics.jsonl").read_text() == before  # nothing discarded
 
 
 def test_rollouts_are_logged_every_n_steps_and_at_the_last(tmp_path):

@@ -363,13 +363,15 @@ def schedule_from_config(env_cfg: Any) -> Schedule | None:
 
 
 def val_set_from_config(env_cfg: Any, env: str) -> ValSet | None:
-    """The fixed validation set when ``env.fixed_val_set.enabled`` is true (else ``None``);
-    ``env.fixed_val_set.root`` overrides the data root (default: the shipped data)."""
+    """The fixed validation set when ``env.fixed_val_set.enabled`` is true (else ``None``):
+    ``env.fixed_val_set.path`` when set (as the trainer), else the one shipped for ``env``."""
     sec = _section(env_cfg, "fixed_val_set")
     if sec is None or not _section(sec, "enabled"):
         return None
-    root = _section(sec, "root")
-    return load_val_set(env, root=resolve_data_path(str(root)) if root else None)
+    path = _section(sec, "path")
+    if path:
+        return load_val_set(env, path=resolve_data_path(str(path)))
+    return load_val_set(env)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -13,12 +14,16 @@ from proas.credit.graph import ReferenceGraph
 from proas.credit.pipeline import CreditResult, compute_credit
 from proas.credit.shaping import SHAPINGS
 from proas.errors import ProasError
-from proas.fileio import atomic_write_jsonl
+from proas.fileio import atomic_write_all, check_output_path
 from proas.types import Trajectory, TrajectoryFormatError
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read one trajectory per line (blank lines skipped); errors name the line."""
+    """Read one trajectory per line (blank lines skipped); errors name the line.
+
+    ``(group, trajectory)`` ids must be unique: a repeated one would be counted twice in its
+    group's statistics.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -27,6 +32,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ProasError(f"cannot read {path}: {exc}") from None
     out = []
+    first_line: dict[tuple[str, str], int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -35,9 +41,14 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
         except json.JSONDecodeError as exc:
             raise ProasError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
         try:
-            out.append(Trajectory.from_json(obj, where=f"{path}:{lineno}"))
+            traj = Trajectory.from_json(obj, where=f"{path}:{lineno}")
         except TrajectoryFormatError as exc:
             raise ProasError(str(exc)) from None
+        seen = first_line.setdefault((traj.group, traj.trajectory), lineno)
+        if seen != lineno:
+            raise ProasError(f"{path}:{lineno}: group {traj.group!r}, trajectory {traj.trajectory!r} "
+                             f"repeats line {seen}; ids must be unique")
+        out.append(traj)
     return out
 
 
@@ -75,7 +86,24 @@ def _parse_options(pairs: list[str] | None, what: str) -> dict:
     return opts
 
 
+def _check_outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(flag, path)`` of every output, checked before any work (no half-done runs)."""
+    outputs = [(flag, path) for flag, path in (("--out", args.out), ("--save-graph", args.save_graph),
+                                               ("--export-graph", args.export_graph)) if path]
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        check_output_path(path, flag)
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ProasError(f"{seen[real]} and {flag} name the same file {path}")
+        seen[real] = flag
+    if args.export_graph:
+        ReferenceGraph.export_format(args.export_graph)
+    return outputs
+
+
 def cmd_credit(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     trajectories = read_trajectories(args.trajectories)
     if args.graph and args.build_from:
         raise ProasError("give either --graph or --build-from, not both")
@@ -109,11 +137,13 @@ def cmd_credit(args: argparse.Namespace) -> int:
         )
     except (ValueError, TypeError) as exc:
         raise ProasError(str(exc).splitlines()[0]) from None
-    atomic_write_jsonl(args.out, credit_rows(trajectories, res))
+    rows = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in credit_rows(trajectories, res))
+    files = [(args.out, rows.encode("utf-8"))]
     if args.save_graph:
-        graph.save(args.save_graph)
+        files.append((args.save_graph, graph.to_bytes(args.save_graph)))
     if args.export_graph:
-        graph.export(args.export_graph)
+        files.append((args.export_graph, graph.export_bytes(args.export_graph)))
+    atomic_write_all(files)  # every output or none
     n_steps = int(res.offsets[-1])
     print(
         f"wrote {n_steps} steps of {len(trajectories)} trajectories to {args.out} "

@@ -22,9 +22,11 @@ File format (``save``/``load``): JSON, gzip-compressed when the name ends in ``.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -477,11 +479,16 @@ class ReferenceGraph:
         graph.rejected_edges = 0
         return graph
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the graph atomically (gzip when the name ends in ``.gz``)."""
+    def to_bytes(self, path: str | os.PathLike) -> bytes:
+        """The content ``save(path)`` writes (gzip when the name ends in ``.gz``)."""
         data = json.dumps(self.to_json(), separators=(",", ":")).encode("utf-8")
         if str(path).endswith(".gz"):
             data = gzip.compress(data, mtime=0)
+        return data
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the graph atomically (gzip when the name ends in ``.gz``)."""
+        data = self.to_bytes(path)
         with atomic_open(path, "wb") as fh:
             fh.write(data)
 
@@ -498,7 +505,8 @@ class ReferenceGraph:
             if raw[:2] == b"\x1f\x8b":
                 raw = gzip.decompress(raw)
             obj = json.loads(raw.decode("utf-8"))
-        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # zlib.error: a damaged deflate stream; RecursionError: absurdly deep JSON nesting
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise GraphFileError(f"{path}: corrupt graph file ({type(exc).__name__})") from None
         return cls.from_json(obj, where=str(path))
 
@@ -521,18 +529,29 @@ class ReferenceGraph:
 
         Distance ``-1`` marks a node from which no goal is reachable.
         """
-        path = Path(path)
-        fmt = (fmt or path.suffix.lstrip(".")).lower()
-        if fmt == "graphml":
+        data = self.export_bytes(path, fmt)
+        with atomic_open(path, "wb") as fh:
+            fh.write(data)
+
+    @staticmethod
+    def export_format(path: str | os.PathLike, fmt: str | None = None) -> str:
+        """``graphml`` or ``dot`` for an export to ``path``; an unknown format is a ``ProasError``."""
+        fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
+        if fmt == "gv":
+            fmt = "dot"
+        if fmt not in ("graphml", "dot"):
+            raise ProasError(f"unknown export format {fmt!r}: choose graphml or dot")
+        return fmt
+
+    def export_bytes(self, path: str | os.PathLike, fmt: str | None = None) -> bytes:
+        """The content ``export(path, fmt)`` writes."""
+        if self.export_format(path, fmt) == "graphml":
             import networkx as nx
 
-            with atomic_open(path, "wb") as fh:
-                nx.write_graphml(self.to_networkx(), fh)
-        elif fmt in ("dot", "gv"):
-            with atomic_open(path, "w") as fh:
-                fh.write(self.to_dot())
-        else:
-            raise ProasError(f"unknown export format {fmt!r}: choose graphml or dot")
+            buf = io.BytesIO()
+            nx.write_graphml(self.to_networkx(), buf)
+            return buf.getvalue()
+        return self.to_dot().encode("utf-8")
 
     def to_dot(self) -> str:
         dist = self._distances()

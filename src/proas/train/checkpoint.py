@@ -7,28 +7,37 @@ Layout of a run directory::
     tb/                       TensorBoard event files of the same metrics
     checkpoints/latest.json   points at the newest complete checkpoint
     checkpoints/step_000010/  state.pt (policy, optimiser, critic, RNG states, step) + graph.json
+                              + checksums.json (sha256 of every other file, written last)
     best/                     the checkpoint with the best validation success rate so far
     curve.png                 the learning curve
     summary.json              final figures
 
-A checkpoint directory is written completely (every file atomically) before ``latest.json``
-is switched to it, so a run killed at any moment, even by SIGKILL, leaves the previous
-checkpoint intact. Older checkpoint directories are deleted only after the switch.
+A checkpoint directory is written completely (every file atomically, ``checksums.json`` last)
+before ``latest.json`` is switched to it, so a run killed at any moment, even by SIGKILL, leaves
+the previous checkpoint intact. The previous checkpoint is kept as well: on resume a checkpoint
+is used only if every file matches its recorded sha256; when the one ``latest.json`` names does
+not (or the pointer is missing or corrupt) the newest one that does is used, with a warning, and
+when none does resuming is refused. Checkpoints from before checksums (format 1) are accepted
+unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_bytes, atomic_write_json
+from proas.fileio import atomic_write_bytes, atomic_write_json, sha256_file
 
 __all__ = [
     "CHECKPOINTS",
@@ -39,22 +48,75 @@ __all__ = [
     "replace_checkpoint",
     "save_checkpoint",
     "truncate_metrics",
+    "verify_checkpoint",
 ]
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 GRAPH_FILE = "graph.json"
-FORMAT_VERSION = 1
+CHECKSUMS_FILE = "checksums.json"
+#: 2: with ``checksums.json``; 1: older checkpoints, which have none
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_STEP_DIR = re.compile(r"step_[0-9]{6,}")
 
 
-def save_checkpoint(directory: Path, state: dict[str, Any], graph=None) -> None:
-    """Write ``state`` (torch-serialisable) and the reference graph into ``directory``."""
+def save_checkpoint(directory: Path, state: dict[str, Any], graph=None,
+                    extra: dict[str, Any] | None = None) -> None:
+    """Write ``state`` (torch-serialisable), the reference graph and the ``extra`` JSON files
+    into ``directory``, then ``checksums.json`` with the sha256 of each."""
     directory.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     torch.save(dict(state, format_version=FORMAT_VERSION), buf)
-    atomic_write_bytes(directory / STATE_FILE, buf.getvalue())
+    files = {STATE_FILE: buf.getvalue()}
     if graph is not None:
-        graph.save(directory / GRAPH_FILE)
+        files[GRAPH_FILE] = graph.to_bytes(GRAPH_FILE)
+    for name, obj in (extra or {}).items():
+        files[name] = (json.dumps(obj, indent=2) + "\n").encode("utf-8")
+    for name, data in files.items():
+        atomic_write_bytes(directory / name, data)
+    # last: a directory without it is incomplete (a kill mid-save) and never resumed from
+    atomic_write_json(directory / CHECKSUMS_FILE, {
+        "format_version": FORMAT_VERSION,
+        "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+    })
+
+
+def verify_checkpoint(directory: Path) -> str | None:
+    """``None`` when ``directory`` is a complete checkpoint whose files match their recorded
+    sha256, else what is wrong with it."""
+    sums_path = directory / CHECKSUMS_FILE
+    if not sums_path.exists():
+        if not (directory / STATE_FILE).exists():
+            return f"no {STATE_FILE}"
+        try:
+            version = load_state(directory).get("format_version")
+        except ProasError as exc:
+            return str(exc)
+        # format 1 predates checksums; a later format without them was cut short
+        return None if version == 1 else f"no {CHECKSUMS_FILE} (written incompletely)"
+    try:
+        sums = json.loads(sums_path.read_text(encoding="utf-8"))["sha256"]
+        if not isinstance(sums, dict) or STATE_FILE not in sums:
+            raise TypeError("no state.pt entry")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"corrupt {CHECKSUMS_FILE} ({type(exc).__name__})"
+    for name, digest in sums.items():
+        if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
+            return f"{CHECKSUMS_FILE} names {name!r}, not a file of the checkpoint"
+        try:
+            actual = sha256_file(directory / name)
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except OSError as exc:
+            return f"cannot read {name} ({exc.strerror})"
+        if actual != digest:
+            return f"{name} does not match its sha256"
+    return None
+
+
+def _warn(message: str) -> None:
+    print(f"proas: warning: {message}", file=sys.stderr)
 
 
 def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, Any], graph=None) -> None:
@@ -63,8 +125,7 @@ def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, A
     tmp = directory.with_name(directory.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_checkpoint(tmp, state, graph)
-    atomic_write_json(tmp / "meta.json", meta)
+    save_checkpoint(tmp, state, graph, extra={"meta.json": meta})
     old = directory.with_name(directory.name + ".old")
     if old.exists():
         shutil.rmtree(old)
@@ -74,8 +135,9 @@ def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, A
     shutil.rmtree(old, ignore_errors=True)
 
 
-def save_resumable(run_dir: Path, step: int, state: dict[str, Any], graph=None, keep: int = 1) -> Path:
-    """Write checkpoint ``step`` and switch ``latest.json`` to it; keep the ``keep`` newest."""
+def save_resumable(run_dir: Path, step: int, state: dict[str, Any], graph=None, keep: int = 2) -> Path:
+    """Write checkpoint ``step`` and switch ``latest.json`` to it; keep the ``keep`` newest
+    (the previous one is the fallback should the newest fail verification)."""
     root = run_dir / CHECKPOINTS
     target = root / f"step_{step:06d}"
     if target.exists():  # a half-written leftover of a killed run: never the one latest points at
@@ -88,35 +150,69 @@ def save_resumable(run_dir: Path, step: int, state: dict[str, Any], graph=None, 
     return target
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None if it has none yet."""
-    pointer = run_dir / CHECKPOINTS / "latest.json"
-    if not pointer.exists():
+def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] | None = None) -> Path | None:
+    """The newest complete, verified checkpoint of a run, or None if it has none yet.
+
+    The checkpoint ``latest.json`` names comes first; if it fails verification, or the pointer
+    is missing, corrupt or names anything but a checkpoint directory of this run, the newest
+    other checkpoint that verifies is returned and ``warn`` (default: a line on stderr) is
+    told why. When none verifies this is a ``ProasError``.
+    """
+    root = run_dir / CHECKPOINTS
+    pointer = root / "latest.json"
+    problems: list[str] = []
+    named = None
+    if pointer.exists():
+        try:
+            name = json.loads(pointer.read_text(encoding="utf-8"))["dir"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{pointer}: corrupt checkpoint pointer ({type(exc).__name__})")
+        else:
+            # only a plain step_N name: the pointer never leads out of this run's checkpoints
+            if isinstance(name, str) and _STEP_DIR.fullmatch(name):
+                named = root / name
+            else:
+                problems.append(f"{pointer}: corrupt checkpoint pointer (dir {name!r} is not a "
+                                "checkpoint of this run)")
+    others = sorted((p for p in root.glob("step_*") if p != named and _STEP_DIR.fullmatch(p.name) and p.is_dir()),
+                    reverse=True)
+    if not pointer.exists() and others:
+        problems.append(f"{pointer} is missing")
+    candidates = ([named] if named is not None else []) + others
+    if not candidates and not problems:
         return None
-    try:
-        info = json.loads(pointer.read_text())
-        target = run_dir / CHECKPOINTS / str(info["dir"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ProasError(f"{pointer}: corrupt checkpoint pointer ({type(exc).__name__})") from None
-    if not (target / STATE_FILE).exists():
-        raise ProasError(f"{pointer}: points at {target.name}, which has no {STATE_FILE}")
-    return target
+    for directory in candidates:
+        problem = verify_checkpoint(directory)
+        if problem is None:
+            if problems:
+                (warn or _warn)(f"{'; '.join(problems)}; resuming from {directory.name} instead")
+            return directory
+        problems.append(f"{directory.name}: {problem}")
+    raise ProasError(f"{run_dir}: no checkpoint verifies ({'; '.join(problems)})")
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
     """Resolve ``proas eval``'s argument: a run directory (its best checkpoint, else the latest),
-    a checkpoint directory, or a ``state.pt`` file."""
+    a checkpoint directory, or a ``state.pt`` file. A named checkpoint must verify; a run's
+    best one that does not gives way to the latest, with a warning."""
     p = Path(path)
     if not p.exists():
         raise ProasError(f"{p}: no such run directory or checkpoint")
     if p.is_file():
         if p.name != STATE_FILE:
             raise ProasError(f"{p}: expected a run directory, a checkpoint directory or {STATE_FILE}")
-        return p.parent
+        p = p.parent
     if (p / STATE_FILE).exists():
+        problem = verify_checkpoint(p)
+        if problem is not None:
+            raise ProasError(f"{p}: checkpoint fails verification ({problem})")
         return p
-    if (p / "best" / STATE_FILE).exists():
-        return p / "best"
+    best = p / "best"
+    if (best / STATE_FILE).exists():
+        problem = verify_checkpoint(best)
+        if problem is None:
+            return best
+        _warn(f"{best}: {problem}; using the latest checkpoint instead")
     latest = latest_checkpoint(p)
     if latest is None:
         raise ProasError(f"{p}: not a run directory with a checkpoint")
@@ -132,7 +228,7 @@ def load_state(directory: Path) -> dict[str, Any]:
         raise ProasError(f"{path}: missing checkpoint file") from None
     except Exception as exc:  # noqa: BLE001 - torch raises many types for garbage
         raise ProasError(f"{path}: corrupt checkpoint ({type(exc).__name__})") from None
-    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+    if not isinstance(state, dict) or state.get("format_version") not in _READABLE_VERSIONS:
         raise ProasError(f"{path}: not a proas checkpoint (format {FORMAT_VERSION} expected)")
     return state
 

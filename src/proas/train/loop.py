@@ -520,7 +520,12 @@ class Trainer:
     def _resume(self) -> None:
         latest = ckpt.latest_checkpoint(self.run_dir)
         if latest is None:
-            # killed before the first checkpoint: start over
+            # killed before the first checkpoint: start over, unless steps were logged (and their
+            # checkpoints since lost): starting over would silently discard them
+            logged = [int(r.get("step", 0)) for r in ckpt.read_metrics(self.run_dir / "metrics.jsonl")]
+            if any(k > 0 for k in logged):
+                raise ProasError(f"{self.run_dir}: metrics reach step {max(logged)} but no checkpoint is left "
+                                 f"to resume from ({ckpt.CHECKPOINTS}/ is empty)")
             self.graph = self._initial_graph()
             ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", -1)
             return

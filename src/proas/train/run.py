@@ -119,11 +119,17 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
         if (run_dir / "config.yaml").exists():
             raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
                              "train.run_name")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_run_config(run_dir, cfg)
 
     t_start = time.perf_counter()
+    # the trainer resolves the env, task sets, policy and graph before the run directory exists,
+    # so a run that cannot start leaves no config-only directory that blocks the next attempt
     trainer = Trainer(cfg, run_dir, resume=resume is not None, console=console)
+    if resume is None:
+        if (run_dir / "config.yaml").exists():  # another run took the directory meanwhile
+            raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
+                             "train.run_name")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_config(run_dir, cfg)
     history = trainer.history
     sink = _MetricsSink(run_dir, purge_step=trainer.step + 1 if resume is not None else None)
     total = cfg.train.steps

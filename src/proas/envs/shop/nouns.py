@@ -36,10 +36,16 @@ _NOT_NOUNS = frozenset(
     sparkling roasted mixed dry ground green red blue black white pink gray grey brown""".split()
 )
 
+# "women's" / "men's" name the buyer, not the product type; kept, they make any two products for
+# one gender share a title noun and earn a type reward where WebShop's is 0. Plain "women"
+# ("perfume for women") stays a noun.
+_NOT_NOUN_POSSESSIVES = re.compile(r"\b(?:women|men)['’]s\b")
+
 
 def heuristic_nouns(title: str) -> list[str]:
     """A tagger-free approximation of spaCy's NOUN/PROPN tokens of a product title."""
-    return [w for w in _WORD.findall(title.lower()) if len(w) >= 2 and not w.isdigit() and w not in _NOT_NOUNS]
+    words = _WORD.findall(_NOT_NOUN_POSSESSIVES.sub(" ", title.lower()))
+    return [w for w in words if len(w) >= 2 and not w.isdigit() and w not in _NOT_NOUNS]
 
 
 def _load_spacy() -> Any | None:
