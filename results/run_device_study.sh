@@ -79,6 +79,16 @@ while [ $((SECONDS - T0)) -lt "$BUDGET" ] && [ ! -e "$RES/ALL_DONE" ]; do
   [ $(( (SECONDS - T0) % 120 )) -lt 20 ] && { echo "--- $((SECONDS - T0)) s, load $(cut -d' ' -f1 /proc/loadavg)"; progress; }
 done
 mkdir -p "$OUT"
+if [ -n "${PACK_CHECKPOINTS:-}" ]; then
+  # the newest checkpoint of every run that has not finished, so it can be resumed elsewhere;
+  # split into files of at most 15 MB (the device tool's limit on a returned file is 16 MB)
+  (cd "$RES" && for d in $(find . -name latest.json -path '*checkpoints*' | xargs -r -n1 dirname | xargs -r -n1 dirname); do
+     [ -e "$d/summary.json" ] && continue
+     step=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['dir'])" "$d/checkpoints/latest.json" 2>/dev/null) || continue
+     echo "$d/checkpoints/latest.json"; echo "$d/checkpoints/$step"
+   done) > /tmp/ckpt_list.txt
+  tar czf /tmp/ckpt.tgz -C "$RES" -T /tmp/ckpt_list.txt && split -b 15m -d /tmp/ckpt.tgz "$OUT/ckpt.tgz." && ls -la "$OUT"
+fi
 tar czf "$OUT/study.tgz" -C "$RES" --exclude=tb --exclude='*.pt' --exclude=graph.json --exclude=curve.png \
   --exclude=rollouts --exclude=checkpoints --exclude=best . && ls -la "$OUT"
 echo "=== after $((SECONDS - T0)) s"; progress; tail -n 3 "$RES"/log_*.txt
