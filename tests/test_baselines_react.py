@@ -243,24 +243,29 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
+def _read_answer(s: socket.socket) -> tuple[int, dict, bytes]:
+    """``(status, headers, body)`` of one HTTP answer read from ``s``."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, f"connection closed without an answer: {buf!r}"
+        buf += chunk
+    head, _, body = buf.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    while len(body) < int(headers["content-length"]):
+        chunk = s.recv(65536)
+        assert chunk, "connection closed in the middle of the answer"
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
 def _raw(port: int, data: bytes, timeout: float = 10.0) -> tuple[int, dict, dict, bool]:
     """Send raw bytes; ``(status, headers, JSON body, closed)`` of the answer, ``closed`` when the
     server closed the connection after it."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = s.recv(65536)
-            assert chunk, f"connection closed without an answer: {buf!r}"
-            buf += chunk
-        head, _, body = buf.partition(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
-        status = int(lines[0].split()[1])
-        headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-        while len(body) < int(headers["content-length"]):
-            chunk = s.recv(65536)
-            assert chunk, "connection closed in the middle of the answer"
-            body += chunk
+        status, headers, body = _read_answer(s)
         try:
             closed = s.recv(1) == b""
         except (TimeoutError, socket.timeout):
@@ -388,6 +393,18 @@ def test_serve_answers_a_short_body_within_the_read_timeout(served):
                                              b"Content-Length: 100\r\n\r\n" + b"{" * 10, timeout=10)
         assert status == 408 and "not received within 1 s" in _error_of(status, headers, body)["message"]
         assert closed and time.monotonic() - t0 < 5
+        # headers that stall half-way: the connection is closed after the read timeout
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            t0 = time.monotonic()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            assert s.recv(1) == b"" and 0.5 < time.monotonic() - t0 < 5
+        # and after a first answer on a keep-alive connection, too
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_answer(s)[0] == 200
+            t0 = time.monotonic()
+            s.sendall(b"GET /v1/models HTTP/1.1\r\n")
+            assert s.recv(1) == b"" and 0.5 < time.monotonic() - t0 < 5
         # an idle keep-alive connection is closed after --keep-alive seconds
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
             s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -502,3 +519,20 @@ def test_proas_serve_command_serves_and_stops_on_ctrl_c(sft_run):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_serve_500_json_when_the_policy_fails_and_goes_on(served):
+    server, url = served
+    act = server.policy.act
+
+    def broken(*a, **k):
+        raise RuntimeError("the policy broke")
+
+    server.policy.act = broken
+    try:
+        status, headers, body = _post(_port(url), _chat_body())
+        assert status == 500 and _error_of(status, headers, body) == {
+            "message": "RuntimeError: the policy broke", "type": "server_error", "param": None, "code": 500}
+    finally:
+        server.policy.act = act
+    assert _post(_port(url), _chat_body())[0] == 200

@@ -18,8 +18,9 @@ seeds numpy's generator for the scorer and torch's for the lm).
 The HTTP side is uvicorn (h11) running a Starlette app; requests are validated with pydantic.
 Limits (``ServeLimits``): a body larger than ``max_body`` bytes is answered 413 as soon as its
 declared length or the bytes read so far pass the limit; a body not received within
-``read_timeout`` seconds is answered 408 (both close the connection); idle keep-alive
-connections are closed after ``keep_alive`` seconds. The policy is not thread-safe and runs one
+``read_timeout`` seconds is answered 408 (both close the connection); a connection whose request
+headers have not arrived within ``read_timeout`` seconds is closed; idle keep-alive connections
+are closed after ``keep_alive`` seconds. The policy is not thread-safe and runs one
 request at a time on its own thread; up to ``max_queue`` further requests wait in FIFO order,
 and a request beyond that is answered 503 (with ``Retry-After``), which ``proas react``
 retries. Every error is an OpenAI-style JSON body ``{"error": {"message", "type", "param",
@@ -359,6 +360,46 @@ def create_app(server: PolicyServer, limits: ServeLimits | None = None):
     return app
 
 
+def _h11_protocol(header_timeout: float):
+    """uvicorn's h11 protocol, also closing a connection whose request line and headers have not
+    arrived ``header_timeout`` seconds after the connection was made or the request's first bytes
+    (uvicorn times out idle keep-alive connections, not a request that stalls in its headers)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+        _timed_scope: Any = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            waiting_for_headers = self.cycle is None or self.cycle.response_complete
+            if waiting_for_headers and (self._header_timer is None or self._timed_scope is not self.scope):
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._timed_scope = self.scope  # a new request replaces the scope
+            self._header_timer = self.loop.call_later(header_timeout, self._expired, self.scope)
+
+        def _expired(self, scope) -> None:
+            self._header_timer = None
+            if self.scope is scope and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
 class ServerHandle:
     """A bound, listening server: ``serve_forever()`` (blocks), ``shutdown()`` (from another
     thread; returns once ``serve_forever`` has returned), ``server_close()``, ``server_address``;
@@ -370,7 +411,7 @@ class ServerHandle:
         self.app = app
         self.socket = sock
         self.server_address = sock.getsockname()
-        self.config = uvicorn.Config(app, http="h11", ws="none", lifespan="off", log_config=None,
+        self.config = uvicorn.Config(app, http=_h11_protocol(limits.read_timeout), ws="none", lifespan="off", log_config=None,
                                      log_level="warning", access_log=False, backlog=2048,
                                      timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]  (call_later takes a float)
                                      timeout_graceful_shutdown=5)
