@@ -46,6 +46,14 @@ def register(sub) -> None:
     v.add_argument("--port", type=int, default=8000, help="port (0 = any free port; default 8000)")
     v.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
     v.add_argument("--model-name", default=None, help="the model id to report (default: from the checkpoint)")
+    v.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
+                   help="largest request body; a larger one is answered 413 (default 1 MiB)")
+    v.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to receive a request body, else 408 (default 10)")
+    v.add_argument("--max-queue", type=int, default=256, metavar="N",
+                   help="requests that may wait for the policy; more are answered 503 (default 256)")
+    v.add_argument("--keep-alive", type=float, default=5.0, metavar="S",
+                   help="seconds an idle keep-alive connection stays open (default 5)")
     v.set_defaults(func=_serve)
 
     r = sub.add_parser("react", help="baseline: a ReAct agent over an OpenAI-compatible chat endpoint",
@@ -109,11 +117,13 @@ def _sft(args) -> int:
 
 
 def _serve(args) -> int:
-    from proas.baselines.serve import PolicyServer, check_loopback, make_server
+    from proas.baselines.serve import PolicyServer, ServeLimits, check_loopback, make_server
 
     check_loopback(args.host)  # before loading anything
+    limits = ServeLimits(max_body=args.max_body, read_timeout=args.read_timeout, max_queue=args.max_queue,
+                         keep_alive=args.keep_alive)
     server = PolicyServer(args.target, seed=args.seed, model_name=args.model_name)
-    httpd = make_server(server, args.host, args.port)
+    httpd = make_server(server, args.host, args.port, limits)
     host, port = httpd.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {server.model} (step {server.step}) at http://{shown}:{port}/v1  (Ctrl-C stops)", flush=True)

@@ -2,42 +2,61 @@
 
 Endpoints (the subset of OpenAI's API a ReAct agent needs):
 
-- ``POST /v1/chat/completions``: ``{"model", "messages", "temperature"?, "seed"?}`` in the ReAct
-  format of ``proas.baselines.react_format``; answers a ``chat.completion`` object whose one
-  choice is ``Thought: ...\\nAction: ...``. The policy acts on the ``Context`` rebuilt from the
-  conversation (task, history, observation, admissible actions), so a conversation replayed
-  from an episode gives the policy exactly what the rollout gives it, except the env's invalid
-  candidates (a chat carries only the admissible actions).
+- ``POST /v1/chat/completions``: an OpenAI chat-completions request (``ChatCompletionRequest``:
+  ``messages``, ``model``?, ``temperature``?, ``seed``?, ``n``?, ``max_tokens``?) whose messages
+  follow the ReAct format of ``proas.baselines.react_format``; answers a ``chat.completion``
+  object whose choices are ``Thought: ...\\nAction: ...``. The policy acts on the ``Context``
+  rebuilt from the conversation (task, history, observation, admissible actions), so a
+  conversation replayed from an episode gives the policy exactly what the rollout gives it,
+  except the env's invalid candidates (a chat carries only the admissible actions).
 - ``GET /v1/models``: the one model, named after the checkpoint (or ``--model-name``).
 
 Sampling uses the request's ``temperature`` (default: the checkpoint's validation temperature)
 and a generator seeded from ``--seed``; a request's ``seed`` makes its reply reproducible (it
-seeds numpy's generator for the scorer and torch's for the lm). Requests are served one at
-a time (the policy is not thread-safe). The server binds loopback addresses only: it exposes a
-model without authentication.
+seeds numpy's generator for the scorer and torch's for the lm).
+
+The HTTP side is uvicorn (h11) running a Starlette app; requests are validated with pydantic.
+Limits (``ServeLimits``): a body larger than ``max_body`` bytes is answered 413 as soon as its
+declared length or the bytes read so far pass the limit; a body not received within
+``read_timeout`` seconds is answered 408 (both close the connection); a connection whose request
+headers have not arrived within ``read_timeout`` seconds is closed; idle keep-alive connections
+are closed after ``keep_alive`` seconds. The policy is not thread-safe and runs one
+request at a time on its own thread; up to ``max_queue`` further requests wait in FIFO order,
+and a request beyond that is answered 503 (with ``Retry-After``), which ``proas react``
+retries. Every error is an OpenAI-style JSON body ``{"error": {"message", "type", "param",
+"code"}}``: 400 for malformed JSON (including nesting deeper than the parser's limit of 200
+levels) and for schema or conversation-format errors, 404/405 for unknown routes and methods.
+The server binds loopback addresses only: it exposes a model without authentication.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-import json
+import re
+import socket
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from proas.baselines.common import load_policy
 from proas.baselines.react_format import format_reply, parse_conversation
 from proas.errors import ProasError
 from proas.policies.base import Context
 
-__all__ = ["PolicyServer", "check_loopback", "make_server"]
+__all__ = ["MAX_N", "MAX_SEED", "ChatCompletionRequest", "ChatMessage", "PolicyServer", "ServeLimits",
+           "ServerHandle", "check_loopback", "create_app", "make_server"]
 
 _LOOPBACK_NAMES = {"localhost"}
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed; OpenAI's servers take a signed 64-bit one
+MAX_N = 16  # choices per request: each one is a policy sample
 
 
 def check_loopback(host: str) -> str:
@@ -51,6 +70,66 @@ def check_loopback(host: str) -> str:
         pass
     raise ProasError(f"--host {host!r}: proas serve binds loopback addresses only (127.0.0.1, ::1, localhost)")
 
+
+# --- the request schema ------------------------------------------------------------------------
+
+class ChatMessage(BaseModel):
+    """One message of the conversation; other OpenAI message fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    content: StrictStr
+
+
+_Temperature = Annotated[float, Field(strict=True, ge=0.0, le=2.0, allow_inf_nan=False)]
+_Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]
+_PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+
+
+class ChatCompletionRequest(BaseModel):
+    """The fields of OpenAI's chat-completions request that the server reads; others are ignored.
+
+    ``model`` is not checked against the served model's name (any name is answered).
+    ``max_tokens`` (or ``max_completion_tokens``) truncates a reply to that many whitespace-separated
+    tokens, the unit of ``usage``; the choice's ``finish_reason`` is then ``"length"``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: StrictStr | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    temperature: _Temperature | None = None
+    seed: _Seed | None = None
+    n: Annotated[int, Field(strict=True, ge=1, le=MAX_N)] = 1
+    max_tokens: _PositiveInt | None = None
+    max_completion_tokens: _PositiveInt | None = None
+    stream: bool | None = False
+
+    @field_validator("stream")
+    @classmethod
+    def _no_stream(cls, v: bool | None) -> bool | None:
+        if v:
+            raise ValueError("streaming is not supported by proas serve")
+        return v
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    """``(message, param)`` of a pydantic error, without echoing the (possibly huge) input."""
+    errs = exc.errors(include_url=False, include_input=False, include_context=False)
+    parts, param = [], None
+    for e in errs[:5]:
+        if e["type"] == "json_invalid":
+            return f"the request body is not valid JSON ({e['msg'].removeprefix('Invalid JSON: ')})", None
+        loc = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(e["loc"]))
+        param = param or (loc or None)
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else f"the request body: {msg}")
+    more = f" (and {len(errs) - 5} more errors)" if len(errs) > 5 else ""
+    return "; ".join(parts) + more, param
+
+
+# --- the policy ----------------------------------------------------------------------------------
 
 class PolicyServer:
     """The policy of a checkpoint answering ReAct conversations."""
@@ -66,36 +145,45 @@ class PolicyServer:
         torch.manual_seed(seed)  # the lm policy samples with torch's generator
         self.lock = threading.Lock()
 
-    def complete(self, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise ProasError("the request body must be a JSON object")
-        conv = parse_conversation(body.get("messages"))
-        temperature = body.get("temperature", self.cfg.policy.val_temperature)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise ProasError("'temperature' must be a number >= 0")
+    def complete(self, body: ChatCompletionRequest | dict[str, Any]) -> dict[str, Any]:
+        """The ``chat.completion`` answer to a request (a validated model or its JSON object).
+
+        Raises ``ProasError`` for an invalid request (the server answers 400).
+        """
+        if not isinstance(body, ChatCompletionRequest):
+            if not isinstance(body, dict):
+                raise ProasError("the request body must be a JSON object")
+            try:
+                body = ChatCompletionRequest.model_validate(body)
+            except ValidationError as exc:
+                raise ProasError(validation_message(exc)[0]) from None
+        messages = [m.model_dump() for m in body.messages]
+        conv = parse_conversation(messages)
+        temperature = float(self.cfg.policy.val_temperature if body.temperature is None else body.temperature)
         ctx = Context(env_name=self.env_name, task=conv.task, observation=conv.observation,
                       history=conv.history, admissible=conv.admissible, invalid_candidates=[], step=conv.step)
         with self.lock:
-            seed = body.get("seed")
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-                raise ProasError("'seed' must be an integer")
-            rng = self.rng if seed is None else np.random.default_rng(seed)
-            if seed is not None:  # the lm samples with torch's generator, the scorer with ``rng``
+            rng = self.rng if body.seed is None else np.random.default_rng(body.seed)
+            if body.seed is not None:  # the lm samples with torch's generator, the scorer with ``rng``
                 import torch
 
-                torch.manual_seed(seed)
-            dec = self.policy.act([ctx], rng, temperature=float(temperature))[0]
-        thought = _thought(dec.response, self.policy.kind, dec.logp, conv.admissible)
-        content = format_reply(thought, dec.action)
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
-        completion_tokens = len(content.split())
+                torch.manual_seed(body.seed)
+            decisions = self.policy.act([ctx] * body.n, rng, temperature=temperature)
+        limit = body.max_completion_tokens or body.max_tokens
+        choices, completion_tokens = [], 0
+        for i, dec in enumerate(decisions):
+            content = format_reply(_thought(dec.response, self.policy.kind, dec.logp, conv.admissible), dec.action)
+            content, finish = _truncate(content, limit)
+            completion_tokens += len(content.split())
+            choices.append({"index": i, "message": {"role": "assistant", "content": content},
+                            "finish_reason": finish, "logprobs": None})
+        prompt_tokens = sum(len(m["content"].split()) for m in messages)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop", "logprobs": None}],
+            "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
@@ -113,68 +201,254 @@ def _env_label(cfg) -> str:
 def _thought(response: str, kind: str, logp: float, admissible) -> str:
     """The thought of a reply: the lm's own ``<think>`` text; for the scorer, what it did."""
     if kind == "lm":
-        import re
-
         m = re.search(r"<think>(.*?)</think>", response, re.DOTALL | re.IGNORECASE)
         return m.group(1).strip() if m else response.strip()
     n = len(admissible) if admissible is not None else 0
     return f"the scorer policy picked this action with probability {np.exp(logp):.2f} among {n} candidates."
 
 
-def make_server(server: PolicyServer, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """An HTTP server for ``server`` on ``host:port`` (port 0 = any free port); not started."""
-    host = check_loopback(host)
+def _truncate(content: str, limit: int | None) -> tuple[str, str]:
+    """``content`` cut after ``limit`` whitespace-separated tokens, and the finish reason."""
+    if limit is None:
+        return content, "stop"
+    for k, m in enumerate(re.finditer(r"\S+", content), 1):
+        if k == limit and content[m.end():].strip():
+            return content[: m.end()], "length"
+    return content, "stop"
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
 
-        def log_message(self, fmt, *args):  # quiet: one line per request would drown the client's output
-            pass
+# --- the HTTP app --------------------------------------------------------------------------------
 
-        def _send(self, code: int, obj: Any) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+@dataclass(frozen=True)
+class ServeLimits:
+    """The server's limits (see the module docstring)."""
 
-        def _error(self, code: int, msg: str, kind: str = "invalid_request_error") -> None:
-            self._send(code, {"error": {"message": msg, "type": kind, "code": code}})
+    max_body: int = 1 << 20  # bytes
+    read_timeout: float = 10.0  # seconds to receive a request's body
+    max_queue: int = 256  # requests waiting for the policy beyond the one it is answering
+    keep_alive: float = 5.0  # seconds an idle keep-alive connection stays open
 
-        def do_GET(self):
-            if self.path.rstrip("/") == "/v1/models":
-                self._send(200, server.models())
-            else:
-                self._error(404, f"no route {self.path}")
+    def __post_init__(self) -> None:
+        if self.max_body < 1 or self.read_timeout <= 0 or self.max_queue < 0 or self.keep_alive <= 0:
+            raise ProasError("serve limits: --max-body must be >= 1, --read-timeout and --keep-alive > 0, "
+                             "--max-queue >= 0")
 
-        def do_POST(self):
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self._error(404, f"no route {self.path}")
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null")
-            except (ValueError, UnicodeDecodeError):
-                self._error(400, "the request body is not JSON")
-                return
-            try:
-                self._send(200, server.complete(body))
-            except ProasError as exc:
-                self._error(400, str(exc))
-            except Exception as exc:  # noqa: BLE001 - the server must answer, not die
-                self._error(500, f"{type(exc).__name__}: {exc}", "server_error")
 
-    family_v6 = ":" in host
-    cls = ThreadingHTTPServer
-    if family_v6:
-        import socket
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", param: str | None = None,
+                 close: bool = False, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.headers = dict(headers or {})
+        if close:
+            self.headers["Connection"] = "close"
 
-        class V6(ThreadingHTTPServer):
-            address_family = socket.AF_INET6
 
-        cls = V6
+def _error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
+                    headers: dict[str, str] | None = None):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status, headers=headers)
+
+
+class _PolicyQueue:
+    """Runs ``PolicyServer.complete`` one request at a time on one thread, with a bounded FIFO wait."""
+
+    def __init__(self, server: PolicyServer, max_queue: int):
+        self.server = server
+        self.max_queue = max_queue
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="proas-policy")
+        self.admitted = 0  # running + waiting (touched on the event loop only)
+        self._lock: asyncio.Lock | None = None
+
+    def admit(self) -> None:
+        if self.admitted > self.max_queue:
+            raise _HTTPError(503, f"the server is busy ({self.admitted} requests in progress or queued); retry later",
+                             kind="server_busy", headers={"Retry-After": "1"})
+        self.admitted += 1
+
+    def release(self) -> None:
+        self.admitted -= 1
+
+    async def run(self, req: ChatCompletionRequest) -> dict[str, Any]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()  # FIFO: waiters acquire in arrival order
+        async with self._lock:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, self.server.complete, req)
+
+
+async def _read_body(request, limits: ServeLimits) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and int(declared) > limits.max_body:  # h11 has checked it is a number
+        raise _HTTPError(413, f"the request body ({int(declared)} bytes) is larger than the limit of "
+                              f"{limits.max_body} bytes", close=True)
+    chunks: list[bytes] = []
+    size = 0
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body:
+                raise _HTTPError(413, f"the request body is larger than the limit of {limits.max_body} bytes",
+                                 close=True)
+            chunks.append(chunk)
+
     try:
-        return cls((host, port), Handler)
+        await asyncio.wait_for(read(), limits.read_timeout)
+    except asyncio.TimeoutError:
+        raise _HTTPError(408, f"the request body was not received within {limits.read_timeout:g} s "
+                              f"({size} bytes read{'' if declared is None else f' of {declared} declared'})",
+                         close=True) from None
+    return b"".join(chunks)
+
+
+def create_app(server: PolicyServer, limits: ServeLimits | None = None):
+    """The ASGI app serving ``server`` (its queue is ``app.state.queue``)."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    limits = limits or ServeLimits()
+    queue = _PolicyQueue(server, limits.max_queue)
+
+    async def chat(request):
+        try:
+            queue.admit()
+        except _HTTPError as exc:
+            return _error_response(exc.status, exc.message, exc.kind, headers=exc.headers)
+        try:
+            body = await _read_body(request, limits)
+            try:
+                req = ChatCompletionRequest.model_validate_json(body or b"null")
+            except ValidationError as exc:
+                message, param = validation_message(exc)
+                raise _HTTPError(400, message, param=param) from None
+            try:
+                return JSONResponse(await queue.run(req))
+            except ProasError as exc:
+                raise _HTTPError(400, str(exc), param="messages") from None
+        except _HTTPError as exc:
+            return _error_response(exc.status, exc.message, exc.kind, exc.param, exc.headers)
+        except ClientDisconnect:
+            return _error_response(400, "the client disconnected before sending the whole body",
+                                   headers={"Connection": "close"})
+        except Exception as exc:  # noqa: BLE001 - the server must answer, not die
+            return _error_response(500, f"{type(exc).__name__}: {exc}", "server_error")
+        finally:
+            queue.release()
+
+    async def models(request):
+        return JSONResponse(server.models())
+
+    async def http_error(request, exc: HTTPException):
+        detail = {404: f"no route {request.method} {request.url.path}",
+                  405: f"method {request.method} is not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
+        return _error_response(exc.status_code, str(detail), headers=exc.headers)
+
+    async def server_error(request, exc: Exception):
+        return _error_response(500, f"{type(exc).__name__}: {exc}", "server_error")
+
+    routes = [Route(p, chat, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/chat/completions/")]
+    routes += [Route(p, models, methods=["GET"]) for p in ("/v1/models", "/v1/models/")]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.queue = queue
+    app.state.limits = limits
+    return app
+
+
+def _h11_protocol(header_timeout: float):
+    """uvicorn's h11 protocol, also closing a connection whose request line and headers have not
+    arrived ``header_timeout`` seconds after the connection was made or the request's first bytes
+    (uvicorn times out idle keep-alive connections, not a request that stalls in its headers)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+        _timed_scope: Any = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            waiting_for_headers = self.cycle is None or self.cycle.response_complete
+            if waiting_for_headers and (self._header_timer is None or self._timed_scope is not self.scope):
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._timed_scope = self.scope  # a new request replaces the scope
+            self._header_timer = self.loop.call_later(header_timeout, self._expired, self.scope)
+
+        def _expired(self, scope) -> None:
+            self._header_timer = None
+            if self.scope is scope and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
+class ServerHandle:
+    """A bound, listening server: ``serve_forever()`` (blocks), ``shutdown()`` (from another
+    thread; returns once ``serve_forever`` has returned), ``server_close()``, ``server_address``;
+    the names of ``socketserver``'s servers."""
+
+    def __init__(self, app, sock: socket.socket, limits: ServeLimits):
+        import uvicorn
+
+        self.app = app
+        self.socket = sock
+        self.server_address = sock.getsockname()
+        self.config = uvicorn.Config(app, http=_h11_protocol(limits.read_timeout), ws="none", lifespan="off", log_config=None,
+                                     log_level="warning", access_log=False, backlog=2048,
+                                     timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]  (call_later takes a float)
+                                     timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(self.config)
+        self._started = threading.Event()
+        self._stopped = threading.Event()
+
+    def serve_forever(self) -> None:
+        self._started.set()
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self._stopped.set()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self.server.should_exit = True
+        if self._started.is_set():
+            self._stopped.wait(timeout)
+
+    def server_close(self) -> None:
+        self.socket.close()
+        self.app.state.queue.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def make_server(server: PolicyServer, host: str = "127.0.0.1", port: int = 0,
+                limits: ServeLimits | None = None) -> ServerHandle:
+    """A server for ``server`` bound and listening on ``host:port`` (port 0 = any free port);
+    clients that connect before ``serve_forever`` wait in the listen backlog."""
+    host = check_loopback(host)
+    limits = limits or ServeLimits()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not SO_REUSEPORT: a busy port stays busy
+        sock.bind((host, port))
+        sock.listen(2048)
     except OSError as exc:
+        sock.close()
         raise ProasError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.setblocking(False)
+    return ServerHandle(create_app(server, limits), sock, limits)
