@@ -154,3 +154,59 @@ def test_rollouts_are_logged_every_n_steps_and_at_the_last(tmp_path):
     assert log.step == 4 and len(log.trajectories) == 4 * 4  # tasks_per_step x group_size
     train(cfg("train.steps=2", "train.val_every=0", "train.rollout_log_every=0"), run_dir=tmp_path / "quiet")
     assert not (tmp_path / "quiet" / "rollouts").exists()
+
+
+def test_a_start_says_where_and_what_it_loads_and_a_plain_log_shows_step_1(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=200)  # not a terminal: no bar, plain lines
+    train(cfg("train.steps=3", "train.val_every=0", "env.tasks_per_step=2", "env.group_size=2"),
+          run_dir=tmp_path / "run", console=console)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"run directory: {tmp_path / 'run'}"
+    assert lines[1] == "env toy: 32 training tasks, 16 validation tasks"
+    assert lines[2] == "reference graph: replaying the oracle on 32 training tasks ..."
+    assert re.fullmatch(r"reference graph: \d+ states, \d+ edges from 32 walkthroughs \(\d+s\)", lines[3])
+    steps = [x.split()[1] for x in lines if x.startswith("step ")]
+    assert steps == ["1/3", "3/3"]  # no validation: the first step and the last
+
+
+def test_resuming_and_validating_say_so(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    c = cfg("train.steps=2", "train.val_every=2", "train.save_every=1")
+    train(c, run_dir=tmp_path / "run", stop_after=1, console=Console(file=io.StringIO()))
+    out = io.StringIO()
+    train(None, resume=tmp_path / "run", console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert text.startswith(f"resuming run: {tmp_path / 'run'}\n")
+    assert f"resuming from {tmp_path / 'run' / 'checkpoints' / 'step_000001'} (step 1)" in text
+    first = io.StringIO()
+    train(c, run_dir=tmp_path / "fresh", console=Console(file=first, width=200))
+    assert "validating the untrained policy on 16 tasks ..." in first.getvalue()
+
+
+def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):
+    import io
+
+    import toy_env
+    from rich.console import Console
+
+    orig = toy_env.ToyEnv.reset
+
+    def reset(self, task_id):
+        if task_id == "train-000":
+            raise RuntimeError("bad [bold]markup[/] \x1b[2J\u202e")
+        return orig(self, task_id)
+
+    monkeypatch.setattr(toy_env.ToyEnv, "reset", reset)
+    out = io.StringIO()
+    t = Trainer(cfg("env.options.n_train=4", "algo.graph.source=rollouts"), tmp_path, console=Console(file=out, width=300))
+    t.train_step()
+    text = out.getvalue()
+    assert r"RuntimeError: bad [bold]markup[/] \x1b[2J\u202e" in text and "\x1b" not in text

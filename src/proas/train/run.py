@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from proas.errors import ProasError
@@ -19,6 +20,9 @@ from proas.train.config import Config, relocate_shipped_paths, same_setting
 from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
 
 __all__ = ["default_run_name", "plot_curve", "train"]
+
+#: without a progress bar, the longest silence between two progress lines (seconds)
+PLAIN_LINE_EVERY_S = 60.0
 
 
 def default_run_name(cfg: Config) -> str:
@@ -122,6 +126,10 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
         run_dir.mkdir(parents=True, exist_ok=True)
         write_run_config(run_dir, cfg)
 
+    # said first, so that an interrupted start still tells where its files went; then the
+    # trainer names what it loads (env, task sets, the oracle graph), the slow part of a start
+    console.print(f"{'resuming run' if resume is not None else 'run directory'}: {escape(str(run_dir))}",
+                  soft_wrap=True)
     t_start = time.perf_counter()
     trainer = Trainer(cfg, run_dir, resume=resume is not None, console=console)
     history = trainer.history
@@ -133,12 +141,14 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
         TimeElapsedColumn(), console=console, disable=not show_bar,
     )
     done_this_call = 0
+    last_line = time.monotonic()
     try:
         with progress:
             bar = progress.add_task("train", total=total, completed=trainer.step, info="")
             if trainer.step == 0 and not history:
                 rec: dict[str, Any] = {"step": 0}
-                if cfg.train.val_before_train and cfg.train.val_every:
+                if cfg.train.val_before_train and cfg.train.val_every and trainer.val_ids:
+                    console.print(f"validating the untrained policy on {len(trainer.val_ids)} tasks ...")
                     rec.update(trainer.run_validation(0))
                 sink.write(rec)
                 history.append(rec)
@@ -162,8 +172,12 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
                     info += f"  val SR {100 * rec['val/sr']:5.1f}%"
                 done_this_call += 1
                 progress.update(bar, completed=k, info=info)
-                if not show_bar and ("val/sr" in rec or k == total):
+                # without a bar (a log file, a pipe): the first step at once, so that a start is
+                # seen to have worked, then validations, the last step and a line a minute
+                if not show_bar and (done_this_call == 1 or "val/sr" in rec or k == total
+                                     or time.monotonic() - last_line >= PLAIN_LINE_EVERY_S):
                     console.print(f"step {k}/{total}  {info}", soft_wrap=True)
+                    last_line = time.monotonic()
     finally:
         sink.close()
 
