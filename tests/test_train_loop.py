@@ -210,3 +210,52 @@ def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):
     t.train_step()
     text = out.getvalue()
     assert r"RuntimeError: bad [bold]markup[/] \x1b[2J\u202e" in text and "\x1b" not in text
+
+
+def _history(peak_train: float, peak_val: float, steps: int = 60):
+    rows = [{"step": 0, "val/sr": 0.0}]
+    for k in range(1, steps + 1):
+        rec = {"step": k, "train/sr": peak_train * k / steps}
+        if k % 10 == 0:
+            rec["val/sr"] = peak_val * k / steps
+        rows.append(rec)
+    return rows
+
+
+def _curve(tmp_path, monkeypatch, history):
+    """Write curve.png through the trainer's own function; return the figure it drew."""
+    import matplotlib.pyplot as plt
+
+    from proas.train.run import plot_curve
+
+    drawn = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
+    plot_curve(history, tmp_path / "curve.png", "t")
+    monkeypatch.setattr(plt, "close", close)
+    assert (tmp_path / "curve.png").stat().st_size > 1000 and len(drawn) == 1
+    return drawn[0]
+
+
+@pytest.mark.parametrize("peak_train, peak_val, top", [(0.18, 0.19, 25.0), (0.9, 0.6, 100.0), (0.0, 0.0, 10.0)])
+def test_learning_curve_y_axis_fits_the_data(tmp_path, monkeypatch, peak_train, peak_val, top):
+    import matplotlib.pyplot as plt
+
+    fig = _curve(tmp_path, monkeypatch, _history(peak_train, peak_val))
+    lo, hi = fig.axes[0].get_ylim()
+    plt.close(fig)
+    assert -0.03 * top <= lo < 0.0  # 0% stays visible above the frame
+    assert top <= hi <= top * 1.03 and hi >= 100 * max(peak_train, peak_val)
+
+
+def test_learning_curve_legend_covers_no_point(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    fig = _curve(tmp_path, monkeypatch, _history(0.18, 0.19))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legends = fig.legends + ([ax.get_legend()] if ax.get_legend() else [])
+    assert len(legends) == 1
+    box = legends[0].get_window_extent()
+    assert not box.overlaps(ax.get_window_extent())  # outside the axes, so over no curve
+    plt.close(fig)
