@@ -112,7 +112,7 @@ def test_a_foreign_env_name_is_a_clear_error(tmp_path):
 def test_eval_prints_the_per_type_table(tmp_path, capsys):
     train(cfg("train.steps=2", "train.val_every=2", "env.fixed_val_set.size=4"), run_dir=tmp_path / "run")
     capsys.readouterr()
-    # more tasks than the run validated on: the first 8 of the same validation set
+    # more tasks than the run validated on: 8 of the same validation set (one type: the first 8)
     assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step"] >= 0
     assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8"]) == 0
@@ -259,3 +259,26 @@ def test_learning_curve_legend_covers_no_point(tmp_path, monkeypatch):
     box = legends[0].get_window_extent()
     assert not box.overlaps(ax.get_window_extent())  # outside the axes, so over no curve
     plt.close(fig)
+
+
+def test_spread_over_types_takes_turns_and_keeps_set_order():
+    from proas.train.evaluate import spread_over_types
+
+    ids = [f"pick-{i}" for i in range(5)] + ["look-0", "look-1"] + [f"heat-{i}" for i in range(5)]
+    types = [t.split("-")[0] for t in ids]
+    assert spread_over_types(ids, types, 6) == ["pick-0", "pick-1", "look-0", "look-1", "heat-0", "heat-1"]
+    ten = spread_over_types(ids, types, 10)  # look runs out after 2: the others share the rest
+    assert ten == [f"pick-{i}" for i in range(4)] + ["look-0", "look-1"] + [f"heat-{i}" for i in range(4)]
+    assert spread_over_types(ids, types, 4) == ["pick-0", "pick-1", "look-0", "heat-0"]
+    assert spread_over_types(ids, types, 50) == ids
+
+
+def test_eval_tasks_cover_every_task_type_of_household(tmp_path, capsys):
+    train(build_config(["env.name=household", "train.steps=1", "env.tasks_per_step=2", "env.group_size=2",
+                        "train.val_every=0", "algo.graph.oracle_tasks=4", "train.progress=false"]),
+          run_dir=tmp_path / "run")
+    capsys.readouterr()
+    assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "12", "--json"]) == 0
+    fig = json.loads(capsys.readouterr().out)
+    types = {k for k in fig if k.startswith("sr/")}
+    assert len(types) == 6, types  # the shipped set is sorted by type: its first 12 are all "pick"
