@@ -282,3 +282,12 @@ def test_eval_tasks_cover_every_task_type_of_household(tmp_path, capsys):
     fig = json.loads(capsys.readouterr().out)
     types = {k for k in fig if k.startswith("sr/")}
     assert len(types) == 6, types  # the shipped set is sorted by type: its first 12 are all "pick"
+
+
+def test_eval_table_shows_env_task_types_literally(capsys):
+    from proas.train.evaluate import print_val_table
+    from proas.train.loop import ValResult
+
+    print_val_table(ValResult(sr=0.5, ts=50.0, steps=3.0, by_type={"[bold]t\x1b[2J": (1, 2)}))
+    out = capsys.readouterr().out
+    assert r"[bold]t\x1b[2J" in out and "\x1b" not in out

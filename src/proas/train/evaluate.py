@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from proas.termtext import safe_text
 from proas.train import checkpoint as ckpt
 from proas.train.config import config_from_yaml
 from proas.train.loop import (
@@ -88,7 +89,7 @@ def print_val_table(res: ValResult, title: str | None = None) -> None:
     for name, justify in (("task type", "left"), ("won", "right"), ("tasks", "right"), ("SR %", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t, (won, total) in sorted(res.by_type.items()):
-        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
+        table.add_row(safe_text(t, newlines=False), str(won), str(total), f"{100 * won / total:.1f}")  # env text
     won = sum(w for w, _ in res.by_type.values())
     total = sum(n for _, n in res.by_type.values())
     table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")
