@@ -206,7 +206,8 @@ def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):
 
     monkeypatch.setattr(toy_env.ToyEnv, "reset", reset)
     out = io.StringIO()
-    t = Trainer(cfg("env.options.n_train=4", "algo.graph.source=rollouts"), tmp_path, console=Console(file=out, width=300))
+    t = Trainer(cfg("env.options.n_train=4", "algo.graph.source=rollouts"), tmp_path,
+                console=Console(file=out, width=300))
     t.train_step()
     text = out.getvalue()
     assert r"RuntimeError: bad [bold]markup[/] \x1b[2J\u202e" in text and "\x1b" not in text

@@ -52,7 +52,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     log = read_rollouts(run_dir, args.step)
     if args.html is None:
-        Console(width=args.width).print(inspection(log, args.task, args.trajectory, observations=args.observations or None))
+        view = inspection(log, args.task, args.trajectory, observations=args.observations or None)
+        Console(width=args.width).print(view)
         return 0
     from proas.credit import ReferenceGraph
     from proas.inspect.html import render_html

@@ -303,5 +303,5 @@ def inspection(log: RolloutLog, task: str | None = None, trajectory: str | None 
 
     ``observations``: the step table's layout (see ``trajectory_table``)."""
     group, traj = select(log, task, trajectory)
-    return Group(overview_table(log), "", group_table(group, traj), "", trajectory_table(traj, observations=observations),
-                 "", legend())
+    steps = trajectory_table(traj, observations=observations)
+    return Group(overview_table(log), "", group_table(group, traj), "", steps, "", legend())
