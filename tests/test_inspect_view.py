@@ -15,7 +15,7 @@ from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.inspect.html import arg_elements, path_states
 from proas.inspect.rollout_log import LoggedStep, read_rollouts
-from proas.inspect.view import abbreviate, group_table, select, short_state, step_note, trajectory_table
+from proas.inspect.view import abbreviate, group_table, overview_table, select, short_state, step_note, trajectory_table
 
 TYPE = "pick_and_place_simple"
 
@@ -55,7 +55,7 @@ def test_default_selection_among_equals_is_the_first_group_and_its_first_reshape
     assert traj.trajectory == "g0/noisy"  # the oracle's credit is unchanged by shaping
 
 
-def _hand_log(tmp_path, groups, texts=None):
+def _hand_log(tmp_path, groups, texts=None, task_type="t"):
     """A logged step from ``groups``: ``{group: [(won, [advantage per step]), ...]}``; the base
     advantage and A_i are the step's advantage (nothing reshaped)."""
     import numpy as np
@@ -70,7 +70,7 @@ def _hand_log(tmp_path, groups, texts=None):
             steps = [Step(state="t|a", action=text.get("action", f"act {j}"), next_state=text.get("state", "t|b"),
                           error=False, extra={"observation": text.get("observation", "obs")}) for j in range(len(advs))]
             trajs.append(Trajectory(group=g, trajectory=text.get("id", f"{g}/{k}"), reward=1.0 if won else 0.0,
-                                    steps=steps, task_type="t", won=won))
+                                    steps=steps, task_type=task_type, won=won))
             adv.extend(advs)
     n = len(adv)
     offsets = np.cumsum([0] + [len(t.steps) for t in trajs])
@@ -179,7 +179,17 @@ def test_inspect_cli_at_80_columns_shows_every_step_column(run, capsys):
     out = capsys.readouterr().out
     assert max(len(x) for x in out.splitlines()) <= 80
     assert _header_and_rows(out)[0].split()[-7:] == ["Rea", "PA", "FD", "U", "base", "shaped", "note"]
-    assert "pick_and_place_simple" in out  # the task type column folds instead of cutting
+    header = next(x for x in out.splitlines() if "success" in x)
+    assert header.split() == ["task", "type", "G", "success", "steps", "masked", "APR", "↑", "APR", "↓"]
+    for gid in ("g0", "g1"):  # one line a group, its type whole
+        assert re.search(rf"^ ?{gid} +pick_and_place_simple +4 +2/4 +\d+\.\d +2 +12 +12 *$", out, re.M)
+
+
+def test_overview_fits_the_longest_household_type_at_80_columns(tmp_path):
+    log = _hand_log(tmp_path, {"s40b0g10": [(True, [1.0]), (False, [-1.0])]}, task_type="pick_clean_then_place_in_recep")
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(overview_table(log))
+    assert re.search(r"^ ?s40b0g10 +pick_clean_then_place_in_recep +2 +1/2 ", console.export_text(), re.M)
 
 
 EVIL = {"action": "go\x1b[2J\x1b]0;pwned\x07 to\x00 x\x7f\u202eevil", "observation": "look\x1b[31m red\r\u2066",

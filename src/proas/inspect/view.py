@@ -155,9 +155,11 @@ def _fmt(x: float) -> str:
 
 def overview_table(log: RolloutLog, limit: int = 20) -> Table:
     """One row per task group of the batch."""
-    table = Table(title=f"RL step {log.step}: {len(log.trajectories)} trajectories, {len(log.groups())} tasks", title_justify="left")
-    for col in ("task", "type", "G", "success", "mean steps", "masked", "APR ↑", "APR ↓"):
-        # fold rather than cut: a long task type stays readable in a narrow terminal
+    # light rules and one space between columns: household's longest type (30 characters) then
+    # fits on one line at 80 columns
+    table = Table(title=f"RL step {log.step}: {len(log.trajectories)} trajectories, {len(log.groups())} tasks",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0), collapse_padding=True, pad_edge=False)
+    for col in ("task", "type", "G", "success", "steps", "masked", "APR ↑", "APR ↓"):
         table.add_column(col, justify="left" if col in ("task", "type") else "right", overflow="fold")
     for n, (gid, members) in enumerate(log.groups().items()):
         if n == limit:
