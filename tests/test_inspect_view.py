@@ -15,7 +15,7 @@ from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.inspect.html import arg_elements, path_states
 from proas.inspect.rollout_log import LoggedStep, read_rollouts
-from proas.inspect.view import group_table, select, short_state, trajectory_table
+from proas.inspect.view import abbreviate, group_table, overview_table, select, short_state, step_note, trajectory_table
 
 TYPE = "pick_and_place_simple"
 
@@ -49,10 +49,53 @@ def test_step_kind_and_weight(a_i, base, adv, kind, weight):
     assert (s.weight is None) if weight is None else s.weight == pytest.approx(weight)
 
 
-def test_default_selection_is_the_first_group_and_its_first_reshaped_trajectory(run):
-    group, traj = select(run.log)
+def test_default_selection_among_equals_is_the_first_group_and_its_first_reshaped_trajectory(run):
+    group, traj = select(run.log)  # both groups: 2 of 4 won, as many steps reshaped
     assert [t.trajectory for t in group] == ["g0/oracle", "g0/noisy", "g0/random0", "g0/random1"]
     assert traj.trajectory == "g0/noisy"  # the oracle's credit is unchanged by shaping
+
+
+def _hand_log(tmp_path, groups, texts=None, task_type="t"):
+    """A logged step from ``groups``: ``{group: [(won, [advantage per step]), ...]}``; the base
+    advantage and A_i are the step's advantage (nothing reshaped)."""
+    import numpy as np
+
+    from proas.inspect.rollout_log import write_rollouts
+    from proas.types import Step, Trajectory
+
+    trajs, adv = [], []
+    for g, members in groups.items():
+        for k, (won, advs) in enumerate(members):
+            text = (texts or {}).get((g, k), {})
+            steps = [Step(state="t|a", action=text.get("action", f"act {j}"), next_state=text.get("state", "t|b"),
+                          error=False, extra={"observation": text.get("observation", "obs")}) for j in range(len(advs))]
+            trajs.append(Trajectory(group=g, trajectory=text.get("id", f"{g}/{k}"), reward=1.0 if won else 0.0,
+                                    steps=steps, task_type=task_type, won=won))
+            adv.extend(advs)
+    n = len(adv)
+    offsets = np.cumsum([0] + [len(t.steps) for t in trajs])
+    a = np.array(adv, dtype=float)
+    a_i = np.concatenate([np.full(len(t.steps), a[lo]) for t, lo in zip(trajs, offsets[:-1])])
+    credit = SimpleNamespace(offsets=offsets, rea=np.ones(n, int), pa=np.ones(n, int), fd=np.zeros(n),
+                             base_advantage=a, advantage=a, uniform=np.ones(n, bool), traj_advantage=a_i)
+    write_rollouts(tmp_path, 3, trajs, credit)
+    return read_rollouts(tmp_path)
+
+
+def test_default_group_has_both_wins_and_failures_not_the_first(tmp_path):
+    log = _hand_log(tmp_path, {
+        "all-failed": [(False, [0.0, 0.0])] * 4,  # nothing to learn: every advantage zero
+        "all-won": [(True, [0.0])] * 4,
+        "mixed": [(True, [1.0]), (False, [-1.0, -1.0]), (False, [-1.0])],
+    })
+    group, traj = select(log)
+    assert group[0].group == "mixed" and traj.trajectory == "mixed/0"
+    assert select(log, task="all-failed")[0][0].group == "all-failed"  # an explicit choice is kept
+
+
+def test_without_a_mixed_group_the_default_is_the_one_with_credit(tmp_path):
+    log = _hand_log(tmp_path, {"zero": [(False, [0.0])] * 2, "some": [(False, [0.0, 0.3]), (False, [-0.3])]})
+    assert select(log)[0][0].group == "some"
 
 
 def test_select_by_task_id_group_id_and_index(run):
@@ -94,6 +137,82 @@ def test_trajectory_view_shows_credit_and_notes(run):
     first = failed.steps[0]
     assert f"APR ↑ ×{first.weight:.2f}" in text and first.weight > 1
     assert "APR ↓" in text
+
+
+def _header_and_rows(text: str) -> tuple[str, list[str]]:
+    lines = text.splitlines()
+    k = next(i for i, x in enumerate(lines) if "Rea" in x)
+    return lines[k], lines[k + 1:]
+
+
+@pytest.mark.parametrize("name", ["g0/noisy", "g0/random0"])
+def test_step_table_is_readable_at_80_columns(run, name):
+    _, traj = select(run.log, trajectory=name)
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(trajectory_table(traj))
+    text = console.export_text()
+    assert max(len(x) for x in text.splitlines()) <= 80
+    header, rows = _header_and_rows(text)
+    assert header.split() == ["t", "action", "→", "next", "state", "Rea", "PA", "FD", "U", "base", "shaped", "note"]
+    body = "\n".join(rows)
+    for s in traj.steps:
+        # the step's own line: t, the whole action, then every figure and the note, in order
+        note = re.escape(step_note(s)) if step_note(s) else ""
+        row = (rf"^\s*{s.t} {re.escape(s.action)}(  \(error\))?\s+{s.rea}\s+{s.pa}\s+{s.fd:g}\s+✓\s+"
+               rf"{re.escape(f'{s.base_advantage:+.3f}')}\s+{re.escape(f'{s.advantage:+.3f}')}\s*{note}\s*$")
+        assert re.search(row, body, re.M), (row, body)
+        assert "→ " + short_state(s.next_state, traj.task_type) in body
+
+
+def test_step_table_shows_observations_when_wide_or_asked(run):
+    _, traj = select(run.log, trajectory="g0/noisy")
+    first_obs = abbreviate(traj.steps[1].observation, 48)
+    assert first_obs in _text(trajectory_table(traj))  # 250 columns: the wide layout
+    narrow = Console(width=80, record=True, file=io.StringIO())
+    narrow.print(trajectory_table(traj))
+    assert first_obs not in narrow.export_text()
+    assert "observation" in _text(trajectory_table(traj, observations=True))
+
+
+def test_inspect_cli_at_80_columns_shows_every_step_column(run, capsys):
+    assert main(["inspect", str(run.dir), "--width", "80"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(x) for x in out.splitlines()) <= 80
+    assert _header_and_rows(out)[0].split()[-7:] == ["Rea", "PA", "FD", "U", "base", "shaped", "note"]
+    header = next(x for x in out.splitlines() if "success" in x)
+    assert header.split() == ["task", "type", "G", "success", "steps", "masked", "APR", "↑", "APR", "↓"]
+    for gid in ("g0", "g1"):  # one line a group, its type whole
+        assert re.search(rf"^ ?{gid} +pick_and_place_simple +4 +2/4 +\d+\.\d +2 +12 +12 *$", out, re.M)
+
+
+def test_overview_fits_the_longest_household_type_at_80_columns(tmp_path):
+    log = _hand_log(tmp_path, {"s40b0g10": [(True, [1.0]), (False, [-1.0])]}, task_type="pick_clean_then_place_in_recep")
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(overview_table(log))
+    assert re.search(r"^ ?s40b0g10 +pick_clean_then_place_in_recep +2 +1/2 ", console.export_text(), re.M)
+
+
+EVIL = {"action": "go\x1b[2J\x1b]0;pwned\x07 to\x00 x\x7f\u202eevil", "observation": "look\x1b[31m red\r\u2066",
+        "state": "t|\x9bq", "id": "g/\x1b[5m"}
+
+
+def test_control_characters_and_bidi_overrides_are_escaped_in_every_view(tmp_path, capsys):
+    _hand_log(tmp_path, {"g": [(True, [1.0]), (False, [-1.0])]}, texts={("g", 0): EVIL})
+    assert main(["inspect", str(tmp_path), "--task", "g", "--trajectory", "0", "--observations", "--width", "250"]) == 0
+    out = capsys.readouterr().out
+    bad = [ch for ch in out if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f or ch in "\u202e\u2066"]
+    assert not bad, bad
+    assert r"go\x1b[2J\x1b]0;pwned\x07 to\x00 x\x7f\u202eevil" in out
+    assert r"look\x1b[31m red \u2066" in out  # the one-line cell turned the CR into a space
+    assert r"\x9bq" in out and r"g/\x1b[5m" in out
+
+
+def test_markup_like_text_is_shown_literally(tmp_path, capsys):
+    _hand_log(tmp_path, {"g": [(True, [1.0]), (False, [-1.0])]},
+              texts={("g", 0): {"action": "put [bold]mug[/bold] in [/] box", "id": "[red]id"}})
+    assert main(["inspect", str(tmp_path), "--task", "g", "--trajectory", "0", "--width", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "put [bold]mug[/bold] in [/] box" in out and "[red]id" in out
 
 
 def test_styles_mark_masked_and_up_weighted_steps(run):

@@ -126,7 +126,7 @@ def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, capsys, bad):
 def test_eval_prints_the_per_type_table(tmp_path, capsys):
     train(cfg("train.steps=2", "train.val_every=2", "env.fixed_val_set.size=4"), run_dir=tmp_path / "run")
     capsys.readouterr()
-    # more tasks than the run validated on: the first 8 of the same validation set
+    # more tasks than the run validated on: 8 of the same validation set (one type: the first 8)
     assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step"] >= 0
     assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "8"]) == 0
@@ -221,3 +221,141 @@ def test_rollouts_are_logged_every_n_steps_and_at_the_last(tmp_path):
     assert log.step == 4 and len(log.trajectories) == 4 * 4  # tasks_per_step x group_size
     train(cfg("train.steps=2", "train.val_every=0", "train.rollout_log_every=0"), run_dir=tmp_path / "quiet")
     assert not (tmp_path / "quiet" / "rollouts").exists()
+
+
+def test_a_start_says_where_and_what_it_loads_and_a_plain_log_shows_step_1(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=200)  # not a terminal: no bar, plain lines
+    train(cfg("train.steps=3", "train.val_every=0", "env.tasks_per_step=2", "env.group_size=2"),
+          run_dir=tmp_path / "run", console=console)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"run directory: {tmp_path / 'run'}"
+    assert lines[1] == "env toy: 32 training tasks, 16 validation tasks"
+    assert lines[2] == "reference graph: replaying the oracle on 32 training tasks ..."
+    assert re.fullmatch(r"reference graph: \d+ states, \d+ edges from 32 walkthroughs \(\d+s\)", lines[3])
+    steps = [x.split()[1] for x in lines if x.startswith("step ")]
+    assert steps == ["1/3", "3/3"]  # no validation: the first step and the last
+
+
+def test_resuming_and_validating_say_so(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    c = cfg("train.steps=2", "train.val_every=2", "train.save_every=1")
+    train(c, run_dir=tmp_path / "run", stop_after=1, console=Console(file=io.StringIO()))
+    out = io.StringIO()
+    train(None, resume=tmp_path / "run", console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert text.startswith(f"resuming run: {tmp_path / 'run'}\n")
+    assert f"resuming from {tmp_path / 'run' / 'checkpoints' / 'step_000001'} (step 1)" in text
+    first = io.StringIO()
+    train(c, run_dir=tmp_path / "fresh", console=Console(file=first, width=200))
+    assert "validating the untrained policy on 16 tasks ..." in first.getvalue()
+
+
+def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):
+    import io
+
+    import toy_env
+    from rich.console import Console
+
+    orig = toy_env.ToyEnv.reset
+
+    def reset(self, task_id):
+        if task_id == "train-000":
+            raise RuntimeError("bad [bold]markup[/] \x1b[2J\u202e")
+        return orig(self, task_id)
+
+    monkeypatch.setattr(toy_env.ToyEnv, "reset", reset)
+    out = io.StringIO()
+    t = Trainer(cfg("env.options.n_train=4", "algo.graph.source=rollouts"), tmp_path,
+                console=Console(file=out, width=300))
+    t.train_step()
+    text = out.getvalue()
+    assert r"RuntimeError: bad [bold]markup[/] \x1b[2J\u202e" in text and "\x1b" not in text
+
+
+def _history(peak_train: float, peak_val: float, steps: int = 60):
+    rows = [{"step": 0, "val/sr": 0.0}]
+    for k in range(1, steps + 1):
+        rec = {"step": k, "train/sr": peak_train * k / steps}
+        if k % 10 == 0:
+            rec["val/sr"] = peak_val * k / steps
+        rows.append(rec)
+    return rows
+
+
+def _curve(tmp_path, monkeypatch, history):
+    """Write curve.png through the trainer's own function; return the figure it drew."""
+    import matplotlib.pyplot as plt
+
+    from proas.train.run import plot_curve
+
+    drawn = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
+    plot_curve(history, tmp_path / "curve.png", "t")
+    monkeypatch.setattr(plt, "close", close)
+    assert (tmp_path / "curve.png").stat().st_size > 1000 and len(drawn) == 1
+    return drawn[0]
+
+
+@pytest.mark.parametrize("peak_train, peak_val, top", [(0.18, 0.19, 25.0), (0.9, 0.6, 100.0), (0.0, 0.0, 10.0)])
+def test_learning_curve_y_axis_fits_the_data(tmp_path, monkeypatch, peak_train, peak_val, top):
+    import matplotlib.pyplot as plt
+
+    fig = _curve(tmp_path, monkeypatch, _history(peak_train, peak_val))
+    lo, hi = fig.axes[0].get_ylim()
+    plt.close(fig)
+    assert -0.03 * top <= lo < 0.0  # 0% stays visible above the frame
+    assert top <= hi <= top * 1.03 and hi >= 100 * max(peak_train, peak_val)
+
+
+def test_learning_curve_legend_covers_no_point(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    fig = _curve(tmp_path, monkeypatch, _history(0.18, 0.19))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legends = fig.legends + ([ax.get_legend()] if ax.get_legend() else [])
+    assert len(legends) == 1
+    box = legends[0].get_window_extent()
+    assert not box.overlaps(ax.get_window_extent())  # outside the axes, so over no curve
+    plt.close(fig)
+
+
+def test_spread_over_types_takes_turns_and_keeps_set_order():
+    from proas.train.evaluate import spread_over_types
+
+    ids = [f"pick-{i}" for i in range(5)] + ["look-0", "look-1"] + [f"heat-{i}" for i in range(5)]
+    types = [t.split("-")[0] for t in ids]
+    assert spread_over_types(ids, types, 6) == ["pick-0", "pick-1", "look-0", "look-1", "heat-0", "heat-1"]
+    ten = spread_over_types(ids, types, 10)  # look runs out after 2: the others share the rest
+    assert ten == [f"pick-{i}" for i in range(4)] + ["look-0", "look-1"] + [f"heat-{i}" for i in range(4)]
+    assert spread_over_types(ids, types, 4) == ["pick-0", "pick-1", "look-0", "heat-0"]
+    assert spread_over_types(ids, types, 50) == ids
+
+
+def test_eval_tasks_cover_every_task_type_of_household(tmp_path, capsys):
+    train(build_config(["env.name=household", "train.steps=1", "env.tasks_per_step=2", "env.group_size=2",
+                        "train.val_every=0", "algo.graph.oracle_tasks=4", "train.progress=false"]),
+          run_dir=tmp_path / "run")
+    capsys.readouterr()
+    assert proas_main(["eval", str(tmp_path / "run"), "--tasks", "12", "--json"]) == 0
+    fig = json.loads(capsys.readouterr().out)
+    types = {k for k in fig if k.startswith("sr/")}
+    assert len(types) == 6, types  # the shipped set is sorted by type: its first 12 are all "pick"
+
+
+def test_eval_table_shows_env_task_types_literally(capsys):
+    from proas.train.evaluate import print_val_table
+    from proas.train.loop import ValResult
+
+    print_val_table(ValResult(sr=0.5, ts=50.0, steps=3.0, by_type={"[bold]t\x1b[2J": (1, 2)}))
+    out = capsys.readouterr().out
+    assert r"[bold]t\x1b[2J" in out and "\x1b" not in out

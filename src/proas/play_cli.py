@@ -4,6 +4,11 @@ Shows the observation and the admissible commands (when the env has them); a com
 as text or by its number in the list. ``hint`` prints the oracle's next action (``env.hint()``,
 or the first step of ``env.oracle(task)`` before any move), ``quit`` leaves.
 
+Env text (observations, commands, hints) is printed with its control characters escaped
+(``proas.termtext``). A typed command is not printed again when the terminal already shows it
+(standard input is a terminal); a command picked by its number is shown as ``→ command``.
+With piped input nothing is shown by the terminal, so each command is printed as ``> command``.
+
 Envs are found by name in ``ENV_FACTORIES`` ("module:function", imported only when used); the
 factory takes keyword options (``backend`` for household).
 """
@@ -15,7 +20,12 @@ import importlib
 import sys
 from typing import Any, Callable, TextIO
 
+from rich.columns import Columns
+from rich.console import Console
+from rich.text import Text
+
 from proas.errors import ProasError
+from proas.termtext import safe_text
 
 ENV_FACTORIES: dict[str, str] = {
     "household": "proas.envs.household:make_household_env",
@@ -43,45 +53,76 @@ def _hint(env: Any, task: str, moved: bool) -> str | None:
     return None
 
 
-def play(env: Any, task: str, read: Callable[[], str], out: TextIO) -> int:
-    """Run the loop; returns 0 when the task was won, 1 otherwise."""
+def admissible_list(adm: list[str]) -> Columns:
+    """The numbered commands in columns (numbers running down): a command is never split
+    across lines, as one long ``|``-joined line wrapped by the terminal was."""
+    items = [Text(f"[{i}] ") + safe_text(c, newlines=False) for i, c in enumerate(adm, 1)]
+    return Columns(items, padding=(0, 3), column_first=True)
+
+
+def play(env: Any, task: str, read: Callable[[], str], out: TextIO, *, echo: bool = True,
+         width: int | None = None) -> int:
+    """Run the loop; returns 0 when the task was won, 1 otherwise.
+
+    ``echo``: print each command read as ``> command`` (for input the terminal does not show);
+    ``width``: the output's width in columns (default: the terminal's, else 80).
+    """
+    console = Console(file=out, width=width, highlight=False, emoji=False)
+
+    def show(text: Any = "", style: str = "", *, one_line: bool = False) -> None:
+        # a command (hint, echo) stays one line even if the terminal wraps it: it is copied
+        # from there; observations are wrapped at word boundaries
+        console.print(text if isinstance(text, Text) else safe_text(text, style), soft_wrap=one_line)
+
     obs, info = env.reset(task)
-    print(obs, file=out)
-    print("(type a command or its number; 'hint' for the oracle's next action, 'quit' to leave)", file=out)
+    show(obs)
+    show("(type a command or its number; 'hint' for the oracle's next action, 'quit' to leave)", "dim")
     moved = False
-    show = True
+    fresh = True
     while True:
         adm = info.get("admissible")
-        if adm and show:
-            print("\nadmissible: " + " | ".join(f"[{i}] {c}" for i, c in enumerate(adm, 1)), file=out)
-        show = False
+        if adm and fresh:
+            show()
+            show("admissible:", "bold")
+            console.print(admissible_list(adm))
+        fresh = False
         try:
-            line = read().strip()
+            typed = read().strip()
         except EOFError:
             return 1
-        if line in ("quit", "exit"):
+        if typed in ("quit", "exit"):
             return 1
-        if line == "hint":
+        if typed == "hint":
             h = _hint(env, task, moved)
-            print(f"hint: {h}" if h else "hint: none available", file=out)
+            show(f"hint: {h}" if h else "hint: none available", one_line=True)
             continue
-        if line.isdigit() and adm and 1 <= int(line) <= len(adm):
-            line = adm[int(line) - 1]
+        line = typed
+        if typed.isdigit() and adm and 1 <= int(typed) <= len(adm):
+            line = adm[int(typed) - 1]
+        if echo:
+            show(f"> {line}", one_line=True)
+        elif line != typed:
+            show(f"→ {line}", "dim", one_line=True)
         obs, reward, done, info = env.step(line)
-        moved = show = True
-        print(f"> {line}\n{obs}", file=out)
+        moved = fresh = True
+        show(obs)
         if info.get("error"):
-            print(f"(rejected: {info.get('error_kind') or 'error'})", file=out)
+            show(f"(rejected: {info.get('error_kind') or 'error'})", "yellow")
         if done:
             won = bool(info.get("won"))
-            print(f"\n{'WON' if won else 'episode over (not won)'} after {info.get('steps', '?')} steps, reward {reward}", file=out)
+            show()
+            show(f"{'WON' if won else 'episode over (not won)'} after {info.get('steps', '?')} steps, reward {reward}",
+                 "bold green" if won else "bold")
             return 0 if won else 1
 
 
 def cmd_play(args: argparse.Namespace) -> int:
     kwargs = {"backend": args.backend} if args.backend else {}
     env = make_env(args.env, **kwargs)
-    play(env, args.task, lambda: input("> "), sys.stdout)
+    # a terminal shows what is typed after the prompt; piped input shows nothing, so the loop
+    # prints the command instead, and a prompt would only clutter the transcript
+    interactive = sys.stdin.isatty()
+    play(env, args.task, lambda: input("> " if interactive else ""), sys.stdout, echo=not interactive)
     return 0  # quitting or losing a game is not a command failure
 
 

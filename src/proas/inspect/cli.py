@@ -52,7 +52,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     log = read_rollouts(run_dir, args.step)
     if args.html is None:
-        Console(width=args.width).print(inspection(log, args.task, args.trajectory))
+        view = inspection(log, args.task, args.trajectory, observations=args.observations or None)
+        Console(width=args.width).print(view)
         return 0
     from proas.credit import ReferenceGraph
     from proas.inspect.html import render_html
@@ -91,10 +92,13 @@ def register(sub: Any) -> None:
     p = sub.add_parser("inspect", help="show why each step of a logged batch got its credit (terminal or HTML)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory (with rollouts/)")
     p.add_argument("--step", type=_step, default=None, help="RL step to inspect (default: the newest logged)")
-    p.add_argument("--task", default=None, help="group id or task id (default: the first of the batch)")
+    p.add_argument("--task", default=None, help="group id or task id (default: the most informative group, "
+                   "one with both wins and failures)")
     p.add_argument("--trajectory", default=None, help="trajectory id, or its index in the group")
     p.add_argument("--html", default=None, metavar="OUT.html", help="write a self-contained page with the reference graph")
     p.add_argument("--graph", default=None, help="reference graph file (default: the run's checkpoint)")
     p.add_argument("--max-nodes", type=_positive, default=300, help="cap on the graph states drawn (default 300)")
+    p.add_argument("--observations", action="store_true", help="show each step's observation in the step table "
+                   "(needs about 160 columns; shown anyway from 180)")
     p.add_argument("--width", type=_positive, default=None, help="terminal width (default: detected)")
     p.set_defaults(func=cmd_inspect)

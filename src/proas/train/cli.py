@@ -32,7 +32,9 @@ def register(sub) -> None:
     e = sub.add_parser("eval", help="evaluate a trained policy on the validation set")
     e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="a run directory (its best checkpoint) or a "
                    "checkpoint directory / state.pt")
-    e.add_argument("--tasks", type=int, default=None, help="number of validation tasks (default: the run's)")
+    e.add_argument("--tasks", type=int, default=None, help="number of validation tasks, spread evenly over the "
+                   "task types of the whole validation set (the types take turns, each its next task in set "
+                   "order); default: the run's own validation tasks")
     e.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's "
                    "policy.val_temperature; 0 = greedy)")
     e.add_argument("--seed", type=int, default=0, help="seed of the evaluation's sampling")

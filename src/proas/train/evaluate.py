@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from proas.termtext import safe_text
 from proas.train import checkpoint as ckpt
 from proas.train.config import config_from_yaml
 from proas.train.loop import (
@@ -17,7 +20,28 @@ from proas.train.loop import (
     validate,
 )
 
-__all__ = ["evaluate_checkpoint", "print_val_table"]
+__all__ = ["evaluate_checkpoint", "print_val_table", "spread_over_types"]
+
+
+def spread_over_types(ids: Sequence[str], types: Sequence[str], n: int) -> list[str]:
+    """``n`` of ``ids`` spread evenly over their task types, deterministically.
+
+    The types take turns in the order they first appear in ``ids``; each turn takes the type's
+    next task in set order, and a type that has run out is skipped. So every type gets
+    ``n // k`` or one more (k types) while it has tasks. The result keeps set order. The first
+    ``n`` would do instead only for a set that is shuffled; the shipped household set is sorted
+    by type, so its first 16 are all of one type.
+    """
+    by_type: dict[str, list[str]] = {}
+    for tid, typ in zip(ids, types):
+        by_type.setdefault(typ, []).append(tid)
+    chosen: set[str] = set()
+    queues = [list(v) for v in by_type.values()]
+    while len(chosen) < min(n, len(ids)):
+        for q in queues:
+            if q and len(chosen) < n:
+                chosen.add(q.pop(0))
+    return [t for t in ids if t in chosen]
 
 
 def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: float | None = None,
@@ -32,14 +56,28 @@ def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: 
     make = make_env_factory(cfg.env.name, cfg.env.options)
     env0 = make()
     # the validation set the run used (fixed file, shipped set or the env's valid split)
-    if tasks is not None:  # the first ``tasks`` of the same validation set, more or fewer than the run used
-        cfg.env.fixed_val_set.size = tasks
-    ids = Trainer._val_ids_for(cfg, env0, str(getattr(env0, "name", cfg.env.name)))
+    env_name = str(getattr(env0, "name", cfg.env.name))
+    if tasks is not None:
+        # ``tasks`` of the whole set (more or fewer than the run used), spread over task types
+        cfg.env.fixed_val_set.size = sys.maxsize
+        ids = Trainer._val_ids_for(cfg, env0, env_name)
+        if tasks < len(ids):
+            ids = spread_over_types(ids, [_task_type(env0, t) for t in ids], tasks)
+    else:
+        ids = Trainer._val_ids_for(cfg, env0, env_name)
     envs = [env0] + [make() for _ in range(len(ids) - 1)]
     res = validate(policy, envs, ids, seed=seed, temperature=cfg.policy.val_temperature if temperature is None
                    else temperature, max_steps=int(cfg.env.max_steps or env0.max_steps),
                    env_name=str(getattr(env0, "name", cfg.env.name)), success_reward=cfg.env.success_reward)
     return res, {"checkpoint": directory, "step": int(state.get("step", -1)), "env": cfg.env.name, "n": len(ids)}
+
+
+def _task_type(env: Any, task_id: str) -> str:
+    """A task's type, read from a reset (the env protocol has no other way to ask)."""
+    try:
+        return str(env.reset(task_id)[1]["task_type"])
+    except Exception:  # noqa: BLE001 - a task that cannot start is counted as failed by validation
+        return "?"
 
 
 def print_val_table(res: ValResult, title: str | None = None) -> None:
@@ -51,7 +89,7 @@ def print_val_table(res: ValResult, title: str | None = None) -> None:
     for name, justify in (("task type", "left"), ("won", "right"), ("tasks", "right"), ("SR %", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t, (won, total) in sorted(res.by_type.items()):
-        table.add_row(t, str(won), str(total), f"{100 * won / total:.1f}")
+        table.add_row(safe_text(t, newlines=False), str(won), str(total), f"{100 * won / total:.1f}")  # env text
     won = sum(w for w, _ in res.by_type.values())
     total = sum(n for _, n in res.by_type.values())
     table.add_row("[bold]all", str(won), str(total), f"[bold]{100 * res.sr:.1f}")

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.markup import escape
 
 from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
 from proas.credit.estimators import takes_group_stats
@@ -42,6 +43,7 @@ from proas.errors import ProasError
 from proas.fileio import atomic_write_text
 from proas.inspect.rollout_log import write_rollouts
 from proas.policies.base import Policy
+from proas.termtext import printable
 from proas.train import checkpoint as ckpt
 from proas.train.config import Config, config_from_yaml, config_to_yaml
 from proas.train.critic import ValueModel
@@ -228,6 +230,10 @@ class Trainer:
             self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
 
         self._load_task_sets()
+        sched = (f" (schedule {escape(str(self.schedule.path))}: {len(self.schedule.steps)} steps)"
+                 if self.schedule is not None else "")
+        self._log(f"env {self.env_name}: {len(self.train_ids)} training tasks{sched}, "
+                  f"{len(self.val_ids)} validation tasks")
         self.step = 0
         self.best_sr = -1.0
         self.history: list[dict[str, Any]] = []
@@ -274,6 +280,7 @@ class Trainer:
         g = self.cfg.algo.graph
         if g.source == "load":
             graph = ReferenceGraph.load(g.path)
+            self._log(f"reference graph: {escape(str(g.path))}: {graph.num_nodes} states, {graph.num_edges} edges")
         elif g.source == "rollouts":
             graph = ReferenceGraph()
         else:
@@ -283,12 +290,17 @@ class Trainer:
                 ids = list(self.train_ids)
             if g.oracle_tasks:
                 ids = ids[: g.oracle_tasks]
+            # the slowest part of starting a run (about 25 s for household's 3553 tasks)
+            self._log(f"reference graph: replaying the oracle on {len(ids)} training tasks ...")
+            t0 = time.perf_counter()
             trajs, failed, first = oracle_trajectories(self.envs[0], ids, int(self.envs[0].max_steps))
             if not trajs:
                 raise ProasError(f"env {self.env_name!r}: the oracle solved none of {len(ids)} "
                                  f"training tasks ({first}); cannot build the reference graph")
             graph = ReferenceGraph.from_trajectories(trajs)
             graph.meta.update({"built_from": len(trajs), "oracle_failed": failed})
+            self._log(f"reference graph: {graph.num_nodes} states, {graph.num_edges} edges from {len(trajs)} "
+                      f"walkthroughs ({time.perf_counter() - t0:.0f}s)")
         if g.prune > 0:
             graph.prune(g.prune, seed=self.cfg.seed)
         return graph
@@ -329,7 +341,8 @@ class Trainer:
             if stats.exception_messages and not first_exception:
                 first_exception = stats.exception_messages[0]
             for msg in stats.exception_messages[:3]:
-                self._log(f"[yellow]env exception[/] step {step}: {msg}")
+                # the message quotes env text: shown literally, never as markup or escapes
+                self._log(f"[yellow]env exception[/] step {step}: {escape(printable(msg, newlines=False))}")
             seen.extend(trajs)
             if not dynamic or batches >= cfg.algo.max_gen_batches:
                 kept.extend(trajs)
@@ -540,6 +553,7 @@ class Trainer:
         random.setstate(state["rng_python"])
         self.step = int(state["step"])
         self.best_sr = float(state["best_sr"])
+        self._log(f"resuming from {escape(str(latest))} (step {self.step})")
         graph_file = latest / ckpt.GRAPH_FILE
         self.graph = ReferenceGraph.load(graph_file) if graph_file.exists() else ReferenceGraph()
         self.history = ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", self.step)

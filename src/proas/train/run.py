@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from proas.errors import ProasError
@@ -18,7 +19,10 @@ from proas.fileio import atomic_write_bytes, atomic_write_json
 from proas.train.config import Config, relocate_shipped_paths, same_setting
 from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
 
-__all__ = ["default_run_name", "plot_curve", "train"]
+__all__ = ["curve_figure", "curve_top", "default_run_name", "plot_curve", "train"]
+
+#: without a progress bar, the longest silence between two progress lines (seconds)
+PLAIN_LINE_EVERY_S = 60.0
 
 
 def default_run_name(cfg: Config) -> str:
@@ -58,33 +62,56 @@ class _MetricsSink:
             self.tb.close()
 
 
-def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
-    """The learning curve: training SR per step and validation SR, as a PNG (written atomically)."""
+def curve_top(values: list[float]) -> float:
+    """The y-axis top (percent) for curves whose highest point is ``max(values)``: a quarter
+    above it, rounded up to a multiple of 5, at least 10 and at most 100. Early runs stay under
+    20%, and a fixed 0-100 axis flattened them to the floor."""
+    peak = max(values, default=0.0)
+    return float(min(100, max(10, 5 * math.ceil(1.25 * peak / 5))))
+
+
+def curve_figure(history: list[dict[str, Any]], title: str):
+    """The learning-curve figure (matplotlib, Agg): training SR per step, its running mean and
+    validation SR, y scaled to the data, the legend under the axes where it covers no point."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    fig, ax = plt.subplots(figsize=(7, 4.4), dpi=110, layout="constrained")
     tr = [(r["step"], r["train/sr"]) for r in history if r.get("train/sr") is not None]
     va = [(r["step"], r["val/sr"]) for r in history if r.get("val/sr") is not None]
+    plotted: list[float] = []
     if tr:
         xs, ys = zip(*tr)
-        ax.plot(xs, [100 * y for y in ys], color="tab:blue", alpha=0.35, lw=1, label="train SR")
+        raw = [100 * y for y in ys]
+        ax.plot(xs, raw, color="tab:blue", alpha=0.35, lw=1, label="train SR")
         w = max(1, len(ys) // 15)
         sm = [100 * sum(ys[max(0, i - w + 1): i + 1]) / len(ys[max(0, i - w + 1): i + 1]) for i in range(len(ys))]
         ax.plot(xs, sm, color="tab:blue", lw=2, label=f"train SR (mean of {w})")
+        plotted += raw
     if va:
         xs, ys = zip(*va)
-        ax.plot(xs, [100 * y for y in ys], "o-", color="tab:red", lw=2, label="validation SR")
+        pts = [100 * y for y in ys]
+        ax.plot(xs, pts, "o-", color="tab:red", lw=2, label="validation SR")
+        plotted += pts
+    top = curve_top(plotted)
     ax.set_xlabel("RL step")
     ax.set_ylabel("success rate (%)")
-    ax.set_ylim(-2, 102)
+    ax.set_ylim(-0.02 * top, 1.02 * top)  # the margins keep 0% and the top visible
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    if tr or va:
+        fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
+    """The learning curve (``curve_figure``) as a PNG (written atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = curve_figure(history, title)
     buf = io.BytesIO()
-    fig.tight_layout()
     fig.savefig(buf, format="png")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
@@ -120,6 +147,10 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
             raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
                              "train.run_name")
 
+    # said first, so that an interrupted start still tells where its files went; then the
+    # trainer names what it loads (env, task sets, the oracle graph), the slow part of a start
+    console.print(f"{'resuming run' if resume is not None else 'run directory'}: {escape(str(run_dir))}",
+                  soft_wrap=True)
     t_start = time.perf_counter()
     # the trainer resolves the env, task sets, policy and graph before the run directory exists,
     # so a run that cannot start leaves no config-only directory that blocks the next attempt
@@ -139,12 +170,14 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
         TimeElapsedColumn(), console=console, disable=not show_bar,
     )
     done_this_call = 0
+    last_line = time.monotonic()
     try:
         with progress:
             bar = progress.add_task("train", total=total, completed=trainer.step, info="")
             if trainer.step == 0 and not history:
                 rec: dict[str, Any] = {"step": 0}
-                if cfg.train.val_before_train and cfg.train.val_every:
+                if cfg.train.val_before_train and cfg.train.val_every and trainer.val_ids:
+                    console.print(f"validating the untrained policy on {len(trainer.val_ids)} tasks ...")
                     rec.update(trainer.run_validation(0))
                 sink.write(rec)
                 history.append(rec)
@@ -168,8 +201,12 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
                     info += f"  val SR {100 * rec['val/sr']:5.1f}%"
                 done_this_call += 1
                 progress.update(bar, completed=k, info=info)
-                if not show_bar and ("val/sr" in rec or k == total):
+                # without a bar (a log file, a pipe): the first step at once, so that a start is
+                # seen to have worked, then validations, the last step and a line a minute
+                if not show_bar and (done_this_call == 1 or "val/sr" in rec or k == total
+                                     or time.monotonic() - last_line >= PLAIN_LINE_EVERY_S):
                     console.print(f"step {k}/{total}  {info}", soft_wrap=True)
+                    last_line = time.monotonic()
     finally:
         sink.close()
 
