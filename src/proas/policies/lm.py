@@ -12,11 +12,24 @@ Models come from a local directory (``model_path``; nothing is downloaded) or, f
 timing, from a named architecture with random weights (``model_config``: ``tiny``,
 ``qwen2.5-1.5b``, ``qwen2.5-7b``) and a small byte-level BPE tokenizer built on the spot.
 Log-probs are per response token at temperature 1. LoRA via peft is optional; bf16 on a GPU.
+
+``mode="score"`` (GLAM, Carta et al. 2023) does not generate: it chooses among the env's
+candidate actions (admissible plus invalid candidates, as the ``scorer`` policy does). Each
+candidate's response is the one SFT teaches, ``<think>LM_THOUGHT</think><action>A</action>``
+plus the end-of-turn token; its score is the summed log-probability of the response tokens after
+the prompt, and the policy is ``softmax(score / temperature)`` over the candidates. The leading
+tokens shared by every candidate's response have the same log-probability for all of them and
+cancel in the softmax, so they join the prompt: the prompt is encoded once per decision and the
+candidates' distinct tokens are scored on its KV cache, expanded over the candidates, in one
+batched forward pass. For the losses a step is a one-"token" response, the chosen candidate, as
+for the ``scorer``.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import re
 from typing import Any, Sequence
 
@@ -25,9 +38,22 @@ import torch
 from torch import nn
 
 from proas.errors import ProasError
-from proas.policies.base import Context, Decision, Policy, TokenStats
+from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
-__all__ = ["LMPolicy", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS"]
+__all__ = ["LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS",
+           "score_response"]
+
+#: ``generate``: write a response and parse the action from it; ``score``: choose among the
+#: candidate actions by their likelihood (see the module docstring)
+MODES = ("generate", "score")
+
+#: the thought SFT teaches before the oracle action, and the one every scored candidate carries
+LM_THOUGHT = "I will take the next step towards the goal."
+
+
+def score_response(action: str) -> str:
+    """The response text whose likelihood scores ``action`` in score mode (SFT's target text)."""
+    return f"<think>{LM_THOUGHT}</think><action>{action}</action>"
 
 #: random-weight architectures (Qwen2 family; sizes of Qwen2.5-1.5B / 7B for timing)
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
@@ -123,6 +149,16 @@ def local_tokenizer(vocab_size: int = 1024):
     return fast
 
 
+@functools.lru_cache(maxsize=1)
+def _cache_kwarg() -> str:
+    """The forward keyword (and output field) of the KV cache: ``cache`` in recent transformers
+    (which warns on the old name), ``past_key_values`` before; the rename spans every causal LM
+    of a release."""
+    from transformers import Qwen2ForCausalLM
+
+    return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
+
+
 class _AdapterOff(nn.Module):
     """The reference policy of a LoRA model: the same model with its adapters switched off."""
 
@@ -142,8 +178,17 @@ class LMPolicy(Policy):
     kind = "lm"
 
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
-                 max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False):
+                 max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
+                 mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8):
+        if mode not in MODES:
+            raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
         self.module = model
+        self.mode = mode
+        #: score mode: the temperature of the candidate softmax the losses use, the training
+        #: rollouts' (``policy.temperature``), so the rollout log-prob is the PPO old log-prob
+        self.temperature = temperature
+        #: score mode: decisions per batched scoring pass while acting
+        self.micro_batch_size = micro_batch_size
         self.tokenizer = tokenizer
         self.device = device
         self.max_new_tokens = max_new_tokens
@@ -157,8 +202,9 @@ class LMPolicy(Policy):
 
     # ---- construction
     @classmethod
-    def from_config(cls, lm, seed: int = 0) -> "LMPolicy":
-        """Build from ``proas.train.config.LMConfig``."""
+    def from_config(cls, lm, seed: int = 0, temperature: float = 1.0) -> "LMPolicy":
+        """Build from ``proas.train.config.LMConfig``; ``temperature`` is ``policy.temperature``
+        (the score mode's loss temperature)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
         device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
@@ -200,7 +246,8 @@ class LMPolicy(Policy):
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         return cls(model, tokenizer, device=device, max_new_tokens=lm.max_new_tokens,
                    max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
-                   lora=lm.lora_rank > 0)
+                   lora=lm.lora_rank > 0, mode=lm.mode, temperature=temperature,
+                   micro_batch_size=lm.micro_batch_size)
 
     def reference_module(self) -> nn.Module:
         if self.lora:
@@ -211,16 +258,18 @@ class LMPolicy(Policy):
         return ref
 
     # ---- acting
-    def encode_prompt(self, ctx: Context) -> list[int]:
+    def encode_prompt(self, ctx: Context, reserve: int = 0) -> list[int]:
         text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, self.history_length)}],
                                                   tokenize=False, add_generation_prompt=True)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids[-self.max_prompt_tokens:]  # keep the end: the current observation and the instruction
+        return ids[-max(1, self.max_prompt_tokens - reserve):]  # keep the end: the current observation and the instruction
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
         if not contexts:
             return []
+        if self.mode == "score":
+            return self._act_score(contexts, rng, temperature)
         prompts = [self.encode_prompt(c) for c in contexts]
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
@@ -259,7 +308,11 @@ class LMPolicy(Policy):
 
     # ---- the loss side
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Right-padded prompt+response ids and the response-token positions."""
+        """Right-padded prompt+response ids and the response-token positions (score mode: the
+        prompts, candidates and choices)."""
+        if self.mode == "score":
+            return {"items": [(list(d["prompt"]), [list(c) for c in d["cands"]]) for d in data],
+                    "choice": torch.tensor([d["choice"] for d in data], dtype=torch.long)}
         seqs = [list(d["prompt"]) + list(d["response"]) for d in data]
         width = max(len(s) for s in seqs)
         resp_w = max(1, max(len(d["response"]) for d in data))
@@ -283,6 +336,8 @@ class LMPolicy(Policy):
         module = module if module is not None else self.module
         if module is self.module:
             module.train()
+        if self.mode == "score":
+            return self._evaluate_score(batch, module)
         dev = self.device
         logits = module(input_ids=batch["ids"].to(dev), attention_mask=batch["attn"].to(dev)).logits
         pos = batch["pos"].to(dev)
@@ -292,3 +347,103 @@ class LMPolicy(Policy):
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         mask = batch["mask"].to(dev)
         return TokenStats(logp=logp, entropy=entropy, mask=mask)
+
+    # ---- score mode
+    def score_item(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]]]:
+        """``(candidates, prompt ids, per-candidate response ids)`` of one decision.
+
+        Each candidate's response (``score_response`` plus the end-of-turn token) is tokenized
+        whole, as SFT and generation see it (a BPE may merge across ``<action>`` and the action);
+        the token prefix all candidates share moves into the prompt, leaving each candidate at
+        least one token of its own.
+        """
+        cands = candidate_actions(ctx, "lm (mode=score)")
+        end = [self.stop_ids[0]]
+        resp = [self.tokenizer(score_response(a), add_special_tokens=False)["input_ids"] + end for a in cands]
+        shared = min(len(r) for r in resp) - 1
+        for k in range(shared):
+            if any(r[k] != resp[0][k] for r in resp[1:]):
+                shared = k
+                break
+        prompt = self.encode_prompt(ctx, reserve=shared) + resp[0][:shared]
+        return cands, prompt, [r[shared:] for r in resp]
+
+    def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                        module: nn.Module | None = None) -> list[torch.Tensor]:
+        """Summed log-probs of each decision's candidate token sequences after its prompt, one
+        ``(n_candidates,)`` tensor per decision, differentiable through ``module``.
+
+        One forward pass over the left-padded prompts fills the KV cache; the cache is expanded
+        over the candidates (``reorder_cache`` with each candidate's decision index) and one more
+        pass over the right-padded candidates gives their token logits. Position ids are explicit
+        so that left padding does not shift the positions.
+        """
+        module = module if module is not None else self.module
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n = len(items)
+        width = max(len(p) for p, _ in items)
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, (p, _) in enumerate(items):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     use_cache=True)
+        owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs], dtype=torch.long, device=dev)
+        flat = [c for _, cs in items for c in cs]
+        length = max(len(c) for c in flat)
+        cids = torch.full((len(flat), length), pad, dtype=torch.long)
+        cmask = torch.zeros((len(flat), length), dtype=torch.long)
+        for j, c in enumerate(flat):
+            cids[j, : len(c)] = torch.tensor(c)
+            cmask[j, : len(c)] = 1
+        cids, cmask = cids.to(dev), cmask.to(dev)
+        # the prompt's last logits predict every candidate's first token
+        first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(1, cids[:, :1])
+        tok = [first]
+        if length > 1:
+            cache = getattr(out, _cache_kwarg())
+            cache.reorder_cache(owner)
+            pos = mask.sum(-1)[owner][:, None] + torch.arange(length - 1, device=dev)[None, :]
+            logits = module(input_ids=cids[:, :-1], attention_mask=torch.cat([mask[owner], cmask[:, :-1]], dim=1),
+                            position_ids=pos, use_cache=False, **{_cache_kwarg(): cache}).logits
+            # gathered one position at a time: no (candidates, length, vocab) float copy
+            tok.extend(torch.log_softmax(logits[:, t].float(), dim=-1).gather(1, cids[:, t + 1, None])
+                       for t in range(length - 1))
+        sums = (torch.cat(tok, dim=1) * cmask).sum(-1)
+        return list(torch.split(sums, [len(cs) for _, cs in items]))
+
+    @torch.no_grad()
+    def _act_score(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float) -> list[Decision]:
+        self.module.eval()
+        made = [self.score_item(c) for c in contexts]
+        scores: list[torch.Tensor] = []
+        for i in range(0, len(made), self.micro_batch_size):
+            chunk = made[i: i + self.micro_batch_size]
+            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r in chunk]))
+        out = []
+        for (cands, prompt, resp), s in zip(made, scores):
+            if temperature > 0:
+                p = torch.softmax(s / temperature, dim=0).numpy()
+                # inverse-CDF draw with the rollout's generator, as the scorer policy does
+                k = min(int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right")), len(cands) - 1)
+            else:
+                k = int(torch.argmax(s))
+            logp = float(torch.log_softmax(s / self.temperature, dim=0)[k])
+            out.append(Decision(action=cands[k], response=score_response(cands[k]), malformed=False, logp=logp,
+                                data={"prompt": prompt, "cands": resp, "choice": k}))
+        return out
+
+    def _evaluate_score(self, batch: dict[str, Any], module: nn.Module) -> TokenStats:
+        sums = self.candidate_logps(batch["items"], module)
+        width = max(len(s) for s in sums)
+        scores = torch.full((len(sums), width), float("-inf"), device=sums[0].device)
+        for i, s in enumerate(sums):
+            scores[i, : len(s)] = s
+        logp_all = torch.log_softmax(scores / self.temperature, dim=-1)
+        logp = logp_all.gather(1, batch["choice"].to(scores.device)[:, None])
+        finite = torch.where(torch.isfinite(logp_all), logp_all, 0.0)
+        entropy = -(logp_all.exp() * finite).sum(-1, keepdim=True)
+        return TokenStats(logp=logp, entropy=entropy, mask=torch.ones_like(logp))

@@ -138,6 +138,9 @@ class LMConfig:
     history_length: int = 2
     #: sequences per forward pass in the loss
     micro_batch_size: int = 8
+    #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
+    #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
+    mode: str = "generate"
 
 
 @dataclass
@@ -279,6 +282,7 @@ def _validate(cfg: Config) -> None:
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
     choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
+    choice("policy.lm.mode", cfg.policy.lm.mode, ("generate", "score"))
     choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
     choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)
     if cfg.algo.graph.source == "load" and not cfg.algo.graph.path:

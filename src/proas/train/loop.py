@@ -90,7 +90,7 @@ def build_policy(cfg: Config, seed: int) -> Policy:
         return ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed, optimizer=s.optimizer)
     from proas.policies.lm import LMPolicy
 
-    return LMPolicy.from_config(cfg.policy.lm, seed=seed)
+    return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature)
 
 
 def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[list[Trajectory], int, str]:
