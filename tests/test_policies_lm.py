@@ -104,6 +104,10 @@ def test_a_local_model_directory_loads_without_network(tmp_path):
     q = LMPolicy.from_config(cfg.policy.lm)
     for x, y in zip(p.module.parameters(), q.module.parameters()):
         assert torch.equal(x, y)
+    # the tokenizer comes back as saved: AutoTokenizer alone would give it the pre-tokenizer of the
+    # model's class (Qwen2's) and other token ids
+    text = build_prompt(ctx()) + "<think>x</think><action>go to desk 1</action>"
+    assert q.tokenizer(text)["input_ids"] == p.tokenizer(text)["input_ids"]
 
 
 def test_a_missing_model_directory_is_a_clear_error(tmp_path):

@@ -41,7 +41,7 @@ from proas.errors import ProasError
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
 __all__ = ["LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS",
-           "score_response"]
+           "load_tokenizer", "score_response"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see the module docstring)
@@ -159,6 +159,26 @@ def _cache_kwarg() -> str:
     return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
 
 
+def load_tokenizer(path: str):
+    """The tokenizer saved in ``path`` (no download).
+
+    A tokenizer built by proas (``local_tokenizer``, ``proas lm tokenizer``) is saved as a plain
+    fast tokenizer; ``AutoTokenizer`` would reload it as the tokenizer class of the model saved
+    beside it (Qwen2's), whose own pre-tokenizer splits text differently, so the token ids would
+    no longer be the ones the model was trained on. Such a directory is loaded as it was saved.
+    """
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg_file = Path(path) / "tokenizer_config.json"
+    cls = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
+    if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
 class _AdapterOff(nn.Module):
     """The reference policy of a LoRA model: the same model with its adapters switched off."""
 
@@ -205,7 +225,7 @@ class LMPolicy(Policy):
     def from_config(cls, lm, seed: int = 0, temperature: float = 1.0) -> "LMPolicy":
         """Build from ``proas.train.config.LMConfig``; ``temperature`` is ``policy.temperature``
         (the score mode's loss temperature)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+        from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
         device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
                               ("cpu" if lm.device == "auto" else lm.device))
@@ -217,12 +237,22 @@ class LMPolicy(Policy):
             if dtype is None:
                 raise ProasError(f"config: policy.lm.dtype={lm.dtype!r} is not auto, bf16, fp16 or fp32")
         torch.manual_seed(seed)
-        if lm.model_path:
+        from proas.policies.warm_start import is_hf_model_dir, lm_from_run
+
+        # ``init_from``: a Hugging Face directory loads like ``model_path``; a proas run or
+        # checkpoint (an SFT run) rebuilds that run's policy and takes its (merged) weights
+        model_path, key = lm.model_path, "model_path"
+        if lm.init_from and is_hf_model_dir(lm.init_from):
+            model_path, key = lm.init_from, "init_from"
+        if lm.init_from and key != "init_from":
+            model, tokenizer = lm_from_run(lm.init_from)
+            model = model.to(dtype)
+        elif model_path:
             try:
-                tokenizer = AutoTokenizer.from_pretrained(lm.tokenizer_path or lm.model_path, local_files_only=True)
-                model = AutoModelForCausalLM.from_pretrained(lm.model_path, torch_dtype=dtype, local_files_only=True)
+                tokenizer = load_tokenizer(lm.tokenizer_path or model_path)
+                model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=dtype, local_files_only=True)
             except (OSError, ValueError) as exc:
-                raise ProasError(f"policy.lm.model_path={lm.model_path!r}: cannot load a local model "
+                raise ProasError(f"policy.lm.{key}={model_path!r}: cannot load a local model "
                                  f"({str(exc).splitlines()[0]})") from None
         else:
             if lm.model_config not in MODEL_CONFIGS:
@@ -230,7 +260,7 @@ class LMPolicy(Policy):
                                  f"{', '.join(MODEL_CONFIGS)}")
             arch = MODEL_CONFIGS[lm.model_config]
             if lm.tokenizer_path:
-                tokenizer = AutoTokenizer.from_pretrained(lm.tokenizer_path, local_files_only=True)
+                tokenizer = load_tokenizer(lm.tokenizer_path)
             else:
                 tokenizer = local_tokenizer(min(1024, arch["vocab_size"]))
             config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)

@@ -109,6 +109,9 @@ class ScorerConfig:
     lr: float = 1.0
     #: std of the initial weights (small: the untrained policy is close to uniform)
     init_std: float = 0.01
+    #: start from the scorer of this run or checkpoint directory (an SFT run: its best
+    #: checkpoint) instead of random weights; hash_bits and dim must match it
+    init_from: Optional[str] = None
 
 
 @dataclass
@@ -126,6 +129,10 @@ class LMConfig:
     #: LoRA rank; 0 trains every weight
     lora_rank: int = 0
     lora_alpha: int = 32
+    #: start from this model instead of ``model_path``/``model_config``: a proas run or checkpoint
+    #: directory of an lm policy (an SFT run: its best checkpoint, LoRA merged) or a Hugging Face
+    #: model directory; the KL reference is this initial model
+    init_from: Optional[str] = None
     #: ``auto`` = bf16 on a GPU, fp32 on CPU
     dtype: str = "auto"
     #: ``auto`` = cuda when present
@@ -334,9 +341,12 @@ def _validate(cfg: Config) -> None:
         raise ProasError("config: algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
     if not 4 <= cfg.policy.scorer.hash_bits <= 24:
         raise ProasError("config: policy.scorer.hash_bits must be in [4, 24]")
-    if cfg.policy.kind == "lm" and not (cfg.policy.lm.model_path or cfg.policy.lm.model_config):
-        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir> or "
-                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b")
+    lm = cfg.policy.lm
+    if cfg.policy.kind == "lm" and not (lm.model_path or lm.model_config or lm.init_from):
+        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir>, "
+                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b or policy.lm.init_from=<run or model dir>")
+    if lm.init_from and (lm.model_path or lm.model_config):
+        raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
 
 
 def _to_config(merged: DictConfig) -> Config:

@@ -87,7 +87,12 @@ def build_policy(cfg: Config, seed: int) -> Policy:
         from proas.policies.scorer import ScorerPolicy
 
         s = cfg.policy.scorer
-        return ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed, optimizer=s.optimizer)
+        policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed, optimizer=s.optimizer)
+        if s.init_from:  # a warm start (an SFT run): its weights, and so the KL reference's
+            from proas.policies.warm_start import scorer_init_state
+
+            policy.load_state_dict(scorer_init_state(s.init_from, s))
+        return policy
     from proas.policies.lm import LMPolicy
 
     return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature)
