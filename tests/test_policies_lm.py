@@ -1,5 +1,7 @@
 """The lm policy on CPU with a tiny random Qwen2 model and a tokenizer built locally."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -245,3 +247,89 @@ def test_the_trainer_runs_a_step_in_score_mode(tmp_path):
 def test_lm_mode_is_checked():
     with pytest.raises(ProasError, match="policy.lm.mode"):
         build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=guess"])
+
+
+# ---- the prompt budget and cut responses
+
+def long_ctx():
+    words = " ".join(f"w{k}" for k in range(150))
+    history = [(f"old observation {k}: {words}", f"go to desk {k}") for k in range(3)]
+    obs = "You arrive at desk 1. START " + words + " END of the page."
+    return Context("household", "put some key on bed", obs, history, ["go to bed 1", "take key 1 from desk 1"], [], 3)
+
+
+def test_an_over_long_prompt_loses_the_oldest_history_first():
+    p = tiny()
+    c = long_ctx()
+    full, one = p._chat_ids(c, 2), p._chat_ids(c, 1)
+    p.max_prompt_tokens = len(full)
+    assert p.fit_prompt(c) == (full, False)  # it fits: untouched
+    p.max_prompt_tokens = len(full) - 1
+    ids, trimmed = p.fit_prompt(c)
+    assert trimmed and ids == one  # exactly one pair, the oldest shown, is gone
+    text = p.tokenizer.decode(ids)
+    assert "Action 3: 'go to desk 2'" in text and "Action 2: 'go to desk 1'" not in text
+    assert text.startswith("<|im_start|>user\n")  # the start of the prompt is kept
+
+
+def test_then_the_middle_of_the_observation_is_cut_with_a_marker_never_the_task_or_instructions():
+    p = tiny()
+    c = long_ctx()
+    bare = p._chat_ids(c, 0)
+    p.max_prompt_tokens = len(bare) - 60
+    ids, trimmed = p.fit_prompt(c)
+    assert trimmed and p.max_prompt_tokens - 12 <= len(ids) <= p.max_prompt_tokens  # no more cut than needed
+    text = p.tokenizer.decode(ids)
+    for kept in ("Your task is to: put some key on bed", "You arrive at desk 1. START w0 w1",
+                 "END of the page.", "'take key 1 from desk 1'", "<think> </think>", "<action> </action>"):
+        assert kept in text, kept
+    assert "Observation 3" not in text  # the history went first
+    marker = re.search(r"\[\.\.\. (\d+) tokens cut \.\.\.\]", text)
+    assert marker
+    # the number is the observation tokens that left: those of the full prompt minus those kept
+    obs_full = len(p.tokenizer(c.observation, add_special_tokens=False)["input_ids"])
+    head, tail = text.split("Current observation: ")[1].split(marker.group(0))
+    tail = tail.split("\n\nAdmissible")[0]
+    kept_tokens = len(p.tokenizer(head.rstrip(" "), add_special_tokens=False)["input_ids"]) + len(
+        p.tokenizer(tail.lstrip(" "), add_special_tokens=False)["input_ids"])
+    assert abs(int(marker.group(1)) - (obs_full - kept_tokens)) <= 2  # up to a token re-merged at each seam
+
+
+def test_a_budget_below_the_fixed_parts_is_a_clear_error():
+    p = tiny()
+    p.max_prompt_tokens = 40
+    with pytest.raises(ProasError, match="max_prompt_tokens=40: the task, admissible actions and instructions"):
+        p.fit_prompt(long_ctx())
+
+
+def test_responses_cut_by_the_token_budget_are_flagged_and_warned_about_once():
+    import warnings
+
+    p = tiny(max_new_tokens=2)  # a random model almost never ends within 2 tokens
+    with pytest.warns(RuntimeWarning, match="max_new_tokens=2"):
+        d = p.act([ctx()], np.random.default_rng(0), temperature=0)
+    assert d[0].data["truncated"] and len(d[0].data["response"]) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert p.act([ctx()], np.random.default_rng(0), temperature=0)[0].data["truncated"]  # no second warning
+    # a model made to end at once: not truncated
+    p.module.generation_config.sequence_bias = {(p.stop_ids[0],): 100.0}
+    d = p.act([ctx()], np.random.default_rng(0), temperature=0)[0]
+    assert d.data["response"] == [p.stop_ids[0]] and not d.data["truncated"]
+
+
+@pytest.mark.parametrize("end_at_once", [False, True])
+def test_the_trainer_reports_truncated_responses_and_trimmed_prompts(tmp_path, end_at_once):
+    from proas.train.loop import Trainer
+
+    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.max_steps=3",
+                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
+                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=2",
+                      "policy.lm.max_prompt_tokens=170"])
+    t = Trainer(c, tmp_path)
+    if end_at_once:
+        t.policy.module.generation_config.sequence_bias = {(t.policy.stop_ids[0],): 100.0}
+    rec = t.train_step()
+    assert rec["rollout/truncated_responses"] == (0.0 if end_at_once else 1.0)
+    # the first step's prompt has no history and fits; later ones have history and do not
+    assert 0.0 < rec["rollout/trimmed_prompts"] < 1.0

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 import inspect
 import re
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -209,6 +211,7 @@ class LMPolicy(Policy):
         self.temperature = temperature
         #: score mode: decisions per batched scoring pass while acting
         self.micro_batch_size = micro_batch_size
+        self._warned_truncation = False
         self.tokenizer = tokenizer
         self.device = device
         self.max_new_tokens = max_new_tokens
@@ -288,11 +291,52 @@ class LMPolicy(Policy):
         return ref
 
     # ---- acting
-    def encode_prompt(self, ctx: Context, reserve: int = 0) -> list[int]:
-        text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, self.history_length)}],
+    def _chat_ids(self, ctx: Context, history_length: int) -> list[int]:
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, history_length)}],
                                                   tokenize=False, add_generation_prompt=True)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids[-max(1, self.max_prompt_tokens - reserve):]  # keep the end: the current observation and the instruction
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_prompt(self, ctx: Context, reserve: int = 0) -> list[int]:
+        """The prompt's token ids within ``max_prompt_tokens - reserve`` (see ``fit_prompt``)."""
+        return self.fit_prompt(ctx, reserve)[0]
+
+    def fit_prompt(self, ctx: Context, reserve: int = 0) -> tuple[list[int], bool]:
+        """``(prompt ids, trimmed)``: the prompt within ``max_prompt_tokens - reserve`` tokens.
+
+        An over-long prompt loses, in this order, the oldest shown history pairs, one at a time,
+        then the middle of the current observation, replaced by ``[... N tokens cut ...]`` (its
+        start says where the agent is, its end often holds what just happened). The task, the
+        admissible actions and the answer-format instruction are never cut: a prompt whose other
+        parts alone exceed the budget is a ``ProasError`` naming the key to raise.
+        """
+        budget = self.max_prompt_tokens - reserve
+        shown = min(self.history_length, len(ctx.history))
+        ids = self._chat_ids(ctx, shown)
+        if len(ids) <= budget:
+            return ids, False
+        while shown > 0:
+            shown -= 1
+            ids = self._chat_ids(ctx, shown)
+            if len(ids) <= budget:
+                return ids, True
+        obs = self.tokenizer(ctx.observation, add_special_tokens=False)["input_ids"]
+        need = len(ids) - budget  # observation tokens that must go, before the marker's own
+        for _ in range(8):  # re-encoding the joined text can merge tokens differently: retry
+            cut = need + len(self.tokenizer(f" [... {need} tokens cut ...] ", add_special_tokens=False)["input_ids"])
+            keep = len(obs) - cut
+            if keep < 0:
+                break
+            head = (keep + 1) // 2
+            text = (self.tokenizer.decode(obs[:head]) + f" [... {cut} tokens cut ...] "
+                    + self.tokenizer.decode(obs[len(obs) - (keep - head):]))
+            ids = self._chat_ids(replace(ctx, observation=text), 0)
+            if len(ids) <= budget:
+                return ids, True
+            need += len(ids) - budget
+        fixed = len(self._chat_ids(replace(ctx, observation=""), 0))
+        raise ProasError(f"policy.lm.max_prompt_tokens={self.max_prompt_tokens}: the task, admissible actions "
+                         f"and instructions alone take {fixed} tokens (+{reserve} of the scored response); "
+                         "raise it")
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
@@ -300,7 +344,8 @@ class LMPolicy(Policy):
             return []
         if self.mode == "score":
             return self._act_score(contexts, rng, temperature)
-        prompts = [self.encode_prompt(c) for c in contexts]
+        fitted = [self.fit_prompt(c) for c in contexts]
+        prompts = [p for p, _ in fitted]
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -329,11 +374,20 @@ class LMPolicy(Policy):
                     break
             if resp and resp[-1] == pad and pad not in self.stop_ids:
                 resp = resp[:-1]
+            # a response without a stop token was cut by the max_new_tokens budget: it is scored
+            # as written (usually malformed), counted by the trainer and warned about once
+            truncated = not resp or resp[-1] not in self.stop_ids
+            if truncated and not self._warned_truncation:
+                self._warned_truncation = True
+                warnings.warn(f"lm policy: a response reached policy.lm.max_new_tokens={self.max_new_tokens} "
+                              "without an end token and was cut (the trainer reports the fraction as "
+                              "rollout/truncated_responses)", RuntimeWarning, stacklevel=2)
             text = self.tokenizer.decode(resp, skip_special_tokens=True)
             action, malformed = project_action(text, ctx.env_name)
             decisions.append(Decision(action=action, response=text, malformed=malformed,
                                       logp=float(logp_all[i, : len(resp)].sum()),
-                                      data={"prompt": prompts[i], "response": resp}))
+                                      data={"prompt": prompts[i], "response": resp, "truncated": truncated,
+                                            "prompt_trimmed": fitted[i][1]}))
         return decisions
 
     # ---- the loss side
@@ -380,7 +434,12 @@ class LMPolicy(Policy):
 
     # ---- score mode
     def score_item(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]]]:
-        """``(candidates, prompt ids, per-candidate response ids)`` of one decision.
+        """``(candidates, prompt ids, per-candidate response ids)`` of one decision (see
+        ``score_item_trimmed``)."""
+        return self.score_item_trimmed(ctx)[:3]
+
+    def score_item_trimmed(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]], bool]:
+        """``(candidates, prompt ids, per-candidate response ids, prompt trimmed)`` of one decision.
 
         Each candidate's response (``score_response`` plus the end-of-turn token) is tokenized
         whole, as SFT and generation see it (a BPE may merge across ``<action>`` and the action);
@@ -395,8 +454,8 @@ class LMPolicy(Policy):
             if any(r[k] != resp[0][k] for r in resp[1:]):
                 shared = k
                 break
-        prompt = self.encode_prompt(ctx, reserve=shared) + resp[0][:shared]
-        return cands, prompt, [r[shared:] for r in resp]
+        prompt, trimmed = self.fit_prompt(ctx, reserve=shared)
+        return cands, prompt + resp[0][:shared], [r[shared:] for r in resp], trimmed
 
     def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
                         module: nn.Module | None = None) -> list[torch.Tensor]:
@@ -448,13 +507,13 @@ class LMPolicy(Policy):
     @torch.no_grad()
     def _act_score(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float) -> list[Decision]:
         self.module.eval()
-        made = [self.score_item(c) for c in contexts]
+        made = [self.score_item_trimmed(c) for c in contexts]
         scores: list[torch.Tensor] = []
         for i in range(0, len(made), self.micro_batch_size):
             chunk = made[i: i + self.micro_batch_size]
-            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r in chunk]))
+            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk]))
         out = []
-        for (cands, prompt, resp), s in zip(made, scores):
+        for (cands, prompt, resp, trimmed), s in zip(made, scores):
             if temperature > 0:
                 p = torch.softmax(s / temperature, dim=0).numpy()
                 # inverse-CDF draw with the rollout's generator, as the scorer policy does
@@ -463,7 +522,7 @@ class LMPolicy(Policy):
                 k = int(torch.argmax(s))
             logp = float(torch.log_softmax(s / self.temperature, dim=0)[k])
             out.append(Decision(action=cands[k], response=score_response(cands[k]), malformed=False, logp=logp,
-                                data={"prompt": prompt, "cands": resp, "choice": k}))
+                                data={"prompt": prompt, "cands": resp, "choice": k, "prompt_trimmed": trimmed}))
         return out
 
     def _evaluate_score(self, batch: dict[str, Any], module: nn.Module) -> TokenStats:

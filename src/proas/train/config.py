@@ -139,7 +139,8 @@ class LMConfig:
     device: str = "auto"
     #: response budget per step (verl-agent: 512)
     max_new_tokens: int = 512
-    #: prompts longer than this are cut from the left (verl-agent: 2048 household, 4096 shop)
+    #: prompt budget (verl-agent: 2048 household, 4096 shop); longer prompts lose the oldest
+    #: history, then the middle of the observation, never the task or instructions
     max_prompt_tokens: int = 2048
     #: observation/action pairs of history in the prompt (verl-agent: 2)
     history_length: int = 2

@@ -293,6 +293,7 @@ class Trainer:
         exceptions = 0
         first_exception = ""
         batches = 0
+        acted = [0, 0, 0]  # decisions, truncated responses, trimmed prompts
         while True:
             tasks = self._tasks_for(step, batches)
             slots = [Slot(t, f"s{step}b{batches}g{k}", f"s{step}b{batches}g{k}t{j}")
@@ -303,6 +304,8 @@ class Trainer:
                 success_reward=cfg.env.success_reward, env_name=self.env_name)
             batches += 1
             exceptions += stats.env_exceptions
+            for j, v in enumerate((stats.decisions, stats.truncated_responses, stats.trimmed_prompts)):
+                acted[j] += v
             if stats.exception_messages and not first_exception:
                 first_exception = stats.exception_messages[0]
             for msg in stats.exception_messages[:3]:
@@ -329,6 +332,9 @@ class Trainer:
             "train/gen_batches": float(batches),
             "train/trajectories": float(len(kept)),
         }
+        if self.policy.kind == "lm":  # budgets of the lm: how often they bite
+            info["rollout/truncated_responses"] = acted[1] / max(1, acted[0])
+            info["rollout/trimmed_prompts"] = acted[2] / max(1, acted[0])
         return kept, info
 
     def _credit(self, trajs: list[Trajectory], step: int):
