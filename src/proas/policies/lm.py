@@ -43,7 +43,8 @@ from proas.errors import ProasError
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
 __all__ = ["LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS",
-           "load_tokenizer", "score_response"]
+           "load_tokenizer", "score_response",
+           "train_tokenizer"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see the module docstring)
@@ -125,30 +126,49 @@ def project_action(response: str, env_name: str = "") -> tuple[str, bool]:
     return action, malformed
 
 
-def local_tokenizer(vocab_size: int = 1024):
-    """A byte-level BPE tokenizer with a chat template, trained here on the prompt vocabulary.
+def train_tokenizer(texts, vocab_size: int, span: str = "word"):
+    """A byte-level BPE tokenizer with the chat template, trained on ``texts`` (an iterable of
+    strings), as a ``PreTrainedTokenizerFast``. Any text encodes and decodes back exactly: the
+    byte alphabet is always in the vocabulary.
 
-    Used with random-weight models (tests, timing) so nothing is downloaded. Any text encodes:
-    the byte alphabet is always in the vocabulary.
+    ``span`` bounds the merges: ``word`` (GPT-2's pre-tokenizer: a token never crosses a word
+    boundary) or ``line`` (tokens may span words within a line, so frequent phrases of a
+    templated text become single tokens).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if span == "word":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    elif span == "line":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        raise ProasError(f"tokenizer span {span!r} is not word or line")
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    corpus = [build_prompt(Context("household", "put some apple on table", "You see a table 1.", [("o", "go to table 1")],
-                                   ["go to table 1", "take apple 1 from table 1"], [], 1)),
-              "<think> I should go to the table. </think><action>go to table 1</action>",
-              "search[red shoes] click[buy now] open close take put move heat cool clean examine use"]
-    tok.train_from_iterator(corpus * 4, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"])
     fast.chat_template = _CHAT_TEMPLATE
     return fast
+
+
+def local_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer with a chat template, trained here on a few lines of prompt text.
+
+    Used with random-weight models (tests, timing) so nothing is downloaded; ``proas lm
+    tokenizer`` trains one on an env's own text instead. The corpus must not change: runs of
+    ``model_config`` models rebuild this tokenizer when loaded.
+    """
+    corpus = [build_prompt(Context("household", "put some apple on table", "You see a table 1.", [("o", "go to table 1")],
+                                   ["go to table 1", "take apple 1 from table 1"], [], 1)),
+              "<think> I should go to the table. </think><action>go to table 1</action>",
+              "search[red shoes] click[buy now] open close take put move heat cool clean examine use"]
+    return train_tokenizer(corpus * 4, vocab_size)
 
 
 @functools.lru_cache(maxsize=1)
@@ -266,6 +286,8 @@ class LMPolicy(Policy):
                 tokenizer = load_tokenizer(lm.tokenizer_path)
             else:
                 tokenizer = local_tokenizer(min(1024, arch["vocab_size"]))
+            # a tokenizer larger than the architecture's vocabulary (``tokenizer_path``) widens it
+            arch = dict(arch, vocab_size=max(arch["vocab_size"], len(tokenizer)))
             config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
             model = Qwen2ForCausalLM(config).to(dtype)
         if tokenizer.chat_template is None:
@@ -381,7 +403,7 @@ class LMPolicy(Policy):
                 self._warned_truncation = True
                 warnings.warn(f"lm policy: a response reached policy.lm.max_new_tokens={self.max_new_tokens} "
                               "without an end token and was cut (the trainer reports the fraction as "
-                              "rollout/truncated_responses)", RuntimeWarning, stacklevel=2)
+                              "rollout/truncated_responses)", RuntimeWarning, stacklevel=3)
             text = self.tokenizer.decode(resp, skip_special_tokens=True)
             action, malformed = project_action(text, ctx.env_name)
             decisions.append(Decision(action=action, response=text, malformed=malformed,

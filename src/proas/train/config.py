@@ -119,8 +119,8 @@ class LMConfig:
     #: local directory of a Hugging Face causal LM (no downloads at run time)
     model_path: Optional[str] = None
     #: when no ``model_path``: a randomly initialised architecture, ``tiny`` (tests) or
-    #: ``qwen2.5-1.5b`` / ``qwen2.5-7b`` (timing); needs ``tokenizer_path`` or builds a
-    #: character-level tokenizer locally
+    #: ``qwen2.5-1.5b`` / ``qwen2.5-7b`` (timing); needs ``tokenizer_path`` or builds a small
+    #: BPE tokenizer locally
     model_config: Optional[str] = None
     #: tokenizer directory; None = ``model_path``
     tokenizer_path: Optional[str] = None
