@@ -9,7 +9,9 @@ the oracle's action is the target.
 Loss: the negative token-mean log-likelihood of the target through the policy's own
 ``prepare``/``evaluate`` path, the one the RL losses use: for the ``scorer`` a "token" is the
 chosen candidate; for the ``lm`` the response ``<think>...</think><action>ACTION</action>`` plus
-the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses.
+the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses (an
+``lm`` in score mode, like the ``scorer``, learns the choice of ACTION among its candidates).
+An RL run starts from the result with ``policy.lm.init_from`` / ``policy.scorer.init_from``.
 
 Validation on the fixed validation set, as RL runs do (same seed rule, same temperature), after
 every ``val_every`` epochs and before training (epoch 0); the best checkpoint is kept in
