@@ -226,13 +226,15 @@ def test_score_mode_needs_admissible_actions():
         p.act([c], np.random.default_rng(0))
 
 
-def test_the_trainer_runs_a_step_in_score_mode(tmp_path):
+@pytest.mark.parametrize("lora", [0, 4])
+def test_the_trainer_runs_a_step_in_score_mode(tmp_path, lora):
     from proas.train.loop import Trainer
 
     c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
                       "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
                       "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
-                      "policy.lm.lr=1e-3", "algo.kl_coef=0.01", "policy.temperature=0.7"])
+                      "policy.lm.lr=1e-3", "algo.kl_coef=0.01", "policy.temperature=0.7",
+                      f"policy.lm.lora_rank={lora}"])
     t = Trainer(c, tmp_path)
     assert t.policy.temperature == 0.7
     before = [q.detach().clone() for q in t.policy.parameters()]
@@ -240,8 +242,15 @@ def test_the_trainer_runs_a_step_in_score_mode(tmp_path):
     assert rec["step"] == 1 and rec["loss/updates"] >= 1
     assert rec["loss/entropy"] > 0 and rec["train/error_rate"] < 1.0
     assert any(not torch.equal(a, b) for a, b in zip(before, t.policy.parameters()))
-    # every action was one of the env's candidates, and none is malformed
     assert rec["train/trajectories"] == 4
+    # the KL reference (a frozen copy, or the adapters switched off) scores on its own cache
+    # path: before any update it agrees with the policy, after one it differs
+    d = t.policy.act([ctx()], np.random.default_rng(0))[0]
+    with torch.no_grad():  # the least likely candidate: the favourite's log-prob is about 0 under both
+        d.data["choice"] = int(torch.argmin(t.policy.candidate_logps([(d.data["prompt"], d.data["cands"])])[0]))
+        live = t.policy.evaluate(t.policy.prepare([d.data])).logp
+        ref = t.policy.evaluate(t.policy.prepare([d.data]), module=t.ref).logp
+    assert ref.shape == live.shape == (1, 1) and not torch.allclose(live, ref, atol=1e-7)
 
 
 def test_lm_mode_is_checked():
