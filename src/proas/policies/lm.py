@@ -201,6 +201,20 @@ def load_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
+@functools.lru_cache(maxsize=1)
+def _last_logits_only() -> dict[str, int]:
+    """Forward keywords that compute the logits of the last position only (``logits_to_keep``,
+    ``num_logits_to_keep`` before transformers 4.50): a prompt's full (length x vocabulary)
+    logits would be gigabytes with Qwen's 151k-token vocabulary."""
+    from transformers import Qwen2ForCausalLM
+
+    params = inspect.signature(Qwen2ForCausalLM.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return {name: 1}
+    return {}
+
+
 class _AdapterOff(nn.Module):
     """The reference policy of a LoRA model: the same model with its adapters switched off."""
 
@@ -501,7 +515,7 @@ class LMPolicy(Policy):
             mask[i, width - len(p):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                     use_cache=True)
+                     use_cache=True, **_last_logits_only())
         owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs], dtype=torch.long, device=dev)
         flat = [c for _, cs in items for c in cs]
         length = max(len(c) for c in flat)
