@@ -148,3 +148,103 @@ def test_sft_divergence_is_a_clear_error(tmp_path):
     with pytest.raises(ProasError, match="diverged"):
         train_sft(c, tmp_path / "x", SFTOptions(epochs=3, max_tasks=8, lr=1e30, batch_size=8))
     assert (tmp_path / "x" / "best" / "state.pt").exists()  # the untrained checkpoint survives
+
+
+# ---- SFT -> RL warm starts (policy.lm.init_from, policy.scorer.init_from, proas lm export)
+
+def _best_policy_state(run_dir):
+    return torch.load(run_dir / "best" / "state.pt", weights_only=False)["policy"]
+
+
+def _assert_same_weights(state, module):
+    got = module.state_dict()
+    assert set(got) == set(state)
+    for k, v in state.items():
+        assert torch.equal(got[k], v), k
+
+
+# no validation: the SFT run's best checkpoint is its last epoch (with a random model's 0% success
+# every epoch, the untrained epoch 0 would stay the best)
+LM_TOY = TOY + ["policy=lm", "policy.lm.max_new_tokens=6", "env.fixed_val_set.enabled=false"]
+
+
+def test_an_rl_run_starts_from_the_sft_checkpoint_of_the_lm_and_its_export(tmp_path):
+    from proas.train.loop import Trainer
+
+    train_sft(build_config(LM_TOY + ["policy.lm.model_config=tiny"]), tmp_path / "sft",
+              SFTOptions(epochs=1, max_tasks=2, lr=3e-3, batch_size=8))
+    sft_state = _best_policy_state(tmp_path / "sft")
+    fresh = build_policy(build_config(LM_TOY + ["policy.lm.model_config=tiny"]), 0)
+    assert any(not torch.equal(v, fresh.module.state_dict()[k]) for k, v in sft_state.items())  # SFT moved
+    rl = build_config(LM_TOY + ["policy.lm.init_from=" + str(tmp_path / "sft"), "algo.kl_coef=0.01",
+                                "train.val_before_train=false"])
+    t = Trainer(rl, tmp_path / "rl")
+    _assert_same_weights(sft_state, t.policy.module)
+    _assert_same_weights(sft_state, t.ref)  # the KL reference is the initial (SFT) model
+    # the same model as a Hugging Face directory, and an RL run from that directory
+    assert proas_main(["lm", "export", str(tmp_path / "sft"), str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "config.json").exists()
+    t2 = Trainer(build_config(LM_TOY + ["policy.lm.init_from=" + str(tmp_path / "hf")]), tmp_path / "rl2")
+    _assert_same_weights(sft_state, t2.policy.module)
+    text = "<think>x</think><action>go to desk 1</action>"
+    assert t2.policy.tokenizer(text)["input_ids"] == t.policy.tokenizer(text)["input_ids"]
+    assert t2.policy.tokenizer.chat_template == t.policy.tokenizer.chat_template
+    # a second export into the same directory is refused
+    assert proas_main(["lm", "export", str(tmp_path / "sft"), str(tmp_path / "hf")]) == 2
+
+
+def test_a_lora_sft_run_is_merged_when_an_rl_run_starts_from_it(tmp_path):
+    import numpy as np
+
+    train_sft(build_config(LM_TOY + ["policy.lm.model_config=tiny", "policy.lm.lora_rank=4"]), tmp_path / "sft",
+              SFTOptions(epochs=1, max_tasks=2, lr=3e-2, batch_size=8))
+    from proas.baselines.common import load_policy
+
+    src, *_ = load_policy(tmp_path / "sft")
+    rl = build_policy(build_config(LM_TOY + ["policy.lm.init_from=" + str(tmp_path / "sft")]), 0)
+    assert not rl.lora and not any("lora" in k for k in rl.module.state_dict())
+    from toy_env import make_env
+
+    (ctx, _), *_ = oracle_examples(make_env(n_places=4, max_steps=8), ["train-000"], env_label="toy", max_steps=8)[0]
+    d = src.act([ctx], np.random.default_rng(0), temperature=1.0)[0]
+    batch = src.prepare([d.data])
+    with torch.no_grad():
+        a, b = src.evaluate(batch).logp, rl.evaluate(rl.prepare([d.data])).logp
+        with src.module.disable_adapter():
+            base = src.evaluate(batch).logp
+    assert torch.allclose(a, b, atol=1e-5)  # the merged model is the LoRA model
+    assert not torch.allclose(a, base, atol=1e-3)  # and the adapters had learned something
+
+
+def test_an_rl_run_starts_from_the_sft_checkpoint_of_the_scorer(tmp_path):
+    from proas.train.loop import Trainer
+
+    train_sft(build_config(TOY + ["env.fixed_val_set.enabled=false"]), tmp_path / "sft",
+              SFTOptions(epochs=2, max_tasks=4, batch_size=8))
+    sft_state = _best_policy_state(tmp_path / "sft")
+    fresh = build_policy(build_config(TOY), 0)
+    assert any(not torch.equal(v, fresh.module.state_dict()[k]) for k, v in sft_state.items())  # SFT moved
+    t = Trainer(build_config(TOY + ["policy.scorer.init_from=" + str(tmp_path / "sft"), "algo.kl_coef=0.01"]),
+                tmp_path / "rl")
+    _assert_same_weights(sft_state, t.policy.module)
+    _assert_same_weights(sft_state, t.ref)
+    with pytest.raises(ProasError, match="dim=16; this run has hash_bits=14, dim=8"):
+        build_policy(build_config(TOY + ["policy.scorer.init_from=" + str(tmp_path / "sft"),
+                                         "policy.scorer.dim=8"]), 0)
+    with pytest.raises(ProasError, match="holds a 'scorer' policy, not 'lm'"):
+        build_policy(build_config(TOY + ["policy=lm", "policy.lm.init_from=" + str(tmp_path / "sft")]), 0)
+    with pytest.raises(ProasError, match="init_from replaces"):
+        build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.init_from=x"])
+    with pytest.raises(ProasError, match="policy.scorer.init_from"):
+        build_policy(build_config(TOY + ["policy.scorer.init_from=" + str(tmp_path / "none")]), 0)
+
+
+def test_sft_of_a_score_mode_lm_learns_the_candidate_choice(tmp_path):
+    from toy_env import make_env
+
+    lm = build_policy(build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score"]), 0)
+    env = make_env(n_places=4, max_steps=8)
+    (ctx, action), *_ = oracle_examples(env, ["train-003"], env_label="toy", max_steps=8)[0]
+    d = teacher_data(lm, ctx, action)
+    cands, _, _ = lm.score_item(ctx)
+    assert cands[d["choice"]] == action and teacher_data(lm, ctx, "fly to the moon") is None

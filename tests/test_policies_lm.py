@@ -1,5 +1,7 @@
 """The lm policy on CPU with a tiny random Qwen2 model and a tokenizer built locally."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -104,9 +106,239 @@ def test_a_local_model_directory_loads_without_network(tmp_path):
     q = LMPolicy.from_config(cfg.policy.lm)
     for x, y in zip(p.module.parameters(), q.module.parameters()):
         assert torch.equal(x, y)
+    # the tokenizer comes back as saved: AutoTokenizer alone would give it the pre-tokenizer of the
+    # model's class (Qwen2's) and other token ids
+    text = build_prompt(ctx()) + "<think>x</think><action>go to desk 1</action>"
+    assert q.tokenizer(text)["input_ids"] == p.tokenizer(text)["input_ids"]
 
 
 def test_a_missing_model_directory_is_a_clear_error(tmp_path):
     cfg = build_config(["policy=lm", f"policy.lm.model_path={tmp_path / 'none'}"])
     with pytest.raises(ProasError, match="cannot load a local model"):
         LMPolicy.from_config(cfg.policy.lm)
+
+
+# ---- score mode (GLAM): choose among the candidate actions by their likelihood
+
+def scored(**over):
+    return tiny(mode="score", **over)
+
+
+def full_forward_logp(p, prompt, cand):
+    """The candidate's summed token log-probs from one plain forward pass over prompt + candidate."""
+    ids = torch.tensor([prompt + cand])
+    with torch.no_grad():
+        logp = torch.log_softmax(p.module(input_ids=ids).logits[0].float(), dim=-1)
+    return sum(float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(cand))
+
+
+def test_score_mode_candidate_log_probs_equal_a_plain_forward_pass():
+    p = scored()
+    contexts = [ctx(step=3), ctx(step=0)]  # prompts of different lengths: left padding is exercised
+    made = [p.score_item(c) for c in contexts]
+    cands, prompt, resp = made[0]
+    assert cands == ["go to bed 1", "take key 1 from desk 1", "help"]  # admissible + invalid, in order
+    # the shared response prefix moved into the prompt; each candidate keeps its own tokens + end
+    text = p.tokenizer.decode(prompt[-3:] + resp[1], skip_special_tokens=True)
+    assert text.endswith("<action>take key 1 from desk 1</action>")
+    assert all(r[-1] == p.stop_ids[0] for r in resp) and len({tuple(r) for r in resp}) == 3
+    p.module.eval()
+    with torch.no_grad():
+        got = p.candidate_logps([(pr, rs) for _, pr, rs in made])
+    for (_, pr, rs), sums in zip(made, got):
+        assert sums.shape == (len(rs),)
+        for k, r in enumerate(rs):
+            assert float(sums[k]) == pytest.approx(full_forward_logp(p, pr, r), abs=1e-5)
+
+
+def test_score_mode_policy_is_the_candidate_softmax_at_the_policy_temperature():
+    p = scored()
+    c = Context("household", "put some key on bed", "You arrive at desk 1.", [], ["go to bed 1"],
+                ["take key 1 from bed 1"], 0)
+    cands, prompt, resp = p.score_item(c)
+    s = [full_forward_logp(p, prompt, r) for r in resp]
+    # a temperature that puts the two candidates 0.8 apart in the softmax: p(first) = sigmoid(+-0.8)
+    p.temperature = abs(s[1] - s[0]) / 0.8
+    lp = [-np.logaddexp(0.0, (s[1] - s[0]) / p.temperature), -np.logaddexp(0.0, (s[0] - s[1]) / p.temperature)]
+    assert np.exp(lp).tolist() == pytest.approx(sorted([1 / (1 + np.exp(0.8)), 1 / (1 + np.exp(-0.8))],
+                                                       reverse=s[0] > s[1]))
+    batch = p.prepare([{"prompt": prompt, "cands": resp, "choice": 0}, {"prompt": prompt, "cands": resp, "choice": 1}])
+    with torch.no_grad():
+        st = p.evaluate(batch)
+    assert st.logp.shape == st.mask.shape == (2, 1) and st.mask.sum() == 2
+    assert st.logp[:, 0].tolist() == pytest.approx(lp, abs=1e-5)
+    h = -sum(np.exp(x) * x for x in lp)
+    assert st.entropy[:, 0].tolist() == pytest.approx([h, h], abs=1e-5)
+    # acting: the rollout log-prob is the loss's; greedy takes the likelier; sampling at
+    # temperature T draws with frequency softmax(s / T)
+    d = p.act([c], np.random.default_rng(0), temperature=0)[0]
+    k = int(s[1] > s[0])
+    assert d.action == cands[k] and d.data["choice"] == k and not d.malformed
+    assert d.logp == pytest.approx(lp[k], abs=1e-5)
+    rng = np.random.default_rng(1)
+    draws = [p.act([c], rng, temperature=p.temperature)[0].data["choice"] for _ in range(300)]
+    assert draws.count(0) / 300 == pytest.approx(np.exp(lp[0]), abs=0.08)
+
+
+def test_score_mode_gradients_flow_through_the_prompt_and_the_candidate_tokens():
+    p = scored()
+    c = ctx(step=1)
+    d = p.act([c], np.random.default_rng(0), temperature=1.0)[0]
+    # choose the least likely candidate: a random model is near-certain of its favourite, whose
+    # log-prob (about 0) has no gradient to speak of
+    with torch.no_grad():
+        d.data["choice"] = int(torch.argmin(p.candidate_logps([(d.data["prompt"], d.data["cands"])])[0]))
+    batch = p.prepare([d.data])
+    st = p.evaluate(batch)
+    (-st.logp.sum()).backward()
+    emb = p.module.get_input_embeddings().weight.grad
+    prompt_only = set(d.data["prompt"]) - {t for r in d.data["cands"] for t in r}
+    assert prompt_only and all(emb[t].abs().sum() > 0 for t in prompt_only)  # through the expanded cache
+    head = p.module.get_output_embeddings().weight.grad
+    chosen = d.data["cands"][d.data["choice"]]
+    assert all(head[t].abs().sum() > 0 for t in chosen)  # the logit of each of its tokens moves
+    # the gradient is the one of the same loss built from plain full forward passes
+    cached = {n: q.grad.clone() for n, q in p.module.named_parameters()}
+    p.module.zero_grad()
+    sums = []
+    for r in d.data["cands"]:
+        ids = torch.tensor([d.data["prompt"] + r])
+        lp = torch.log_softmax(p.module(input_ids=ids).logits[0].float(), dim=-1)
+        n0 = len(d.data["prompt"]) - 1
+        sums.append(sum(lp[n0 + j, t] for j, t in enumerate(r)))
+    (-torch.log_softmax(torch.stack(sums) / p.temperature, dim=0)[d.data["choice"]]).backward()
+    for n, q in p.module.named_parameters():
+        assert torch.allclose(q.grad, cached[n], atol=1e-5, rtol=1e-3), n
+    # a step on -log p(chosen) raises the chosen candidate's own summed token log-prob
+    before = full_forward_logp(p, d.data["prompt"], d.data["cands"][d.data["choice"]])
+    opt = torch.optim.SGD(p.parameters(), lr=1e-3)
+    opt.step()
+    after = full_forward_logp(p, d.data["prompt"], d.data["cands"][d.data["choice"]])
+    assert after > before
+    with torch.no_grad():
+        assert float(p.evaluate(batch).logp) > float(st.logp)
+
+
+def test_score_mode_needs_admissible_actions():
+    p = scored()
+    c = Context("shop", "buy shoes", "search page", [], None, [], 0)
+    with pytest.raises(ProasError, match="admissible"):
+        p.act([c], np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_the_trainer_runs_a_step_in_score_mode(tmp_path, lora):
+    from proas.train.loop import Trainer
+
+    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
+                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
+                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
+                      "policy.lm.lr=1e-3", "algo.kl_coef=0.01", "policy.temperature=0.7",
+                      f"policy.lm.lora_rank={lora}"])
+    t = Trainer(c, tmp_path)
+    assert t.policy.temperature == 0.7
+    before = [q.detach().clone() for q in t.policy.parameters()]
+    rec = t.train_step()
+    assert rec["step"] == 1 and rec["loss/updates"] >= 1
+    assert rec["loss/entropy"] > 0 and rec["train/error_rate"] < 1.0
+    assert any(not torch.equal(a, b) for a, b in zip(before, t.policy.parameters()))
+    assert rec["train/trajectories"] == 4
+    # the KL reference (a frozen copy, or the adapters switched off) scores on its own cache
+    # path: before any update it agrees with the policy, after one it differs
+    d = t.policy.act([ctx()], np.random.default_rng(0))[0]
+    with torch.no_grad():  # the least likely candidate: the favourite's log-prob is about 0 under both
+        d.data["choice"] = int(torch.argmin(t.policy.candidate_logps([(d.data["prompt"], d.data["cands"])])[0]))
+        live = t.policy.evaluate(t.policy.prepare([d.data])).logp
+        ref = t.policy.evaluate(t.policy.prepare([d.data]), module=t.ref).logp
+    assert ref.shape == live.shape == (1, 1) and not torch.allclose(live, ref, atol=1e-7)
+
+
+def test_lm_mode_is_checked():
+    with pytest.raises(ProasError, match="policy.lm.mode"):
+        build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=guess"])
+
+
+# ---- the prompt budget and cut responses
+
+def long_ctx():
+    words = " ".join(f"w{k}" for k in range(150))
+    history = [(f"old observation {k}: {words}", f"go to desk {k}") for k in range(3)]
+    obs = "You arrive at desk 1. START " + words + " END of the page."
+    return Context("household", "put some key on bed", obs, history, ["go to bed 1", "take key 1 from desk 1"], [], 3)
+
+
+def test_an_over_long_prompt_loses_the_oldest_history_first():
+    p = tiny()
+    c = long_ctx()
+    full, one = p._chat_ids(c, 2), p._chat_ids(c, 1)
+    p.max_prompt_tokens = len(full)
+    assert p.fit_prompt(c) == (full, False)  # it fits: untouched
+    p.max_prompt_tokens = len(full) - 1
+    ids, trimmed = p.fit_prompt(c)
+    assert trimmed and ids == one  # exactly one pair, the oldest shown, is gone
+    text = p.tokenizer.decode(ids)
+    assert "Action 3: 'go to desk 2'" in text and "Action 2: 'go to desk 1'" not in text
+    assert text.startswith("<|im_start|>user\n")  # the start of the prompt is kept
+
+
+def test_then_the_middle_of_the_observation_is_cut_with_a_marker_never_the_task_or_instructions():
+    p = tiny()
+    c = long_ctx()
+    bare = p._chat_ids(c, 0)
+    p.max_prompt_tokens = len(bare) - 60
+    ids, trimmed = p.fit_prompt(c)
+    assert trimmed and p.max_prompt_tokens - 12 <= len(ids) <= p.max_prompt_tokens  # no more cut than needed
+    text = p.tokenizer.decode(ids)
+    for kept in ("Your task is to: put some key on bed", "You arrive at desk 1. START w0 w1",
+                 "END of the page.", "'take key 1 from desk 1'", "<think> </think>", "<action> </action>"):
+        assert kept in text, kept
+    assert "Observation 3" not in text  # the history went first
+    marker = re.search(r"\[\.\.\. (\d+) tokens cut \.\.\.\]", text)
+    assert marker
+    # the number is the observation tokens that left: those of the full prompt minus those kept
+    obs_full = len(p.tokenizer(c.observation, add_special_tokens=False)["input_ids"])
+    head, tail = text.split("Current observation: ")[1].split(marker.group(0))
+    tail = tail.split("\n\nAdmissible")[0]
+    kept_tokens = len(p.tokenizer(head.rstrip(" "), add_special_tokens=False)["input_ids"]) + len(
+        p.tokenizer(tail.lstrip(" "), add_special_tokens=False)["input_ids"])
+    assert abs(int(marker.group(1)) - (obs_full - kept_tokens)) <= 2  # up to a token re-merged at each seam
+
+
+def test_a_budget_below_the_fixed_parts_is_a_clear_error():
+    p = tiny()
+    p.max_prompt_tokens = 40
+    with pytest.raises(ProasError, match="max_prompt_tokens=40: the task, admissible actions and instructions"):
+        p.fit_prompt(long_ctx())
+
+
+def test_responses_cut_by_the_token_budget_are_flagged_and_warned_about_once():
+    import warnings
+
+    p = tiny(max_new_tokens=2)  # a random model almost never ends within 2 tokens
+    with pytest.warns(RuntimeWarning, match="max_new_tokens=2"):
+        d = p.act([ctx()], np.random.default_rng(0), temperature=0)
+    assert d[0].data["truncated"] and len(d[0].data["response"]) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert p.act([ctx()], np.random.default_rng(0), temperature=0)[0].data["truncated"]  # no second warning
+    # a model made to end at once: not truncated
+    p.module.generation_config.sequence_bias = {(p.stop_ids[0],): 100.0}
+    d = p.act([ctx()], np.random.default_rng(0), temperature=0)[0]
+    assert d.data["response"] == [p.stop_ids[0]] and not d.data["truncated"]
+
+
+@pytest.mark.parametrize("end_at_once", [False, True])
+def test_the_trainer_reports_truncated_responses_and_trimmed_prompts(tmp_path, end_at_once):
+    from proas.train.loop import Trainer
+
+    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.max_steps=3",
+                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
+                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=2",
+                      "policy.lm.max_prompt_tokens=170"])
+    t = Trainer(c, tmp_path)
+    if end_at_once:
+        t.policy.module.generation_config.sequence_bias = {(t.policy.stop_ids[0],): 100.0}
+    rec = t.train_step()
+    assert rec["rollout/truncated_responses"] == (0.0 if end_at_once else 1.0)
+    # the first step's prompt has no history and fits; later ones have history and do not
+    assert 0.0 < rec["rollout/trimmed_prompts"] < 1.0

@@ -108,8 +108,8 @@ def test_rl_starts_from_an_sft_run_of_the_scorer(tmp_path):
 
 
 def test_init_from_refuses_what_does_not_fit(tmp_path):
-    with pytest.raises(ProasError, match="does not exist"):
+    with pytest.raises(ProasError, match="policy.scorer.init_from"):
         build_policy(build_config(TOY + [f"policy.scorer.init_from={tmp_path / 'nope'}"]), seed=0)
     sft = _sft_run(tmp_path)
-    with pytest.raises(ProasError, match="dim=16"):
+    with pytest.raises(ProasError, match="dim=16; this run has hash_bits=14, dim=8"):
         build_policy(build_config(TOY + [f"policy.scorer.init_from={sft}", "policy.scorer.dim=8"]), seed=0)

@@ -112,7 +112,8 @@ def _sft(args) -> int:
     best = summary["best_val_sr"]
     console.print(f"[bold green]done[/]: best validation SR {'n/a' if best is None else f'{100 * best:.1f}%'} "
                   f"(epoch {summary['best_val_epoch']}), untrained {100 * (summary['first_val_sr'] or 0):.1f}%\n"
-                  f"best checkpoint: {args.run_dir}/best  (proas eval {args.run_dir})")
+                  f"best checkpoint: {args.run_dir}/best  (proas eval {args.run_dir}; RL from it: "
+                  f"proas train ... policy.{cfg.policy.kind}.init_from={args.run_dir})")
     return 0
 
 

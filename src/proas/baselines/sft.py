@@ -9,7 +9,9 @@ the oracle's action is the target.
 Loss: the negative token-mean log-likelihood of the target through the policy's own
 ``prepare``/``evaluate`` path, the one the RL losses use: for the ``scorer`` a "token" is the
 chosen candidate; for the ``lm`` the response ``<think>...</think><action>ACTION</action>`` plus
-the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses.
+the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses (an
+``lm`` in score mode, like the ``scorer``, learns the choice of ACTION among its candidates).
+An RL run starts from the result with ``policy.lm.init_from`` / ``policy.scorer.init_from``.
 
 Validation on the fixed validation set, as RL runs do (same seed rule, same temperature), after
 every ``val_every`` epochs and before training (epoch 0); the best checkpoint is kept in
@@ -34,13 +36,12 @@ from proas.envs.base import Env
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
+from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import build_policy, make_env_factory, validate, write_run_config
 
-__all__ = ["SFTOptions", "make_sft_optimizer", "oracle_examples", "sft_task_ids", "teacher_data", "train_sft"]
+__all__ = ["LM_THOUGHT", "SFTOptions", "make_sft_optimizer", "oracle_examples", "sft_task_ids", "teacher_data", "train_sft"]
 
-#: the thought the lm policy is taught to write before the oracle action
-LM_THOUGHT = "I will take the next step towards the goal."
 
 
 @dataclass
@@ -112,9 +113,15 @@ def teacher_data(policy: Policy, ctx: Context, action: str) -> dict[str, Any] | 
         if action not in cands:
             return None
         return dict(data, choice=cands.index(action))
+    if policy.kind == "lm" and policy.mode == "score":  # type: ignore[attr-defined]
+        # the choice among the candidates, as for the scorer: SFT maximises the candidate softmax
+        cands, prompt, resp = policy.score_item(ctx)  # type: ignore[attr-defined]
+        if action not in cands:
+            return None
+        return {"prompt": prompt, "cands": resp, "choice": cands.index(action)}
     if policy.kind == "lm":
         tok = policy.tokenizer  # type: ignore[attr-defined]
-        text = f"<think>{LM_THOUGHT}</think><action>{action}</action>"
+        text = score_response(action)
         resp = tok(text, add_special_tokens=False)["input_ids"] + [policy.stop_ids[0]]  # type: ignore[attr-defined]
         return {"prompt": policy.encode_prompt(ctx), "response": resp}  # type: ignore[attr-defined]
     raise ProasError(f"sft: policy kind {policy.kind!r} is not supported (scorer or lm)")

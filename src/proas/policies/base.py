@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-__all__ = ["Context", "Decision", "Policy", "TokenStats", "task_text"]
+__all__ = ["Context", "Decision", "Policy", "TokenStats", "candidate_actions", "task_text"]
 
 _TASK_RE = re.compile(r"your task is to:\s*(.+?)(?:\n|$)", re.IGNORECASE)
 
@@ -65,6 +65,25 @@ class Context:
     admissible: list[str] | None
     invalid_candidates: list[str]
     step: int
+
+
+def candidate_actions(ctx: Context, policy: str = "scorer") -> list[str]:
+    """The actions a candidate-choosing policy picks from: the admissible commands, then the
+    invalid candidates (so that it can make the mistakes ProAS is about), each once, in order.
+
+    Raises ``ProasError`` for an env without admissible actions or with no candidate at all.
+    """
+    from proas.errors import ProasError
+
+    if ctx.admissible is None:
+        raise ProasError(
+            f"the {policy} policy needs an env that lists admissible actions; {ctx.env_name!r} "
+            "does not (use policy=lm with policy.lm.mode=generate)"
+        )
+    seen = dict.fromkeys(list(ctx.admissible) + list(ctx.invalid_candidates))
+    if not seen:
+        raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
+    return list(seen)
 
 
 @dataclass

@@ -12,12 +12,27 @@ Models come from a local directory (``model_path``; nothing is downloaded) or, f
 timing, from a named architecture with random weights (``model_config``: ``tiny``,
 ``qwen2.5-1.5b``, ``qwen2.5-7b``) and a small byte-level BPE tokenizer built on the spot.
 Log-probs are per response token at temperature 1. LoRA via peft is optional; bf16 on a GPU.
+
+``mode="score"`` (GLAM, Carta et al. 2023) does not generate: it chooses among the env's
+candidate actions (admissible plus invalid candidates, as the ``scorer`` policy does). Each
+candidate's response is the one SFT teaches, ``<think>LM_THOUGHT</think><action>A</action>``
+plus the end-of-turn token; its score is the summed log-probability of the response tokens after
+the prompt, and the policy is ``softmax(score / temperature)`` over the candidates. The leading
+tokens shared by every candidate's response have the same log-probability for all of them and
+cancel in the softmax, so they join the prompt: the prompt is encoded once per decision and the
+candidates' distinct tokens are scored on its KV cache, expanded over the candidates, in one
+batched forward pass. For the losses a step is a one-"token" response, the chosen candidate, as
+for the ``scorer``.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import warnings
+import inspect
 import re
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,9 +40,23 @@ import torch
 from torch import nn
 
 from proas.errors import ProasError
-from proas.policies.base import Context, Decision, Policy, TokenStats
+from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
-__all__ = ["LMPolicy", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS"]
+__all__ = ["LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS",
+           "load_tokenizer", "score_response",
+           "train_tokenizer"]
+
+#: ``generate``: write a response and parse the action from it; ``score``: choose among the
+#: candidate actions by their likelihood (see the module docstring)
+MODES = ("generate", "score")
+
+#: the thought SFT teaches before the oracle action, and the one every scored candidate carries
+LM_THOUGHT = "I will take the next step towards the goal."
+
+
+def score_response(action: str) -> str:
+    """The response text whose likelihood scores ``action`` in score mode (SFT's target text)."""
+    return f"<think>{LM_THOUGHT}</think><action>{action}</action>"
 
 #: random-weight architectures (Qwen2 family; sizes of Qwen2.5-1.5B / 7B for timing)
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
@@ -97,30 +126,93 @@ def project_action(response: str, env_name: str = "") -> tuple[str, bool]:
     return action, malformed
 
 
-def local_tokenizer(vocab_size: int = 1024):
-    """A byte-level BPE tokenizer with a chat template, trained here on the prompt vocabulary.
+def train_tokenizer(texts, vocab_size: int, span: str = "word"):
+    """A byte-level BPE tokenizer with the chat template, trained on ``texts`` (an iterable of
+    strings), as a ``PreTrainedTokenizerFast``. Any text encodes and decodes back exactly: the
+    byte alphabet is always in the vocabulary.
 
-    Used with random-weight models (tests, timing) so nothing is downloaded. Any text encodes:
-    the byte alphabet is always in the vocabulary.
+    ``span`` bounds the merges: ``word`` (GPT-2's pre-tokenizer: a token never crosses a word
+    boundary) or ``line`` (tokens may span words within a line, so frequent phrases of a
+    templated text become single tokens).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if span == "word":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    elif span == "line":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        raise ProasError(f"tokenizer span {span!r} is not word or line")
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    corpus = [build_prompt(Context("household", "put some apple on table", "You see a table 1.", [("o", "go to table 1")],
-                                   ["go to table 1", "take apple 1 from table 1"], [], 1)),
-              "<think> I should go to the table. </think><action>go to table 1</action>",
-              "search[red shoes] click[buy now] open close take put move heat cool clean examine use"]
-    tok.train_from_iterator(corpus * 4, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"])
     fast.chat_template = _CHAT_TEMPLATE
     return fast
+
+
+def local_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer with a chat template, trained here on a few lines of prompt text.
+
+    Used with random-weight models (tests, timing) so nothing is downloaded; ``proas lm
+    tokenizer`` trains one on an env's own text instead. The corpus must not change: runs of
+    ``model_config`` models rebuild this tokenizer when loaded.
+    """
+    corpus = [build_prompt(Context("household", "put some apple on table", "You see a table 1.", [("o", "go to table 1")],
+                                   ["go to table 1", "take apple 1 from table 1"], [], 1)),
+              "<think> I should go to the table. </think><action>go to table 1</action>",
+              "search[red shoes] click[buy now] open close take put move heat cool clean examine use"]
+    return train_tokenizer(corpus * 4, vocab_size)
+
+
+@functools.lru_cache(maxsize=1)
+def _cache_kwarg() -> str:
+    """The forward keyword (and output field) of the KV cache: ``cache`` in recent transformers
+    (which warns on the old name), ``past_key_values`` before; the rename spans every causal LM
+    of a release."""
+    from transformers import Qwen2ForCausalLM
+
+    return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
+
+
+def load_tokenizer(path: str):
+    """The tokenizer saved in ``path`` (no download).
+
+    A tokenizer built by proas (``local_tokenizer``, ``proas lm tokenizer``) is saved as a plain
+    fast tokenizer; ``AutoTokenizer`` would reload it as the tokenizer class of the model saved
+    beside it (Qwen2's), whose own pre-tokenizer splits text differently, so the token ids would
+    no longer be the ones the model was trained on. Such a directory is loaded as it was saved.
+    """
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg_file = Path(path) / "tokenizer_config.json"
+    cls = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
+    if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _last_logits_only() -> dict[str, int]:
+    """Forward keywords that compute the logits of the last position only (``logits_to_keep``,
+    ``num_logits_to_keep`` before transformers 4.50): a prompt's full (length x vocabulary)
+    logits would be gigabytes with Qwen's 151k-token vocabulary."""
+    from transformers import Qwen2ForCausalLM
+
+    params = inspect.signature(Qwen2ForCausalLM.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return {name: 1}
+    return {}
 
 
 class _AdapterOff(nn.Module):
@@ -142,8 +234,18 @@ class LMPolicy(Policy):
     kind = "lm"
 
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
-                 max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False):
+                 max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
+                 mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8):
+        if mode not in MODES:
+            raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
         self.module = model
+        self.mode = mode
+        #: score mode: the temperature of the candidate softmax the losses use, the training
+        #: rollouts' (``policy.temperature``), so the rollout log-prob is the PPO old log-prob
+        self.temperature = temperature
+        #: score mode: decisions per batched scoring pass while acting
+        self.micro_batch_size = micro_batch_size
+        self._warned_truncation = False
         self.tokenizer = tokenizer
         self.device = device
         self.max_new_tokens = max_new_tokens
@@ -157,9 +259,10 @@ class LMPolicy(Policy):
 
     # ---- construction
     @classmethod
-    def from_config(cls, lm, seed: int = 0) -> "LMPolicy":
-        """Build from ``proas.train.config.LMConfig``."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    def from_config(cls, lm, seed: int = 0, temperature: float = 1.0) -> "LMPolicy":
+        """Build from ``proas.train.config.LMConfig``; ``temperature`` is ``policy.temperature``
+        (the score mode's loss temperature)."""
+        from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
         device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
                               ("cpu" if lm.device == "auto" else lm.device))
@@ -171,12 +274,22 @@ class LMPolicy(Policy):
             if dtype is None:
                 raise ProasError(f"config: policy.lm.dtype={lm.dtype!r} is not auto, bf16, fp16 or fp32")
         torch.manual_seed(seed)
-        if lm.model_path:
+        from proas.policies.warm_start import is_hf_model_dir, lm_from_run
+
+        # ``init_from``: a Hugging Face directory loads like ``model_path``; a proas run or
+        # checkpoint (an SFT run) rebuilds that run's policy and takes its (merged) weights
+        model_path, key = lm.model_path, "model_path"
+        if lm.init_from and is_hf_model_dir(lm.init_from):
+            model_path, key = lm.init_from, "init_from"
+        if lm.init_from and key != "init_from":
+            model, tokenizer = lm_from_run(lm.init_from)
+            model = model.to(dtype)
+        elif model_path:
             try:
-                tokenizer = AutoTokenizer.from_pretrained(lm.tokenizer_path or lm.model_path, local_files_only=True)
-                model = AutoModelForCausalLM.from_pretrained(lm.model_path, torch_dtype=dtype, local_files_only=True)
+                tokenizer = load_tokenizer(lm.tokenizer_path or model_path)
+                model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=dtype, local_files_only=True)
             except (OSError, ValueError) as exc:
-                raise ProasError(f"policy.lm.model_path={lm.model_path!r}: cannot load a local model "
+                raise ProasError(f"policy.lm.{key}={model_path!r}: cannot load a local model "
                                  f"({str(exc).splitlines()[0]})") from None
         else:
             if lm.model_config not in MODEL_CONFIGS:
@@ -184,9 +297,11 @@ class LMPolicy(Policy):
                                  f"{', '.join(MODEL_CONFIGS)}")
             arch = MODEL_CONFIGS[lm.model_config]
             if lm.tokenizer_path:
-                tokenizer = AutoTokenizer.from_pretrained(lm.tokenizer_path, local_files_only=True)
+                tokenizer = load_tokenizer(lm.tokenizer_path)
             else:
                 tokenizer = local_tokenizer(min(1024, arch["vocab_size"]))
+            # a tokenizer larger than the architecture's vocabulary (``tokenizer_path``) widens it
+            arch = dict(arch, vocab_size=max(arch["vocab_size"], len(tokenizer)))
             config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
             model = Qwen2ForCausalLM(config).to(dtype)
         if tokenizer.chat_template is None:
@@ -200,7 +315,8 @@ class LMPolicy(Policy):
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         return cls(model, tokenizer, device=device, max_new_tokens=lm.max_new_tokens,
                    max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
-                   lora=lm.lora_rank > 0)
+                   lora=lm.lora_rank > 0, mode=lm.mode, temperature=temperature,
+                   micro_batch_size=lm.micro_batch_size)
 
     def reference_module(self) -> nn.Module:
         if self.lora:
@@ -211,17 +327,61 @@ class LMPolicy(Policy):
         return ref
 
     # ---- acting
-    def encode_prompt(self, ctx: Context) -> list[int]:
-        text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, self.history_length)}],
+    def _chat_ids(self, ctx: Context, history_length: int) -> list[int]:
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, history_length)}],
                                                   tokenize=False, add_generation_prompt=True)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids[-self.max_prompt_tokens:]  # keep the end: the current observation and the instruction
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_prompt(self, ctx: Context, reserve: int = 0) -> list[int]:
+        """The prompt's token ids within ``max_prompt_tokens - reserve`` (see ``fit_prompt``)."""
+        return self.fit_prompt(ctx, reserve)[0]
+
+    def fit_prompt(self, ctx: Context, reserve: int = 0) -> tuple[list[int], bool]:
+        """``(prompt ids, trimmed)``: the prompt within ``max_prompt_tokens - reserve`` tokens.
+
+        An over-long prompt loses, in this order, the oldest shown history pairs, one at a time,
+        then the middle of the current observation, replaced by ``[... N tokens cut ...]`` (its
+        start says where the agent is, its end often holds what just happened). The task, the
+        admissible actions and the answer-format instruction are never cut: a prompt whose other
+        parts alone exceed the budget is a ``ProasError`` naming the key to raise.
+        """
+        budget = self.max_prompt_tokens - reserve
+        shown = min(self.history_length, len(ctx.history))
+        ids = self._chat_ids(ctx, shown)
+        if len(ids) <= budget:
+            return ids, False
+        while shown > 0:
+            shown -= 1
+            ids = self._chat_ids(ctx, shown)
+            if len(ids) <= budget:
+                return ids, True
+        obs = self.tokenizer(ctx.observation, add_special_tokens=False)["input_ids"]
+        need = len(ids) - budget  # observation tokens that must go, before the marker's own
+        for _ in range(8):  # re-encoding the joined text can merge tokens differently: retry
+            cut = need + len(self.tokenizer(f" [... {need} tokens cut ...] ", add_special_tokens=False)["input_ids"])
+            keep = len(obs) - cut
+            if keep < 0:
+                break
+            head = (keep + 1) // 2
+            text = (self.tokenizer.decode(obs[:head]) + f" [... {cut} tokens cut ...] "
+                    + self.tokenizer.decode(obs[len(obs) - (keep - head):]))
+            ids = self._chat_ids(replace(ctx, observation=text), 0)
+            if len(ids) <= budget:
+                return ids, True
+            need += len(ids) - budget
+        fixed = len(self._chat_ids(replace(ctx, observation=""), 0))
+        raise ProasError(f"policy.lm.max_prompt_tokens={self.max_prompt_tokens}: the task, admissible actions "
+                         f"and instructions alone take {fixed} tokens (+{reserve} of the scored response); "
+                         "raise it")
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
         if not contexts:
             return []
-        prompts = [self.encode_prompt(c) for c in contexts]
+        if self.mode == "score":
+            return self._act_score(contexts, rng, temperature)
+        fitted = [self.fit_prompt(c) for c in contexts]
+        prompts = [p for p, _ in fitted]
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -250,16 +410,29 @@ class LMPolicy(Policy):
                     break
             if resp and resp[-1] == pad and pad not in self.stop_ids:
                 resp = resp[:-1]
+            # a response without a stop token was cut by the max_new_tokens budget: it is scored
+            # as written (usually malformed), counted by the trainer and warned about once
+            truncated = not resp or resp[-1] not in self.stop_ids
+            if truncated and not self._warned_truncation:
+                self._warned_truncation = True
+                warnings.warn(f"lm policy: a response reached policy.lm.max_new_tokens={self.max_new_tokens} "
+                              "without an end token and was cut (the trainer reports the fraction as "
+                              "rollout/truncated_responses)", RuntimeWarning, stacklevel=3)
             text = self.tokenizer.decode(resp, skip_special_tokens=True)
             action, malformed = project_action(text, ctx.env_name)
             decisions.append(Decision(action=action, response=text, malformed=malformed,
                                       logp=float(logp_all[i, : len(resp)].sum()),
-                                      data={"prompt": prompts[i], "response": resp}))
+                                      data={"prompt": prompts[i], "response": resp, "truncated": truncated,
+                                            "prompt_trimmed": fitted[i][1]}))
         return decisions
 
     # ---- the loss side
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Right-padded prompt+response ids and the response-token positions."""
+        """Right-padded prompt+response ids and the response-token positions (score mode: the
+        prompts, candidates and choices)."""
+        if self.mode == "score":
+            return {"items": [(list(d["prompt"]), [list(c) for c in d["cands"]]) for d in data],
+                    "choice": torch.tensor([d["choice"] for d in data], dtype=torch.long)}
         seqs = [list(d["prompt"]) + list(d["response"]) for d in data]
         width = max(len(s) for s in seqs)
         resp_w = max(1, max(len(d["response"]) for d in data))
@@ -283,6 +456,8 @@ class LMPolicy(Policy):
         module = module if module is not None else self.module
         if module is self.module:
             module.train()
+        if self.mode == "score":
+            return self._evaluate_score(batch, module)
         dev = self.device
         logits = module(input_ids=batch["ids"].to(dev), attention_mask=batch["attn"].to(dev)).logits
         pos = batch["pos"].to(dev)
@@ -292,3 +467,108 @@ class LMPolicy(Policy):
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         mask = batch["mask"].to(dev)
         return TokenStats(logp=logp, entropy=entropy, mask=mask)
+
+    # ---- score mode
+    def score_item(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]]]:
+        """``(candidates, prompt ids, per-candidate response ids)`` of one decision (see
+        ``score_item_trimmed``)."""
+        return self.score_item_trimmed(ctx)[:3]
+
+    def score_item_trimmed(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]], bool]:
+        """``(candidates, prompt ids, per-candidate response ids, prompt trimmed)`` of one decision.
+
+        Each candidate's response (``score_response`` plus the end-of-turn token) is tokenized
+        whole, as SFT and generation see it (a BPE may merge across ``<action>`` and the action);
+        the token prefix all candidates share moves into the prompt, leaving each candidate at
+        least one token of its own.
+        """
+        cands = candidate_actions(ctx, "lm (mode=score)")
+        end = [self.stop_ids[0]]
+        resp = [self.tokenizer(score_response(a), add_special_tokens=False)["input_ids"] + end for a in cands]
+        shared = min(len(r) for r in resp) - 1
+        for k in range(shared):
+            if any(r[k] != resp[0][k] for r in resp[1:]):
+                shared = k
+                break
+        prompt, trimmed = self.fit_prompt(ctx, reserve=shared)
+        return cands, prompt + resp[0][:shared], [r[shared:] for r in resp], trimmed
+
+    def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                        module: nn.Module | None = None) -> list[torch.Tensor]:
+        """Summed log-probs of each decision's candidate token sequences after its prompt, one
+        ``(n_candidates,)`` tensor per decision, differentiable through ``module``.
+
+        One forward pass over the left-padded prompts fills the KV cache; the cache is expanded
+        over the candidates (``reorder_cache`` with each candidate's decision index) and one more
+        pass over the right-padded candidates gives their token logits. Position ids are explicit
+        so that left padding does not shift the positions.
+        """
+        module = module if module is not None else self.module
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n = len(items)
+        width = max(len(p) for p, _ in items)
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, (p, _) in enumerate(items):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     use_cache=True, **_last_logits_only())
+        owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs], dtype=torch.long, device=dev)
+        flat = [c for _, cs in items for c in cs]
+        length = max(len(c) for c in flat)
+        cids = torch.full((len(flat), length), pad, dtype=torch.long)
+        cmask = torch.zeros((len(flat), length), dtype=torch.long)
+        for j, c in enumerate(flat):
+            cids[j, : len(c)] = torch.tensor(c)
+            cmask[j, : len(c)] = 1
+        cids, cmask = cids.to(dev), cmask.to(dev)
+        # the prompt's last logits predict every candidate's first token
+        first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(1, cids[:, :1])
+        tok = [first]
+        if length > 1:
+            cache = getattr(out, _cache_kwarg())
+            cache.reorder_cache(owner)
+            pos = mask.sum(-1)[owner][:, None] + torch.arange(length - 1, device=dev)[None, :]
+            logits = module(input_ids=cids[:, :-1], attention_mask=torch.cat([mask[owner], cmask[:, :-1]], dim=1),
+                            position_ids=pos, use_cache=False, **{_cache_kwarg(): cache}).logits
+            # gathered one position at a time: no (candidates, length, vocab) float copy
+            tok.extend(torch.log_softmax(logits[:, t].float(), dim=-1).gather(1, cids[:, t + 1, None])
+                       for t in range(length - 1))
+        sums = (torch.cat(tok, dim=1) * cmask).sum(-1)
+        return list(torch.split(sums, [len(cs) for _, cs in items]))
+
+    @torch.no_grad()
+    def _act_score(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float) -> list[Decision]:
+        self.module.eval()
+        made = [self.score_item_trimmed(c) for c in contexts]
+        scores: list[torch.Tensor] = []
+        for i in range(0, len(made), self.micro_batch_size):
+            chunk = made[i: i + self.micro_batch_size]
+            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk]))
+        out = []
+        for (cands, prompt, resp, trimmed), s in zip(made, scores):
+            if temperature > 0:
+                p = torch.softmax(s / temperature, dim=0).numpy()
+                # inverse-CDF draw with the rollout's generator, as the scorer policy does
+                k = min(int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right")), len(cands) - 1)
+            else:
+                k = int(torch.argmax(s))
+            logp = float(torch.log_softmax(s / self.temperature, dim=0)[k])
+            out.append(Decision(action=cands[k], response=score_response(cands[k]), malformed=False, logp=logp,
+                                data={"prompt": prompt, "cands": resp, "choice": k, "prompt_trimmed": trimmed}))
+        return out
+
+    def _evaluate_score(self, batch: dict[str, Any], module: nn.Module) -> TokenStats:
+        sums = self.candidate_logps(batch["items"], module)
+        width = max(len(s) for s in sums)
+        scores = torch.full((len(sums), width), float("-inf"), device=sums[0].device)
+        for i, s in enumerate(sums):
+            scores[i, : len(s)] = s
+        logp_all = torch.log_softmax(scores / self.temperature, dim=-1)
+        logp = logp_all.gather(1, batch["choice"].to(scores.device)[:, None])
+        finite = torch.where(torch.isfinite(logp_all), logp_all, 0.0)
+        entropy = -(logp_all.exp() * finite).sum(-1, keepdim=True)
+        return TokenStats(logp=logp, entropy=entropy, mask=torch.ones_like(logp))

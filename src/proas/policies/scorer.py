@@ -25,8 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from proas.errors import ProasError
-from proas.policies.base import Context, Decision, Policy, TokenStats
+from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 from proas.policies.features import Featurizer
 
 __all__ = ["ScorerModule", "ScorerPolicy"]
@@ -134,18 +133,7 @@ class ScorerPolicy(Policy):
         return torch.optim.Adam(self.parameters(), lr=lr, foreach=True)
 
     def candidates(self, ctx: Context) -> list[str]:
-        if ctx.admissible is None:
-            raise ProasError(
-                f"the scorer policy needs an env that lists admissible actions; {ctx.env_name!r} "
-                "does not (use policy=lm)"
-            )
-        seen: dict[str, None] = {}
-        for a in list(ctx.admissible) + list(ctx.invalid_candidates):
-            if a not in seen:
-                seen[a] = None
-        if not seen:
-            raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
-        return list(seen)
+        return candidate_actions(ctx, "scorer")
 
     def featurize(self, ctx: Context) -> tuple[list[str], dict[str, Any]]:
         cands = self.candidates(ctx)

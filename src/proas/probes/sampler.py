@@ -2,7 +2,7 @@
 
 The loop mirrors ``proas.train.rollout``: at every turn the live episodes' contexts go to the
 policy in one ``act`` call. The first action of each continuation may be *forbidden* (the FD
-probe): a policy that scores a candidate list (``scorer``) simply does not see the forbidden
+probe): a policy that scores a candidate list (``scorer``, ``lm`` in score mode) simply does not see the forbidden
 action among its candidates; any other policy is re-sampled until it proposes something else
 (at most ``resample_tries`` times; an episode where the forbidden action survives is counted).
 """
@@ -44,6 +44,8 @@ def continue_episodes(policy: Policy, starts: Sequence[Restored], rng: np.random
     infos = [s.info for s in starts]
     hist = [list(s.history) for s in starts]
     forbid_failed = 0
+    # the scorer and the lm in score mode choose from the candidate list: drop the forbidden one
+    picks_candidates = policy.kind == "scorer" or getattr(policy, "mode", None) == "score"
     for turn in range(budget):
         live = [i for i in live if not done[i]]
         if not live:
@@ -52,10 +54,10 @@ def continue_episodes(policy: Policy, starts: Sequence[Restored], rng: np.random
                         admissible=infos[i].get("admissible"),
                         invalid_candidates=list(infos[i].get("invalid_candidates") or []),
                         step=starts[i].step + turn) for i in live]
-        if turn == 0 and forbid is not None and policy.kind == "scorer":
+        if turn == 0 and forbid is not None and picks_candidates:
             ctxs = [_without(c, forbid) for c in ctxs]
         decisions = policy.act(ctxs, rng, temperature=temperature)
-        if turn == 0 and forbid is not None and policy.kind != "scorer":
+        if turn == 0 and forbid is not None and not picks_candidates:
             for k in range(len(ctxs)):
                 tries = 0
                 while decisions[k].action == forbid and tries < resample_tries:

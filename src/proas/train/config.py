@@ -116,8 +116,8 @@ class ScorerConfig:
     #: observation/action pairs of history the scorer sees, as the lm prompt shows them
     #: (verl-agent's ``history_length``: 2); older steps are invisible to it
     history_length: int = 2
-    #: start from the weights of a ``proas sft`` run of the scorer (its directory) or of a
-    #: checkpoint file of scorer weights; None = random weights (the RL-from-SFT warm start)
+    #: start from the scorer of this run or checkpoint directory (an SFT run: its best
+    #: checkpoint) instead of random weights; hash_bits and dim must match it
     init_from: Optional[str] = None
 
 
@@ -126,8 +126,8 @@ class LMConfig:
     #: local directory of a Hugging Face causal LM (no downloads at run time)
     model_path: Optional[str] = None
     #: when no ``model_path``: a randomly initialised architecture, ``tiny`` (tests) or
-    #: ``qwen2.5-1.5b`` / ``qwen2.5-7b`` (timing); needs ``tokenizer_path`` or builds a
-    #: character-level tokenizer locally
+    #: ``qwen2.5-1.5b`` / ``qwen2.5-7b`` (timing); needs ``tokenizer_path`` or builds a small
+    #: BPE tokenizer locally
     model_config: Optional[str] = None
     #: tokenizer directory; None = ``model_path``
     tokenizer_path: Optional[str] = None
@@ -136,18 +136,26 @@ class LMConfig:
     #: LoRA rank; 0 trains every weight
     lora_rank: int = 0
     lora_alpha: int = 32
+    #: start from this model instead of ``model_path``/``model_config``: a proas run or checkpoint
+    #: directory of an lm policy (an SFT run: its best checkpoint, LoRA merged) or a Hugging Face
+    #: model directory; the KL reference is this initial model
+    init_from: Optional[str] = None
     #: ``auto`` = bf16 on a GPU, fp32 on CPU
     dtype: str = "auto"
     #: ``auto`` = cuda when present
     device: str = "auto"
     #: response budget per step (verl-agent: 512)
     max_new_tokens: int = 512
-    #: prompts longer than this are cut from the left (verl-agent: 2048 household, 4096 shop)
+    #: prompt budget (verl-agent: 2048 household, 4096 shop); longer prompts lose the oldest
+    #: history, then the middle of the observation, never the task or instructions
     max_prompt_tokens: int = 2048
     #: observation/action pairs of history in the prompt (verl-agent: 2)
     history_length: int = 2
     #: sequences per forward pass in the loss
     micro_batch_size: int = 8
+    #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
+    #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
+    mode: str = "generate"
 
 
 @dataclass
@@ -303,6 +311,7 @@ def _validate(cfg: Config) -> None:
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
     choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
+    choice("policy.lm.mode", cfg.policy.lm.mode, ("generate", "score"))
     if cfg.algo.gigpo_mode is not None:
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
@@ -358,9 +367,12 @@ def _validate(cfg: Config) -> None:
         raise ProasError("config: algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
     if not 4 <= cfg.policy.scorer.hash_bits <= 24:
         raise ProasError("config: policy.scorer.hash_bits must be in [4, 24]")
-    if cfg.policy.kind == "lm" and not (cfg.policy.lm.model_path or cfg.policy.lm.model_config):
-        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir> or "
-                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b")
+    lm = cfg.policy.lm
+    if cfg.policy.kind == "lm" and not (lm.model_path or lm.model_config or lm.init_from):
+        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir>, "
+                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b or policy.lm.init_from=<run or model dir>")
+    if lm.init_from and (lm.model_path or lm.model_config):
+        raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
 
 
 def _to_config(merged: DictConfig) -> Config:

@@ -84,29 +84,6 @@ def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
     return make
 
 
-def _scorer_init_state(path: str, want) -> dict[str, Any]:
-    """The scorer weights of ``policy.scorer.init_from``: a run directory (its best checkpoint,
-    else its latest: a ``proas sft`` run), a checkpoint directory, or its ``state.pt``."""
-    target = Path(path)
-    if target.is_file():
-        target = target.parent
-    if not target.exists():
-        raise ProasError(f"config: policy.scorer.init_from={path!r} does not exist")
-    state = ckpt.load_state(ckpt.find_checkpoint(target))
-    try:
-        src = config_from_yaml(str(state.get("config", "")), where=f"{path} (config)")
-    except ProasError:
-        src = None
-    if src is not None:
-        if src.policy.kind != "scorer":
-            raise ProasError(f"config: policy.scorer.init_from={path!r} holds a {src.policy.kind!r} policy")
-        theirs, ours = src.policy.scorer, want
-        if (theirs.dim, theirs.hash_bits) != (ours.dim, ours.hash_bits):
-            raise ProasError(f"config: policy.scorer.init_from={path!r} has dim={theirs.dim}, "
-                             f"hash_bits={theirs.hash_bits}; this run has dim={ours.dim}, hash_bits={ours.hash_bits}")
-    return state["policy"]
-
-
 def build_policy(cfg: Config, seed: int) -> Policy:
     """The configured policy, initialised from ``seed`` (and the model path for ``lm``)."""
     if cfg.policy.kind == "scorer":
@@ -115,12 +92,14 @@ def build_policy(cfg: Config, seed: int) -> Policy:
         s = cfg.policy.scorer
         policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed,
                               optimizer=s.optimizer, history_length=s.history_length)
-        if s.init_from:
-            policy.load_state_dict(_scorer_init_state(s.init_from, s))
+        if s.init_from:  # a warm start (an SFT run): its weights, and so the KL reference's
+            from proas.policies.warm_start import scorer_init_state
+
+            policy.load_state_dict(scorer_init_state(s.init_from, s))
         return policy
     from proas.policies.lm import LMPolicy
 
-    return LMPolicy.from_config(cfg.policy.lm, seed=seed)
+    return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature)
 
 
 def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[list[Trajectory], int, str]:
@@ -328,6 +307,7 @@ class Trainer:
         exceptions = 0
         first_exception = ""
         batches = 0
+        acted = [0, 0, 0]  # decisions, truncated responses, trimmed prompts
         while True:
             tasks = self._tasks_for(step, batches)
             slots = [Slot(t, f"s{step}b{batches}g{k}", f"s{step}b{batches}g{k}t{j}")
@@ -338,6 +318,8 @@ class Trainer:
                 success_reward=cfg.env.success_reward, env_name=self.env_name)
             batches += 1
             exceptions += stats.env_exceptions
+            for j, v in enumerate((stats.decisions, stats.truncated_responses, stats.trimmed_prompts)):
+                acted[j] += v
             if stats.exception_messages and not first_exception:
                 first_exception = stats.exception_messages[0]
             for msg in stats.exception_messages[:3]:
@@ -365,6 +347,9 @@ class Trainer:
             "train/gen_batches": float(batches),
             "train/trajectories": float(len(kept)),
         }
+        if self.policy.kind == "lm":  # budgets of the lm: how often they bite
+            info["rollout/truncated_responses"] = acted[1] / max(1, acted[0])
+            info["rollout/trimmed_prompts"] = acted[2] / max(1, acted[0])
         return kept, info
 
     def _credit(self, trajs: list[Trajectory], step: int):

@@ -46,6 +46,11 @@ class RolloutStats:
     env_exceptions: int = 0
     exception_messages: list[str] = field(default_factory=list)
     env_steps: int = 0
+    #: policy decisions made, those whose response was cut by the token budget and those whose
+    #: prompt was trimmed to fit (the ``lm`` policy's ``truncated`` / ``prompt_trimmed`` flags)
+    decisions: int = 0
+    truncated_responses: int = 0
+    trimmed_prompts: int = 0
 
 
 @dataclass
@@ -120,6 +125,9 @@ def rollout(
             for s in active
         ]
         decisions = policy.act(contexts, rng, temperature=temperature)
+        stats.decisions += len(decisions)
+        stats.truncated_responses += sum(bool(d.data.get("truncated")) for d in decisions)
+        stats.trimmed_prompts += sum(bool(d.data.get("prompt_trimmed")) for d in decisions)
         for s, ctx, dec in zip(active, contexts, decisions):
             prev_info = s.info
             try:

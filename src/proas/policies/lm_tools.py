@@ -1,0 +1,114 @@
+"""From-scratch models for the ``lm`` policy: a tokenizer trained on an env's own text, and a
+randomly initialised model directory that carries it (``proas lm tokenizer`` / ``proas lm new-model``).
+
+A general-purpose tokenizer (Qwen's 151k tokens, with its huge embedding tables) or the tiny
+local fallback spends many tokens on an env's prompts; a byte-level BPE trained on the env's training text (the prompts the
+policy sees while the oracle walks the training tasks: task, observations, history, admissible
+actions, instructions, and the responses of every candidate action) encodes the same prompts in
+far fewer tokens. Only training tasks are used, never validation ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from proas.errors import ProasError
+
+__all__ = ["SCRATCH_SIZES", "env_corpus", "build_env_tokenizer", "new_model_dir"]
+
+#: architectures for from-scratch models (Qwen2 family); the vocabulary is the tokenizer's
+SCRATCH_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "small": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2),
+    "base": dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
+                 num_key_value_heads=2),
+    "large": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=16,
+                  num_key_value_heads=4),
+}
+
+
+def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
+    """The text of ``cfg``'s env on its training tasks (those an RL or SFT run of ``cfg`` sees):
+    for each oracle step, the prompt the ``lm`` policy gets and the response of each candidate
+    action; plus the marker of a cut observation."""
+    from proas.baselines.common import env_name
+    from proas.baselines.sft import oracle_examples, sft_task_ids
+    from proas.policies.lm import build_prompt, score_response
+    from proas.train.loop import make_env_factory
+
+    env = make_env_factory(cfg.env.name, cfg.env.options)()
+    label = env_name(cfg, env)
+    ids = sft_task_ids(cfg, env, max_tasks)
+    examples, _ = oracle_examples(env, ids, env_label=label, max_steps=int(cfg.env.max_steps or env.max_steps))
+    if not examples:
+        raise ProasError(f"env {label!r}: the oracle solved none of {len(ids)} training tasks; no text to learn from")
+    yield "[... 100 tokens cut ...]"
+    for ctx, action in examples:
+        yield build_prompt(ctx, cfg.policy.lm.history_length)
+        for a in dict.fromkeys(list(ctx.admissible or []) + list(ctx.invalid_candidates) + [action]):
+            yield score_response(a)
+
+
+def build_env_tokenizer(cfg, vocab_size: int, out: str | Path, max_tasks: int | None = None, span: str = "line"):
+    """Train a byte-level BPE of ``vocab_size`` tokens on ``env_corpus(cfg)``, save it to ``out``
+    (with ``proas_tokenizer.json`` recording how it was made) and return it.
+
+    ``span="line"`` by default: an env's text is templated, and merges across words turn its
+    stock phrases into single tokens (household validation prompts: about 9x fewer tokens than
+    the local fallback tokenizer, against 1.7x for ``word``, whose vocabulary stops growing once
+    every training word is one token; docs/training.md).
+    """
+    from proas.policies.lm import train_tokenizer
+
+    if vocab_size < 300:
+        raise ProasError("--vocab must be >= 300 (the 256 bytes, the special tokens and some merges)")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ProasError(f"{out}: exists and is not empty; choose another directory")
+    texts = list(env_corpus(cfg, max_tasks))
+    tok = train_tokenizer(texts, vocab_size, span)
+    tok.save_pretrained(out)
+    (out / "proas_tokenizer.json").write_text(json.dumps(
+        {"env": cfg.env.name, "env_options": dict(cfg.env.options), "vocab_size": vocab_size,
+         "trained_vocab": len(tok), "span": span, "texts": len(texts), "max_tasks": max_tasks,
+         "history_length": cfg.policy.lm.history_length}, indent=1) + "\n")
+    return tok
+
+
+def new_model_dir(tokenizer_dir: str | Path, out: str | Path, size: str = "small", *, seed: int = 0,
+                  max_positions: int = 8192, **arch_overrides: int):
+    """Write a randomly initialised Qwen2-architecture causal LM of ``size`` (``SCRATCH_SIZES``,
+    fields overridable) with the tokenizer of ``tokenizer_dir`` to ``out``, ready for
+    ``policy.lm.model_path=out``; return the model."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from proas.policies.lm import load_tokenizer
+
+    if size not in SCRATCH_SIZES:
+        raise ProasError(f"--size {size!r} is not one of {', '.join(SCRATCH_SIZES)}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ProasError(f"{out}: exists and is not empty; choose another directory")
+    try:
+        tokenizer = load_tokenizer(str(tokenizer_dir))
+    except (OSError, ValueError) as exc:
+        raise ProasError(f"{tokenizer_dir}: cannot load a tokenizer ({str(exc).splitlines()[0]})") from None
+    arch = dict(SCRATCH_SIZES[size], **{k: v for k, v in arch_overrides.items() if v is not None})
+    if arch["hidden_size"] % arch["num_attention_heads"] or arch["num_attention_heads"] % arch["num_key_value_heads"]:
+        raise ProasError("hidden size must divide by the heads, and the heads by the key-value heads")
+    torch.manual_seed(seed)
+    # small models tie the output layer to the embeddings: with a vocabulary of a few thousand
+    # tokens the two would otherwise be a large share of the weights
+    config = Qwen2Config(**arch, vocab_size=len(tokenizer), max_position_embeddings=max_positions,
+                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return model
