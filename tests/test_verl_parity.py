@@ -141,8 +141,8 @@ def test_grpo_per_trajectory_equals_verls_grpo_when_each_trajectory_is_one_row()
     assert verl_adv.abs().sum() > 0
 
 
-def test_grpo_per_trajectory_differs_from_verl_when_lengths_differ():
-    """proas's default takes one sample per trajectory; verl weighs every step row."""
+def test_grpo_per_trajectory_differs_from_verl_when_lengths_differ_and_steps_equals_it():
+    """proas's default, like verl, weighs every step row; group_stats=trajectories does not."""
     trajs = [
         Trajectory("u", "a", 1.0, [Step("s", "x", "g")]),
         Trajectory("u", "b", 0.0, [Step("s", "x", "t"), Step("t", "y", "t"), Step("t", "z", "t")]),
@@ -155,7 +155,11 @@ def test_grpo_per_trajectory_differs_from_verl_when_lengths_differ():
     # verl: rows [1, 0, 0, 0], mean 1/4, std sqrt(1/4) = 1/2: win row (1 - 1/4) / (1/2) = 1.5
     assert first_token_values(verl_adv, data.batch["response_mask"])[0] == pytest.approx(1.5, rel=1e-5)
     ProASCredit(estimator="grpo", shaping="none").reshape(data)
-    # proas: trajectories [1, 0], mean 1/2, std 1/sqrt(2): win (1/2) * sqrt(2)
+    got = first_token_values(data.batch["advantages"], data.batch["response_mask"])
+    assert got[0] == pytest.approx(1.5, rel=1e-5)
+    data = make_dataproto(trajs)
+    ProASCredit(estimator="grpo", shaping="none", estimator_options={"group_stats": "trajectories"}).reshape(data)
+    # trajectories [1, 0], mean 1/2, std 1/sqrt(2): win (1/2) * sqrt(2)
     got = first_token_values(data.batch["advantages"], data.batch["response_mask"])
     assert got[0] == pytest.approx(np.sqrt(0.5), rel=1e-5)
 

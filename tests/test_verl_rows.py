@@ -48,11 +48,18 @@ def hand_batch() -> list[Trajectory]:
     return [win, lose]
 
 
-# Worked by hand. GRPO: A = +-0.5 / std([1, 0]) = +-1/sqrt(2) (std unbiased, eps negligible).
+# Worked by hand, with one sample per trajectory and the node rule (HAND_OPTIONS).
+# GRPO: A = +-0.5 / std([1, 0]) = +-1/sqrt(2) (std unbiased, eps negligible).
 # Graph from the win's clean path s0 -> s1 -> goal. Win: Rea = [1, 0, 1] (step 1 is an error)
 # -> MUI gives [A, 0, A]. Lose: x is no node, so Rea = [0, 0, 1] (s0 is a node), PA = [0, 0, 0]
 # (s0 was visited), D = [3, 2, 1], mean 2 -> APR gives A * [1.5, 1, 0.5].
 HAND_ADVANTAGE = np.array([SQ, 0.0, SQ, -1.5 * SQ, -SQ, -0.5 * SQ])
+HAND_OPTIONS = {"estimator_options": {"group_stats": "trajectories"}, "rea": "node"}
+# With the defaults (statistics over the 6 step rows, the transition rule): the rows score
+# [1, 1, 1, 0, 0, 0], mean 0.5, unbiased std sqrt(0.3); lose's steps are no ARG edges, so
+# Rea = PA = [0, 0, 0] and D = [3, 2, 1] as before.
+SQ_ROWS = 0.5 / (np.sqrt(0.3) + 1e-6)
+DEFAULT_ADVANTAGE = np.array([SQ_ROWS, 0.0, SQ_ROWS, -1.5 * SQ_ROWS, -SQ_ROWS, -0.5 * SQ_ROWS])
 
 
 class FakeDataProto:
@@ -203,24 +210,29 @@ def test_reshape_gives_the_hand_worked_proas_advantages_on_shuffled_padded_rows(
     trajs = hand_batch()
     pick = np.array([5, 1, 3, 0, 2, 4, 1])
     data = fake_data(trajs, pick)
-    credit = ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False)
+    credit = ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False, **HAND_OPTIONS)
     credit.reshape(data)
     mask = data.batch["response_mask"].numpy()
     expected = HAND_ADVANTAGE[pick][:, None] * mask
     np.testing.assert_allclose(data.batch["advantages"].numpy(), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(data.batch["returns"].numpy(), data.batch["advantages"].numpy())
+    # the defaults: verl-agent's statistics over step rows and the transition rule
+    data = fake_data(trajs, pick)
+    ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False).reshape(data)
+    np.testing.assert_allclose(data.batch["advantages"].numpy(), DEFAULT_ADVANTAGE[pick][:, None] * mask,
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_an_empty_evolving_graph_learns_the_batch_successes_before_annotating():
     trajs = hand_batch()
     data = fake_data(trajs)
-    credit = ProASCredit()  # empty graph, evolving
+    credit = ProASCredit()  # empty graph, evolving; defaults: step-row statistics, transition rule
     metrics = credit.reshape(data)
     first_tokens = data.batch["advantages"][:, 0].numpy()
-    np.testing.assert_allclose(first_tokens, HAND_ADVANTAGE, rtol=1e-5)
+    np.testing.assert_allclose(first_tokens, DEFAULT_ADVANTAGE, rtol=1e-5)
     assert set(credit.graph.nodes()) == {"s0", "s1", "goal"}
     assert metrics["proas/graph_nodes"] == 3.0
-    assert metrics["proas/reasonable_rate"] == pytest.approx(3 / 6)
+    assert metrics["proas/reasonable_rate"] == pytest.approx(2 / 6)  # the win's two edges
 
 
 def test_a_static_empty_graph_masks_every_success_step():
@@ -231,7 +243,7 @@ def test_a_static_empty_graph_masks_every_success_step():
     adv = data.batch["advantages"][:, 0].numpy()
     assert adv[:3].tolist() == [0.0, 0.0, 0.0]  # nothing is a node: Rea = 0 everywhere
     # failure: no step advances, D = [3, 2, 1] as before
-    np.testing.assert_allclose(adv[3:], HAND_ADVANTAGE[3:], rtol=1e-5)
+    np.testing.assert_allclose(adv[3:], DEFAULT_ADVANTAGE[3:], rtol=1e-5)
 
 
 @pytest.mark.parametrize("estimator,options,shaping", [
