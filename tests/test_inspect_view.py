@@ -181,8 +181,9 @@ def test_inspect_cli_at_80_columns_shows_every_step_column(run, capsys):
     assert _header_and_rows(out)[0].split()[-7:] == ["Rea", "PA", "FD", "U", "base", "shaped", "note"]
     header = next(x for x in out.splitlines() if "success" in x)
     assert header.split() == ["task", "type", "G", "success", "steps", "masked", "APR", "↑", "APR", "↓"]
-    for gid in ("g0", "g1"):  # one line a group, its type whole
-        assert re.search(rf"^ ?{gid} +pick_and_place_simple +4 +2/4 +\d+\.\d +2 +12 +12 *$", out, re.M)
+    # one line a group, its type whole; masked and APR counts under the default (transition) rule
+    for gid, up, down in (("g0", 11, 13), ("g1", 12, 12)):
+        assert re.search(rf"^ ?{gid} +pick_and_place_simple +4 +2/4 +\d+\.\d +2 +{up} +{down} *$", out, re.M)
 
 
 def test_overview_fits_the_longest_household_type_at_80_columns(tmp_path):
