@@ -12,8 +12,9 @@ For every env and row with runs in RESULTS_DIR (mean ± std over the seeds found
 - ``unreas. in succ.``: the share of unreasonable steps (Rea = 0) in successful trajectories,
   and, from the rollout logs where a run has them, how many of those were env errors.
 
-``--prune`` also builds each env's oracle ARG for seeds 0-2 and prunes 40% of its edges as the
-Incomplete ablation does, printing the nodes and edges before and after.
+``--prune`` also builds each env's oracle ARG for seeds 0-2 and prunes 40% of its state-action
+pairs as the Incomplete ablation does, printing its size before and after and how many of the
+oracle's own steps each reasonableness rule then marks unreasonable.
 """
 
 from __future__ import annotations
@@ -103,23 +104,40 @@ def table(results: Path) -> None:
 
 
 def prune_check() -> None:
+    """What the Incomplete ablation does to each env's oracle ARG: its size before and after
+    pruning 40% of the state-action pairs, and the share of the oracle's own steps (the
+    trajectories that built it; every one reasonable before) that each Rea rule then marks
+    unreasonable."""
     import tempfile
 
+    from proas.credit import CreditBatch, annotate
     from proas.tasksets import default_root
     from proas.train.config import build_config
-    from proas.train.loop import Trainer
+    from proas.train.loop import Trainer, oracle_trajectories
 
-    print("\n## Incomplete ARG: 40% of the oracle ARG's edges pruned\n")
-    print("| env | seed | nodes | edges | nodes after | edges after |")
-    print("|---|---|---|---|---|---|")
+    print("\n## Incomplete ARG: 40% of the oracle ARG's state-action pairs pruned\n")
+    print("Sizes as nodes / transitions (state pairs) / state-action pairs / edges; the last three columns: the "
+          "share of the oracle's steps that each rule marks unreasonable after pruning.\n")
+    print("| env | seed | before | after | transition | state_action | node |")
+    print("|---|---|---|---|---|---|---|")
     for env in ("household", "shop"):
         for seed in (0, 1, 2):
             cfg = build_config([f"env={env}", f"seed={seed}", "policy=scorer", "train.progress=false",
                                 f"env.fixed_train_set.path={default_root() / 'fixed_train_set' / f'seed{seed}' / env}"])
-            graph = Trainer(cfg, Path(tempfile.mkdtemp())).graph
-            n, e = graph.num_nodes, graph.num_edges
+            t = Trainer(cfg, Path(tempfile.mkdtemp()))
+            graph = t.graph
+            ids = sorted({task for step in t.schedule.steps for task in step})
+            oracle, _, _ = oracle_trajectories(t.envs[0], ids, int(t.envs[0].max_steps))
+            batch = CreditBatch.from_trajectories(oracle)
+
+            def size(g) -> str:
+                return f"{g.num_nodes} / {g.num_transitions} / {g.num_state_actions} / {g.num_edges}"
+
+            before = size(graph)
             graph.prune(0.4, seed=seed)  # what algo.graph.prune=0.4 does to the run's graph
-            print(f"| {env} | {seed} | {n} | {e} | {graph.num_nodes} | {graph.num_edges} |")
+            shares = [100 * (1 - annotate(batch, graph, rule).rea.mean())
+                      for rule in ("transition", "state_action", "node")]
+            print(f"| {env} | {seed} | {before} | {size(graph)} | " + " | ".join(f"{x:.1f}%" for x in shares) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
