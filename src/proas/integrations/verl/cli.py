@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from proas.errors import ProasError
+
 from proas.fileio import check_output_path
 
 
@@ -21,6 +23,28 @@ def cmd_build_graph(args) -> int:
     print(f"{args.variant} graph of {args.env}: {graph.num_nodes} states, {graph.num_edges} edges{built}{failed}, "
           f"{time.perf_counter() - t0:.1f}s -> {args.out}")
     print(f"use it with: proas.graph={args.out}")
+    return 0
+
+
+def cmd_sft_data(args) -> int:
+    from proas.integrations.verl.verl_agent import sft_examples
+
+    check_output_path(args.out)
+    rows = sft_examples(args.env, tasks=args.tasks)
+    if str(args.out).endswith(".jsonl"):
+        import json
+
+        from proas.fileio import atomic_write_all
+
+        atomic_write_all([(args.out, "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))])
+    else:
+        try:  # verl's SFT dataset reads parquet; pyarrow comes with verl, not with proas
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ProasError("writing parquet needs pyarrow (installed with verl); or give --out a .jsonl name") from None
+        pq.write_table(pa.Table.from_pylist(rows), args.out)
+    print(f"{len(rows)} (prompt, response) rows from the oracle on {args.env}'s training tasks -> {args.out}")
     return 0
 
 
@@ -46,4 +70,15 @@ def register(sub) -> None:
     g.add_argument("--from", dest="source", default=None,
                    help="distill: a saved graph (.json.gz/.json) or a trajectory JSONL")
     g.set_defaults(func=cmd_build_graph)
+    s = vsub.add_parser(
+        "sft-data",
+        help="the SFT row's data: the oracle's walkthroughs as (prompt, response) rows",
+        description="Write the oracle's walkthroughs of the env's training tasks as (prompt, response) "
+                    "rows in the RL runs' prompt and answer format, for verl's SFT trainer (.parquet, "
+                    "needs pyarrow) or as .jsonl.",
+    )
+    s.add_argument("--env", required=True, choices=["household", "shop"])
+    s.add_argument("--out", required=True, help="sft.parquet or sft.jsonl")
+    s.add_argument("--tasks", type=int, default=None, help="use only the first N training tasks")
+    s.set_defaults(func=cmd_sft_data)
 

@@ -35,6 +35,7 @@ __all__ = [
     "make_envs",
     "oracle_trajectories",
     "proas_env_of",
+    "proas_settings",
     "rollout_columns",
     "trainer_credit",
 ]
@@ -115,11 +116,71 @@ def rollout_columns(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def trainer_credit(config: Any) -> ProASCredit | None:
     """The run's ``ProASCredit`` from the config's ``proas:`` section, or ``None`` when the section
-    is missing or ``proas.enable`` is false (the trainer then runs verl-agent's advantage only)."""
+    is missing or ``proas.enable`` is false (the trainer then runs verl-agent's advantage only).
+
+    What the section leaves unset follows verl-agent's own config (``proas_settings``).
+    """
     section = _get(config, "proas")
     if section is None or not bool(_get(section, "enable", False)):
         return None
-    return ProASCredit.from_config(section)
+    return ProASCredit.from_config(proas_settings(config))
+
+
+def _plain(node: Any) -> Any:
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(node, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a proas dependency
+        pass
+    return node
+
+
+#: verl-agent ``algorithm.adv_estimator`` -> proas estimator, when ``proas.estimator`` is unset
+_ESTIMATOR_OF = {"grpo": "grpo", "gigpo": "gigpo", "rloo": "rloo", "reinforce_plus_plus_baseline": "reinforce_pp"}
+
+
+def proas_settings(config: Any) -> dict[str, Any]:
+    """The ``proas:`` section with its unset values filled from verl-agent's config, so that one
+    switch (``proas.enable=True``) gives ProAS on the estimator and settings of the run:
+
+    - ``estimator``: from ``algorithm.adv_estimator`` (``grpo``, ``gigpo``, ``rloo``,
+      ``reinforce_plus_plus_baseline``); DAPO (verl-agent's ``grpo`` with ``filter_groups``)
+      and MiGPO name theirs;
+    - ``estimator_options``, each unless given: GRPO / DAPO ``norm_by_std`` <-
+      ``algorithm.norm_adv_by_std_in_grpo``; GiGPO ``gamma`` <- ``algorithm.gamma``, ``mode`` <-
+      ``algorithm.gigpo.mode``, ``step_weight`` <- ``algorithm.gigpo.step_advantage_w``;
+    - ``invalid_action_penalty``: ``actor_rollout_ref.actor.invalid_action_penalty_coef``, or 0
+      when ``use_invalid_action_penalty`` is off (verl-agent's switch), unless given.
+    """
+    section = dict(_plain(_get(config, "proas")) or {})
+    section.pop("enable", None)
+    estimator = section.get("estimator")
+    if estimator is None:
+        adv = str(_get(config, "algorithm.adv_estimator", "grpo"))
+        if adv not in _ESTIMATOR_OF:
+            raise ProasError(f"proas.estimator is unset and algorithm.adv_estimator={adv!r} has no ProAS "
+                             f"counterpart; set proas.estimator (one of grpo, dapo, gigpo, migpo, rloo, reinforce_pp)")
+        estimator = _ESTIMATOR_OF[adv]
+    section["estimator"] = estimator
+    options = dict(section.get("estimator_options") or {})
+    if estimator in ("grpo", "dapo"):
+        options.setdefault("norm_by_std", bool(_get(config, "algorithm.norm_adv_by_std_in_grpo", True)))
+    elif estimator == "gigpo":
+        options.setdefault("gamma", float(_get(config, "algorithm.gamma", 0.95)))
+        options.setdefault("mode", str(_get(config, "algorithm.gigpo.mode", "mean_norm")))
+        options.setdefault("step_weight", float(_get(config, "algorithm.gigpo.step_advantage_w", 1.0)))
+    elif estimator in ("rloo", "reinforce_pp"):
+        options.pop("group_stats", None)  # these take no group_stats option
+    section["estimator_options"] = options
+    if section.get("invalid_action_penalty") is None:
+        on = bool(_get(config, "actor_rollout_ref.actor.use_invalid_action_penalty", True))
+        coef = float(_get(config, "actor_rollout_ref.actor.invalid_action_penalty_coef", 0.1))
+        section["invalid_action_penalty"] = coef if on else 0.0
+    if section.get("graph") in ("", None):
+        section.pop("graph", None)
+    return section
 
 
 def oracle_trajectories(env: Env, task_ids: Sequence[str]) -> tuple[list[Trajectory], list[str]]:
@@ -195,3 +256,28 @@ def build_graph(
         graph.prune(prune, seed=seed)
         graph.meta.update({"prune": prune, "prune_seed": seed})
     return graph
+
+
+def sft_examples(env: str, *, tasks: int | None = None, history_length: int = 2) -> list[dict[str, str]]:
+    """(prompt, response) pairs of the oracle's walkthroughs of ``env``'s training tasks, for the
+    SFT row: the prompt is what ``ProasEnvManager`` shows the policy at that step (the RL runs'
+    prompt), the response the answer format the RL runs require, ``<think>..</think>`` then
+    ``<action>..</action>``. The oracle gives no reasoning, so the think part only names the
+    action; the model learns the format and the actions, as imitation of the walkthroughs.
+    """
+    make = env_factory(env)
+    probe = make()
+    ids = list(probe.task_ids("train"))
+    if tasks is not None:
+        ids = ids[: int(tasks)]
+    manager = ProasEnvManager(make, group_n=1, history_length=history_length)
+    out: list[dict[str, str]] = []
+    for tid in ids:
+        obs, _ = manager.reset([tid])
+        for action in manager.envs[0].oracle(tid)[: int(manager.envs[0].max_steps)]:
+            response = f"<think>The next step towards the goal: {action}.</think>\n<action>{action}</action>"
+            out.append({"prompt": obs["text"][0], "response": response, "task_id": tid})
+            obs, _, done, _ = manager.step([response])
+            if done[0]:
+                break
+    return out
