@@ -372,3 +372,11 @@ def test_the_recorded_rollout_of_the_verl_agent_tests_is_what_proas_plays_today(
     assert any(not i["is_action_valid"] for i in infos) and any(i["proas"]["env_error"] and i["is_action_valid"]
                                                                 for i in infos)
     assert 0 < sum(stored["success"]) < len(stored["success"])
+
+
+def test_from_config_refuses_a_null_estimator_and_defaults_a_null_penalty():
+    from proas.integrations.verl import ProASCredit
+
+    with pytest.raises(ProasError, match="trainer_credit"):
+        ProASCredit.from_config({"estimator": None})
+    assert ProASCredit.from_config({"invalid_action_penalty": None}).invalid_action_penalty == 0.1

@@ -199,6 +199,12 @@ class ProASCredit:
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ProasError(f"unknown proas config key(s) {unknown}; valid: {sorted(known)}")
+        if "estimator" in cfg and cfg["estimator"] is None:
+            # the verl-agent recipe's YAML leaves it null for trainer_credit to fill from
+            # algorithm.adv_estimator; a bare from_config cannot guess it
+            raise ProasError("proas.estimator is null: name it, or build the credit with "
+                             "proas.integrations.verl.verl_agent.trainer_credit(config), which takes "
+                             "it from algorithm.adv_estimator")
         graph_path = cfg.get("graph")
         graph = ReferenceGraph.load(graph_path) if graph_path else None
         return cls(
@@ -212,7 +218,10 @@ class ProASCredit:
             seed=int(cfg.get("seed", 0)),
             base=str(cfg.get("base", "proas")),
             rea=str(cfg.get("rea", "transition")),
-            invalid_action_penalty=float(cfg.get("invalid_action_penalty", DEFAULT_INVALID_ACTION_PENALTY)),
+            invalid_action_penalty=float(
+                DEFAULT_INVALID_ACTION_PENALTY if cfg.get("invalid_action_penalty") is None
+                else cfg["invalid_action_penalty"]
+            ),
         )
 
     # ------------------------------------------------------------------ credit
