@@ -9,6 +9,7 @@ rollout recorded from proas's household env (tests/data/verl_agent_rollout.json.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import py_compile
@@ -61,9 +62,31 @@ def test_the_patch_applies_cleanly(tmp_path):
     assert done.stderr.count("Applied patch") == len(TOUCHED)
     for rel in TOUCHED[:3]:
         py_compile.compile(str(tmp_path / rel), doraise=True)
+    assert_proas_step_follows_compute_advantage((tmp_path / TOUCHED[2]).read_text(encoding="utf-8"))
     cfg = OmegaConf.load(tmp_path / TOUCHED[3])
     assert cfg.proas.enable is False and cfg.proas.estimator_options.group_stats == "steps"
     assert cfg.actor_rollout_ref.actor.invalid_action_penalty_coef == 0.1  # verl-agent's own, untouched
+
+
+def assert_proas_step_follows_compute_advantage(source: str) -> None:
+    """In the patched ``RayPPOTrainer.fit``, the statement after ``batch = compute_advantage(...)``
+    is the ProAS step, and it reshapes that same ``batch``."""
+    tree = ast.parse(source)
+    fit = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    found = 0
+    for node in ast.walk(fit):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if not isinstance(stmts, list):
+                continue
+            for k, stmt in enumerate(stmts):
+                if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+                        and getattr(stmt.value.func, "id", None) == "compute_advantage"):
+                    found += 1
+                    nxt = stmts[k + 1]
+                    assert isinstance(nxt, ast.If) and "self.proas" in ast.unparse(nxt.test)
+                    assert "self.proas.reshape(batch)" in ast.unparse(nxt.body[0])
+    assert found == 1
 
 
 @pytest.fixture(scope="module")
