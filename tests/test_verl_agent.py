@@ -89,6 +89,35 @@ def assert_proas_step_follows_compute_advantage(source: str) -> None:
     assert found == 1
 
 
+def patched_copy(dest: Path) -> Path:
+    """verl-agent's Python packages with the patch applied, without copying its env packages'
+    data (linked instead)."""
+    shutil.copytree(CHECKOUT / "verl", dest / "verl")
+    shutil.copytree(CHECKOUT / "gigpo", dest / "gigpo")
+    shutil.copytree(CHECKOUT / "agent_system", dest / "agent_system",
+                    ignore=lambda d, names: ["env_package"] if Path(d) == CHECKOUT / "agent_system" / "environments" else [])
+    (dest / "agent_system" / "environments" / "env_package").symlink_to(CHECKOUT / "agent_system" / "environments" / "env_package")
+    if git_apply("--check", cwd=dest).returncode != 0:
+        pytest.skip("the checkout is already patched; the round trip runs on an unpatched one")
+    done = git_apply(cwd=dest)
+    assert done.returncode == 0, done.stderr
+    return dest
+
+
+def test_the_patched_trainer_saves_the_graph_with_its_checkpoint_and_restores_it_on_resume(tmp_path):
+    copy = patched_copy(tmp_path / "verl-agent")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(copy), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "verl_agent_check.py"), "--checkpoint",
+                           str(tmp_path / "run")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["saved"] == ["graph.json.gz", "state.json"]
+    assert out["auto"] == [4, 4, True] and out["resume_path"] == [4, 4, True]
+    assert out["disable"] == [0, 0]  # resume_mode disable: a fresh graph
+    assert out["actor_calls"] == ["load"]
+
+
 @pytest.fixture(scope="module")
 def results():
     env = dict(os.environ)

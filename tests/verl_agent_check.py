@@ -6,6 +6,7 @@ it, the verl venv does not) and verl-agent's code needs its own ``verl`` fork:
 
     python tests/verl_agent_check.py --record tests/data/verl_agent_rollout.json.gz   # main env
     PYTHONPATH=$VERL_AGENT_DIR:src python tests/verl_agent_check.py tests/data/verl_agent_rollout.json.gz
+    PYTHONPATH=PATCHED_COPY:src python tests/verl_agent_check.py --checkpoint RUN_DIR   # the patched trainer
 
 The recording is committed; tests/test_recipe_verl_agent.py checks it equals a fresh one.
 tests/test_verl_agent.py runs the second stage in a subprocess whose ``PYTHONPATH`` starts with
@@ -216,6 +217,79 @@ def train_step(recorded, cfg, shuffle_seed):
     return batch, verl_agent_adv, credit, keep, n_pad
 
 
+class WorkerGroupDouble:
+    """Stands in for the actor's Ray worker group: records the checkpoint calls the trainer makes
+    (the model's own checkpoint is verl-agent's business, not the recipe's)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def save_checkpoint(self, path, *args, **kwargs):
+        self.calls.append(("save", path))
+
+    def load_checkpoint(self, path, **kwargs):
+        self.calls.append(("load", path))
+
+
+class DataLoaderDouble:
+    def __init__(self, state=None):
+        self.state = state or {"epoch": 0}
+
+    def state_dict(self):
+        return dict(self.state)
+
+    def load_state_dict(self, state):
+        self.state = dict(state)
+
+
+def checkpoint_round_trip(run_dir: str) -> dict:
+    """The patched ``RayPPOTrainer``'s ``_save_checkpoint`` and ``_load_checkpoint`` (verl-agent's
+    methods with the recipe's lines): the graph is saved beside the actor and restored on
+    resume, under ``resume_mode`` auto and resume_path."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from proas.credit import ReferenceGraph
+    from proas.types import Step, Trajectory
+
+    def trainer(resume_mode, resume_from=None):
+        cfg = OmegaConf.create({
+            "trainer": {"default_local_dir": run_dir, "default_hdfs_dir": None, "resume_mode": resume_mode,
+                        "resume_from_path": resume_from, "del_local_ckpt_after_load": False,
+                        "max_actor_ckpt_to_keep": None, "max_critic_ckpt_to_keep": None},
+            "algorithm": {"adv_estimator": "grpo"},
+            "proas": {"enable": True, "graph": None, "estimator": None, "estimator_options": {"group_stats": "steps"},
+                      "shaping": "proas", "invalid_action_penalty": None},
+        })
+        t = RayPPOTrainer.__new__(RayPPOTrainer)  # the real __init__ builds Ray worker groups
+        t.config, t.use_critic, t.global_steps = cfg, False, 0
+        t.actor_rollout_wg, t.train_dataloader = WorkerGroupDouble(), DataLoaderDouble()
+        t.proas = trainer_credit(cfg)  # what the patched __init__ sets
+        return t
+
+    first = trainer("auto")
+    first.proas.graph.add_trajectories([Trajectory("g", "t", 1.0, [Step("s0", "go", "s1"), Step("s1", "take", "goal")])])
+    first.proas.batches_seen = 4
+    first.global_steps = 4
+    first._save_checkpoint()
+    saved = sorted(p.name for p in (__import__("pathlib").Path(run_dir) / "global_step_4" / "proas").iterdir())
+    resumed = trainer("auto")
+    resumed._load_checkpoint()
+    by_path = trainer("resume_path", f"{run_dir}/global_step_4")
+    by_path._load_checkpoint()
+    fresh = trainer("disable")
+    fresh._load_checkpoint()
+    edges = sorted(map(list, first.proas.graph.edges()))
+    return {
+        "saved": saved,
+        "auto": [resumed.global_steps, resumed.proas.batches_seen, sorted(map(list, resumed.proas.graph.edges())) == edges],
+        "resume_path": [by_path.global_steps, by_path.proas.batches_seen,
+                        sorted(map(list, by_path.proas.graph.edges())) == edges],
+        "disable": [fresh.proas.batches_seen, fresh.proas.graph.num_edges],
+        "actor_calls": [c[0] for c in resumed.actor_rollout_wg.calls],
+    }
+
+
 def main(argv: list[str]) -> int:
     import tempfile
     from pathlib import Path
@@ -225,9 +299,11 @@ def main(argv: list[str]) -> int:
         Path(argv[1]).parent.mkdir(parents=True, exist_ok=True)
         Path(argv[1]).write_bytes(gzip.compress(data, mtime=0))
         return 0
+    if argv[:1] == ["--checkpoint"]:
+        print(json.dumps(checkpoint_round_trip(argv[1])))
+        return 0
     import torch
     import verl
-    from omegaconf import OmegaConf  # noqa: F401 - config() needs it
 
     rec = json.loads(gzip.decompress(Path(argv[0]).read_bytes()))
     tasks = rec["tasks"]
