@@ -263,7 +263,7 @@ def test_the_penalty_reads_is_action_valid_not_the_error_column():
     with pytest.raises(ProasError, match="invalid_action_penalty must be"):
         ProASCredit(invalid_action_penalty=-0.1)
     with pytest.raises(ProasError, match="set invalid_action_penalty instead"):
-        ProASCredit(estimator_options={"step_penalty": [0.1]})
+        ProASCredit(estimator_options={"step_penalty": [0.1, 0.2]})
 
 
 def test_an_empty_evolving_graph_learns_the_batch_successes_before_annotating():

@@ -138,6 +138,8 @@ class ProASCredit:
             )
         if shaping not in SHAPINGS:
             raise ProasError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
+        if "step_penalty" in (estimator_options or {}):
+            raise ProasError("step_penalty is computed per batch from is_action_valid; set invalid_action_penalty instead")
         # a typo in the options should fail at start-up, not after the first rollout
         probe = CreditBatch.from_trajectories([Trajectory("g", "t", 1.0, [Step("s", "a", "s'")])])
         probe_options = dict(estimator_options or {})
@@ -148,8 +150,6 @@ class ProASCredit:
             get_estimator(estimator)(probe, **probe_options)
         except (TypeError, ValueError) as exc:
             raise ProasError(f"bad estimator_options for {estimator!r}: {exc}") from None
-        if "step_penalty" in (estimator_options or {}):
-            raise ProasError("step_penalty is computed per batch from is_action_valid; set invalid_action_penalty instead")
         penalty = float(invalid_action_penalty)
         if not np.isfinite(penalty) or penalty < 0:
             raise ProasError(f"invalid_action_penalty must be a finite number >= 0, got {invalid_action_penalty!r}")
