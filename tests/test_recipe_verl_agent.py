@@ -113,6 +113,9 @@ def test_dry_run_of_every_rl_row(row, env):
     if adv == "gae":  # PPO: one rollout of 128 tasks, a critic
         assert args["data.train_batch_size"] == "128" and "env.rollout.n" not in args
         assert args["critic.model.path"] == "Qwen/Qwen2.5-1.5B-Instruct"
+        # verl-agent's PPO scripts: actor / critic micro batches 16 / 16 (ALFWorld), 8 / 4 (WebShop)
+        assert (args["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"],
+                args["critic.ppo_micro_batch_size_per_gpu"]) == {"household": ("16", "16"), "shop": ("8", "4")}[env]
     else:  # verl-agent's 16 tasks x 8 rollouts
         assert args["data.train_batch_size"] == "16" and args["env.rollout.n"] == "8"
     if row.startswith("dapo"):

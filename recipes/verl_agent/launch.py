@@ -83,10 +83,12 @@ SIZES = {
 }
 
 ENVS = {
-    # verl-agent env name, max steps, GiGPO mode, prompt length, mini batch, micro batch, log-prob micro batch
+    # verl-agent env name, max steps, GiGPO mode, prompt length, mini batch, micro batch (PPO's
+    # actor and critic: their own), log-prob micro batch: its ALFWorld and WebShop scripts
     "household": dict(env_name="proas/household", max_steps=50, mode="mean_std_norm", prompt=2048,
-                      mini=256, micro=32, logprob=32),
-    "shop": dict(env_name="proas/shop", max_steps=15, mode="mean_norm", prompt=4096, mini=64, micro=8, logprob=16),
+                      mini=256, micro=32, ppo_micro=16, critic_micro=16, logprob=32),
+    "shop": dict(env_name="proas/shop", max_steps=15, mode="mean_norm", prompt=4096, mini=64, micro=8,
+                 ppo_micro=8, critic_micro=4, logprob=16),
 }
 
 TASKS, GROUP, VAL_TASKS, EPOCHS = 16, 8, 128, 150
@@ -132,7 +134,7 @@ def trainer_overrides(row_id: str, env: str, size: str, seed: int, out: Path) ->
         "actor_rollout_ref.actor.optim.lr=1e-6",
         "actor_rollout_ref.model.use_remove_padding=True",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={e['mini']}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={e['micro'] // 2 if ppo else e['micro']}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={e['ppo_micro'] if ppo else e['micro']}",
         "actor_rollout_ref.actor.use_kl_loss=True",
         "actor_rollout_ref.actor.kl_loss_coef=0.01",
         "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
@@ -161,7 +163,7 @@ def trainer_overrides(row_id: str, env: str, size: str, seed: int, out: Path) ->
               "algorithm.filter_groups.enable=True", "algorithm.filter_groups.max_num_gen_batches=10"]
     if ppo:
         o += ["critic.optim.lr=1e-5", "critic.model.use_remove_padding=True", f"critic.model.path={model}",
-              "critic.model.enable_gradient_checkpointing=True", "critic.ppo_micro_batch_size_per_gpu=16",
+              "critic.model.enable_gradient_checkpointing=True", f"critic.ppo_micro_batch_size_per_gpu={e['critic_micro']}",
               "critic.model.fsdp_config.param_offload=False", "critic.model.fsdp_config.optimizer_offload=False"]
     o += [
         f"env.env_name={e['env_name']}",
