@@ -94,9 +94,10 @@ def patched_copy(dest: Path) -> Path:
     data (linked instead)."""
     shutil.copytree(CHECKOUT / "verl", dest / "verl")
     shutil.copytree(CHECKOUT / "gigpo", dest / "gigpo")
+    envs = Path("agent_system") / "environments"
     shutil.copytree(CHECKOUT / "agent_system", dest / "agent_system",
-                    ignore=lambda d, names: ["env_package"] if Path(d) == CHECKOUT / "agent_system" / "environments" else [])
-    (dest / "agent_system" / "environments" / "env_package").symlink_to(CHECKOUT / "agent_system" / "environments" / "env_package")
+                    ignore=lambda d, names: ["env_package"] if Path(d) == CHECKOUT / envs else [])
+    (dest / envs / "env_package").symlink_to(CHECKOUT / envs / "env_package")
     if git_apply("--check", cwd=dest).returncode != 0:
         pytest.skip("the checkout is already patched; the round trip runs on an unpatched one")
     done = git_apply(cwd=dest)
@@ -123,7 +124,8 @@ def results():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), str(REPO / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "verl_agent_check.py"), str(REPO / "tests" / "data" / "verl_agent_rollout.json.gz")],
+        [sys.executable, str(REPO / "tests" / "verl_agent_check.py"),
+         str(REPO / "tests" / "data" / "verl_agent_rollout.json.gz")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

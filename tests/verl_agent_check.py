@@ -27,6 +27,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -84,8 +85,8 @@ def record_rollout(seed: int = 11) -> dict:
         obs, rewards, dones, infos = envs.step(texts)
         steps.append({
             "anchor": anchors, "reward": [float(r) for r in rewards], "done": [bool(d) for d in dones],
-            "info": [{"is_action_valid": bool(info["is_action_valid"]), **({"proas": info["proas"]} if "proas" in info else {})}
-                     for info in infos],
+            "info": [{"is_action_valid": bool(info["is_action_valid"]),
+                      **({"proas": info["proas"]} if "proas" in info else {})} for info in infos],
         })
         if all(dones):
             break
@@ -188,7 +189,7 @@ def train_step(recorded, cfg, shuffle_seed):
     from gigpo import core_gigpo
     from verl.trainer.ppo import ray_trainer
 
-    total, raw, ep_r, ep_l, success, traj_uid, uid, tool = recorded
+    total, raw, ep_r, ep_l, success, traj_uid, _, tool = recorded
     keep = np.arange(len(total))
     if cfg.algorithm.filter_groups.enable:
         # DAPO's dynamic sampling drops whole groups whose rewards are all equal
@@ -249,9 +250,6 @@ def checkpoint_round_trip(run_dir: str) -> dict:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from proas.credit import ReferenceGraph
-    from proas.types import Step, Trajectory
-
     def trainer(resume_mode, resume_from=None):
         cfg = OmegaConf.create({
             "trainer": {"default_local_dir": run_dir, "default_hdfs_dir": None, "resume_mode": resume_mode,
@@ -268,11 +266,12 @@ def checkpoint_round_trip(run_dir: str) -> dict:
         return t
 
     first = trainer("auto")
-    first.proas.graph.add_trajectories([Trajectory("g", "t", 1.0, [Step("s0", "go", "s1"), Step("s1", "take", "goal")])])
+    win = Trajectory("g", "t", 1.0, [Step("s0", "go", "s1"), Step("s1", "take", "goal")])
+    first.proas.graph.add_trajectories([win])
     first.proas.batches_seen = 4
     first.global_steps = 4
     first._save_checkpoint()
-    saved = sorted(p.name for p in (__import__("pathlib").Path(run_dir) / "global_step_4" / "proas").iterdir())
+    saved = sorted(p.name for p in (Path(run_dir) / "global_step_4" / "proas").iterdir())
     resumed = trainer("auto")
     resumed._load_checkpoint()
     by_path = trainer("resume_path", f"{run_dir}/global_step_4")
@@ -280,11 +279,14 @@ def checkpoint_round_trip(run_dir: str) -> dict:
     fresh = trainer("disable")
     fresh._load_checkpoint()
     edges = sorted(map(list, first.proas.graph.edges()))
+
+    def same_graph(t):
+        return sorted(map(list, t.proas.graph.edges())) == edges
+
     return {
         "saved": saved,
-        "auto": [resumed.global_steps, resumed.proas.batches_seen, sorted(map(list, resumed.proas.graph.edges())) == edges],
-        "resume_path": [by_path.global_steps, by_path.proas.batches_seen,
-                        sorted(map(list, by_path.proas.graph.edges())) == edges],
+        "auto": [resumed.global_steps, resumed.proas.batches_seen, same_graph(resumed)],
+        "resume_path": [by_path.global_steps, by_path.proas.batches_seen, same_graph(by_path)],
         "disable": [fresh.proas.batches_seen, fresh.proas.graph.num_edges],
         "actor_calls": [c[0] for c in resumed.actor_rollout_wg.calls],
     }
@@ -292,7 +294,6 @@ def checkpoint_round_trip(run_dir: str) -> dict:
 
 def main(argv: list[str]) -> int:
     import tempfile
-    from pathlib import Path
 
     if argv[:1] == ["--record"]:
         data = json.dumps(record_rollout(), sort_keys=True).encode("utf-8")
@@ -325,16 +326,17 @@ def main(argv: list[str]) -> int:
         cfg = config(adv, est, "none", mode, graph_path, 1, dapo, len(tasks))
         batch, theirs, credit, keep, n_pad = train_step(recorded, cfg, shuffle_seed=3)
         diff = float((batch.batch["advantages"] - theirs).abs().max())
+        invalid = int((~batch.non_tensor_batch["is_action_valid"].astype(bool)).sum())
         results["verl_agent_parity"].append({"estimator": est, "mode": mode, "rows": len(batch), "pad": n_pad,
                                              "max_abs_diff": diff,
-                                             "invalid_rows": int((~batch.non_tensor_batch["is_action_valid"].astype(bool)).sum()),
+                                             "invalid_rows": invalid,
                                              "nonzero": float(theirs.abs().sum())})
     # (2) every shaping, with verl-agent's padding copies: the ProAS step equals compute_credit
     for adv, est, mode, dapo in cases:
         for shaping in SHAPINGS:
             cfg = config(adv, est, shaping, mode, graph_path, 7, dapo, len(tasks))
             batch, _, credit, keep, n_pad = train_step(recorded, cfg, shuffle_seed=5)
-            total, raw, ep_r, _, _, traj_uid, uid, _ = recorded
+            _, raw, ep_r, _, _, traj_uid, uid, _ = recorded
             trajs = reference_trajectories(raw, ep_r, traj_uid, uid, keep)
             # the order the hook met the trajectories in (first row after the shuffle): the random
             # ablation draws its labels in step order, so it needs the same order to agree

@@ -163,7 +163,8 @@ def trainer_overrides(row_id: str, env: str, size: str, seed: int, out: Path) ->
               "algorithm.filter_groups.enable=True", "algorithm.filter_groups.max_num_gen_batches=10"]
     if ppo:
         o += ["critic.optim.lr=1e-5", "critic.model.use_remove_padding=True", f"critic.model.path={model}",
-              "critic.model.enable_gradient_checkpointing=True", f"critic.ppo_micro_batch_size_per_gpu={e['critic_micro']}",
+              "critic.model.enable_gradient_checkpointing=True",
+              f"critic.ppo_micro_batch_size_per_gpu={e['critic_micro']}",
               "critic.model.fsdp_config.param_offload=False", "critic.model.fsdp_config.optimizer_offload=False"]
     o += [
         f"env.env_name={e['env_name']}",

@@ -1,11 +1,11 @@
-"""``proas verl build-graph``: the initial reference graph of a verl-agent ProAS run."""
+"""``proas verl build-graph`` (the initial reference graph of a verl-agent ProAS run) and
+``proas verl sft-data`` (the SFT row's data)."""
 
 from __future__ import annotations
 
 import time
 
 from proas.errors import ProasError
-
 from proas.fileio import check_output_path
 
 
@@ -42,7 +42,8 @@ def cmd_sft_data(args) -> int:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise ProasError("writing parquet needs pyarrow (installed with verl); or give --out a .jsonl name") from None
+            raise ProasError("writing parquet needs pyarrow (installed with verl); "
+                             "or give --out a .jsonl name") from None
         pq.write_table(pa.Table.from_pylist(rows), args.out)
     print(f"{len(rows)} (prompt, response) rows from the oracle on {args.env}'s training tasks -> {args.out}")
     return 0

@@ -139,7 +139,8 @@ class ProASCredit:
         if shaping not in SHAPINGS:
             raise ProasError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
         if "step_penalty" in (estimator_options or {}):
-            raise ProasError("step_penalty is computed per batch from is_action_valid; set invalid_action_penalty instead")
+            raise ProasError("step_penalty is computed per batch from is_action_valid; "
+                             "set invalid_action_penalty instead")
         # a typo in the options should fail at start-up, not after the first rollout
         probe = CreditBatch.from_trajectories([Trajectory("g", "t", 1.0, [Step("s", "a", "s'")])])
         probe_options = dict(estimator_options or {})
