@@ -19,6 +19,9 @@ VERL="verl==0.9.1"
 # verl.trainer.ppo.ray_trainer (compute_advantage) imports these; they are in verl's
 # `verl-core` extra, which would also bring much more.
 TRAINER_EXTRAS="cachetools uvicorn fastapi"
+# verl-agent's ray_trainer module (tests/test_verl_agent.py, with VERL_AGENT_DIR) also imports
+# openai; kept out of the stamp, so a venv built before it is topped up instead of rebuilt.
+VERL_AGENT_EXTRAS="openai"
 PROAS_DEPS="numpy networkx>=3.0 omegaconf>=2.3 rich>=13 pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100"
 STAMP_TEXT="$TORCH $VERL $TRAINER_EXTRAS $PROAS_DEPS"
 STAMP="$VENV/.proas-verl-stamp"
@@ -42,6 +45,7 @@ if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT"
     if [[ "$where" != "$REPO" ]]; then
         pip_install --no-deps -e "$REPO"
     fi
+    "$VENV/bin/python" -c "import openai" 2>/dev/null || pip_install $VERL_AGENT_EXTRAS
     echo "verl venv: reusing $VENV (proas from $REPO)"
     exit 0
 fi
@@ -51,7 +55,7 @@ pip_install "$TORCH"
 # torch pinned again so the resolver keeps the CPU build already installed.
 pip_install "$VERL" "$TORCH" $TRAINER_EXTRAS
 pip_install --no-deps -e "$REPO"
-pip_install "$TORCH" $PROAS_DEPS
+pip_install "$TORCH" $PROAS_DEPS $VERL_AGENT_EXTRAS
 "$VENV/bin/python" -c "import torch, verl, proas; print('verl venv: verl', verl.__version__, '| torch', torch.__version__)"
 echo "$STAMP_TEXT" >"$STAMP"
 echo "verl venv: built $VENV in $(( $(date +%s) - start ))s"

@@ -142,9 +142,16 @@ def test_the_hook_masks_the_errors_of_winners_and_spreads_the_idlers_penalty(set
     credit.reshape(data)
     adv = data.batch["advantages"][:, 0].numpy()
     layout, res = credit.last_layout, credit.last_result
+    # verl-agent's invalid-action penalty (on by default) is B_{i,t}, negative exactly on the
+    # format-invalid steps and untouched by the shaping; the checks below are on the rest
+    step_valid = np.ones(layout.n_steps, dtype=bool)
+    step_valid[layout.row_to_step] = rows["is_action_valid"].astype(bool)
+    assert (~step_valid).any()
+    np.testing.assert_array_equal(res.step_advantage < 0, ~step_valid)
     for i, traj in enumerate(layout.trajectories):
         a = res.traj_advantage[layout.offsets[i]]
-        own = res.advantage[layout.offsets[i]: layout.offsets[i + 1]]
+        span = slice(layout.offsets[i], layout.offsets[i + 1])
+        own = res.advantage[span] - res.step_advantage[span]
         if traj.success:
             assert a > 0
             # MUI: error steps (garbage, untagged answers) get nothing, clean steps keep A_i

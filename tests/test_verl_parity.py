@@ -88,6 +88,21 @@ def shuffle_and_pad(data: DataProto, rng: np.random.Generator, n_pad: int = 3) -
     return padded, origin[perm]
 
 
+def apply_invalid_action_penalty(data: DataProto, coef: float = 0.1) -> None:
+    """What verl-agent's trainer does to the rows before its compute_advantage
+    (``apply_invalid_action_penalty``): ``coef`` off the last response token's reward of every
+    row whose ``is_action_valid`` is false (and off GiGPO's step return: see verl_agent_gigpo)."""
+    invalid = ~np.asarray(data.non_tensor_batch["is_action_valid"], dtype=bool)
+    last = data.batch["response_mask"].sum(dim=1) - 1
+    data.batch["token_level_rewards"][torch.arange(len(data)), last] -= coef * torch.as_tensor(
+        invalid, dtype=torch.float32)
+
+
+def step_penalty_of(trajs, coef: float = 0.1) -> np.ndarray:
+    """The ``step_penalty`` proas's estimators take for these trajectories' format errors."""
+    return coef * np.array([s.error for t in trajs for s in t.steps], dtype=np.float64)
+
+
 def first_token_values(adv: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
     return adv[torch.arange(adv.shape[0]), mask.argmax(dim=1)].numpy()
 
@@ -114,6 +129,7 @@ def test_grpo_cross_steps_equals_verls_grpo_on_the_same_rows(seed, norm):
     rng = np.random.default_rng(seed)
     trajs = make_trajectories(rng, n_groups=int(rng.integers(1, 4)), group_size=int(rng.integers(1, 5)))
     data = make_dataproto(trajs, rng)
+    apply_invalid_action_penalty(data)  # kept by default, as verl-agent does
     verl_adv, verl_ret = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=data.batch["token_level_rewards"],
         response_mask=data.batch["response_mask"],
@@ -131,6 +147,7 @@ def test_grpo_per_trajectory_equals_verls_grpo_when_each_trajectory_is_one_row()
     rng = np.random.default_rng(7)
     trajs = make_trajectories(rng, n_groups=4, group_size=5, max_len=1)
     data = make_dataproto(trajs, rng)
+    apply_invalid_action_penalty(data)
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=data.batch["token_level_rewards"],
         response_mask=data.batch["response_mask"],
@@ -179,7 +196,7 @@ def test_rloo_equals_verls_rloo_when_each_trajectory_is_one_row():
 
 # ---------------------------------------------------------------------- GiGPO parity
 def verl_agent_gigpo(token_level_rewards, step_env_rewards, response_mask, anchor_obs, uid, traj_uid,
-                     gamma, step_weight, mode, eps=1e-6):
+                     gamma, step_weight, mode, eps=1e-6, step_penalty=None):
     """Test-only reference: verl-agent's GiGPO (gigpo/core_gigpo.py) written from its documented
     equations over step rows, one row at a time. verl 0.9.1 has no GiGPO of its own.
 
@@ -189,6 +206,9 @@ def verl_agent_gigpo(token_level_rewards, step_env_rewards, response_mask, ancho
     Eq. 6: step groups = rows of one uid whose anchor_obs are equal.
     Eq. 7: G normalised within its step group; a step group of one row gets 0.
     Eq. 8: A = A^E + step_weight A^S, broadcast to the response tokens.
+    step_penalty: verl-agent's invalid-action penalty per row, subtracted from the row's
+           discounted return after discounting (its trainer penalises ``step_rewards``, which
+           already hold G_t); the token rewards come in already penalised.
     """
     remove_std = {"mean_norm": True, "mean_std_norm": False}[mode]
     n = token_level_rewards.shape[0]
@@ -201,6 +221,8 @@ def verl_agent_gigpo(token_level_rewards, step_env_rewards, response_mask, ancho
         for i in reversed(rows):
             running = float(step_env_rewards[i]) + gamma * running
             returns[i] = running
+    if step_penalty is not None:
+        returns = [r - float(p) for r, p in zip(returns, step_penalty)]
 
     def normalise(values, keys, singleton_is_zero):
         groups = {}
@@ -223,18 +245,22 @@ def verl_agent_gigpo(token_level_rewards, step_env_rewards, response_mask, ancho
     return adv[:, None] * response_mask
 
 
+@pytest.mark.parametrize("penalty", [0.0, 0.1])
 @pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_gigpo_cross_steps_equals_verl_agents_gigpo(mode, seed):
+def test_gigpo_cross_steps_equals_verl_agents_gigpo(mode, seed, penalty):
     rng = np.random.default_rng(100 + seed)
     trajs = make_trajectories(rng, n_groups=3, group_size=4, max_len=6)
     data = make_dataproto(trajs, rng)
     nt = data.non_tensor_batch
+    apply_invalid_action_penalty(data, penalty)
+    invalid = ~np.asarray(nt["is_action_valid"], dtype=bool)
     expected = verl_agent_gigpo(
         data.batch["token_level_rewards"], nt["rewards"], data.batch["response_mask"],
         nt["anchor_obs"], nt["uid"], nt["traj_uid"], gamma=0.95, step_weight=1.0, mode=mode,
+        step_penalty=penalty * invalid,
     )
-    credit = ProASCredit(estimator="gigpo", shaping="none",
+    credit = ProASCredit(estimator="gigpo", shaping="none", invalid_action_penalty=penalty,
                          estimator_options={"group_stats": "steps", "mode": mode, "gamma": 0.95})
     credit.reshape(data)
     torch.testing.assert_close(data.batch["advantages"], expected, rtol=1e-5, atol=1e-5)
@@ -261,8 +287,11 @@ def test_reshaped_dataproto_equals_compute_credit_on_the_same_trajectories(estim
                          estimator_options=options)
     metrics = credit.reshape(data)
 
+    # the penalty of the invalid steps, as the hook reads it from is_action_valid (not rloo's or
+    # REINFORCE++'s: proas's forms of them have no row-level term)
+    ref_options = dict(options, step_penalty=step_penalty_of(trajs)) if estimator in ("grpo", "dapo", "gigpo") else options
     ref = compute_credit(trajs, ReferenceGraph.from_trajectories(oracle), estimator=estimator,
-                         estimator_options=options, shaping="proas", evolve=True)
+                         estimator_options=ref_options, shaping="proas", evolve=True)
     mask = data.batch["response_mask"]
     expected = torch.as_tensor(ref.advantage[origin], dtype=torch.float32)[:, None] * mask
     torch.testing.assert_close(data.batch["advantages"], expected, rtol=1e-5, atol=1e-6)
@@ -347,7 +376,8 @@ def test_proas_compute_advantage_binds_for_proas_names_and_passes_others_through
     rng = np.random.default_rng(4)
     trajs = make_trajectories(rng)
     data = make_dataproto(trajs, rng)
-    credit = ProASCredit(estimator="grpo", estimator_options={"group_stats": "steps"}, shaping="none")
+    credit = ProASCredit(estimator="grpo", estimator_options={"group_stats": "steps"}, shaping="none",
+                         invalid_action_penalty=0.0)  # verl 0.9.1 has no invalid-action penalty
     out = compute_advantage(data, "proas_grpo", credit=credit, config=AlgoConfig())
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=data.batch["token_level_rewards"],

@@ -58,8 +58,19 @@ HAND_OPTIONS = {"estimator_options": {"group_stats": "trajectories"}, "rea": "no
 # With the defaults (statistics over the 6 step rows, the transition rule): the rows score
 # [1, 1, 1, 0, 0, 0], mean 0.5, unbiased std sqrt(0.3); lose's steps are no ARG edges, so
 # Rea = PA = [0, 0, 0] and D = [3, 2, 1] as before.
+# (Without verl-agent's invalid-action penalty: NO_PENALTY.)
 SQ_ROWS = 0.5 / (np.sqrt(0.3) + 1e-6)
 DEFAULT_ADVANTAGE = np.array([SQ_ROWS, 0.0, SQ_ROWS, -1.5 * SQ_ROWS, -SQ_ROWS, -0.5 * SQ_ROWS])
+NO_PENALTY = {"invalid_action_penalty": 0.0}
+# With the penalty (0.1, the default): the win's error row is format-invalid (is_action_valid
+# False), so the rows score [1, 0.9, 1, 0, 0, 0]: mean 2.9/6, unbiased std sqrt(1.408333/5).
+# A_win = (1 - mean)/std, A_lose = -mean/std; the error row keeps its own -0.1/std (B, not
+# shaped) while MUI zeroes its A part; lose's steps get APR's [1.5, 1, 0.5] as before.
+_MEAN, _STD = 2.9 / 6, np.sqrt((2 * (1 - 2.9 / 6) ** 2 + (0.9 - 2.9 / 6) ** 2 + 3 * (2.9 / 6) ** 2) / 5) + 1e-6
+PENALISED_ADVANTAGE = np.array([
+    (1 - _MEAN) / _STD, -0.1 / _STD, (1 - _MEAN) / _STD,
+    -1.5 * _MEAN / _STD, -_MEAN / _STD, -0.5 * _MEAN / _STD,
+])
 
 
 class FakeDataProto:
@@ -210,23 +221,55 @@ def test_reshape_gives_the_hand_worked_proas_advantages_on_shuffled_padded_rows(
     trajs = hand_batch()
     pick = np.array([5, 1, 3, 0, 2, 4, 1])
     data = fake_data(trajs, pick)
-    credit = ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False, **HAND_OPTIONS)
+    credit = ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False, **HAND_OPTIONS, **NO_PENALTY)
     credit.reshape(data)
     mask = data.batch["response_mask"].numpy()
     expected = HAND_ADVANTAGE[pick][:, None] * mask
     np.testing.assert_allclose(data.batch["advantages"].numpy(), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(data.batch["returns"].numpy(), data.batch["advantages"].numpy())
-    # the defaults: verl-agent's statistics over step rows and the transition rule
+    # verl-agent's statistics over step rows and the transition rule, penalty off
     data = fake_data(trajs, pick)
-    ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False).reshape(data)
+    ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False, **NO_PENALTY).reshape(data)
     np.testing.assert_allclose(data.batch["advantages"].numpy(), DEFAULT_ADVANTAGE[pick][:, None] * mask,
                                rtol=1e-5, atol=1e-6)
+    # the defaults: verl-agent's invalid-action penalty kept
+    data = fake_data(trajs, pick)
+    ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False).reshape(data)
+    np.testing.assert_allclose(data.batch["advantages"].numpy(), PENALISED_ADVANTAGE[pick][:, None] * mask,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_the_penalty_reads_is_action_valid_not_the_error_column():
+    """verl-agent penalises its format check (is_action_valid); ProAS's env_error may be wider."""
+    trajs = hand_batch()
+    rows = trajectories_to_rows(trajs, StepColumns(error="env_error"))
+    # env_error flags the win's step 1, but the format was fine everywhere except lose's step 0
+    rows["is_action_valid"] = np.array([True, True, True, False, True, True], dtype=object)
+    data = FakeDataProto({"response_mask": torch.ones(6, 2, dtype=torch.int64)}, rows)
+    credit = ProASCredit(ReferenceGraph.from_trajectories(trajs), evolve=False, shaping="none",
+                         columns=StepColumns(error="env_error"), invalid_action_penalty=0.5)
+    credit.reshape(data)
+    scores = np.array([1, 1, 1, -0.5, 0, 0])
+    std = scores.std(ddof=1) + 1e-6
+    want = np.array([(1 - scores.mean()) / std] * 3 + [(0 - scores.mean()) / std] * 3)
+    want[3] -= 0.5 / std
+    np.testing.assert_allclose(data.batch["advantages"][:, 0].numpy(), want, rtol=1e-5)
+    # no validity column, or a coefficient of 0: no penalty
+    del rows["is_action_valid"]
+    data = FakeDataProto({"response_mask": torch.ones(6, 2, dtype=torch.int64)}, rows)
+    credit = ProASCredit(evolve=False, shaping="none", columns=StepColumns(error="env_error"))
+    credit.reshape(data)
+    assert len(set(np.round(data.batch["advantages"][:3, 0].numpy(), 6))) == 1
+    with pytest.raises(ProasError, match="invalid_action_penalty must be"):
+        ProASCredit(invalid_action_penalty=-0.1)
+    with pytest.raises(ProasError, match="set invalid_action_penalty instead"):
+        ProASCredit(estimator_options={"step_penalty": [0.1, 0.2]})
 
 
 def test_an_empty_evolving_graph_learns_the_batch_successes_before_annotating():
     trajs = hand_batch()
     data = fake_data(trajs)
-    credit = ProASCredit()  # empty graph, evolving; defaults: step-row statistics, transition rule
+    credit = ProASCredit(**NO_PENALTY)  # empty graph, evolving; step-row statistics, transition rule
     metrics = credit.reshape(data)
     first_tokens = data.batch["advantages"][:, 0].numpy()
     np.testing.assert_allclose(first_tokens, DEFAULT_ADVANTAGE, rtol=1e-5)
@@ -237,7 +280,7 @@ def test_an_empty_evolving_graph_learns_the_batch_successes_before_annotating():
 
 def test_a_static_empty_graph_masks_every_success_step():
     data = fake_data(hand_batch())
-    credit = ProASCredit(evolve=False)
+    credit = ProASCredit(evolve=False, **NO_PENALTY)
     credit.reshape(data)
     assert credit.graph.num_nodes == 0
     adv = data.batch["advantages"][:, 0].numpy()
@@ -263,9 +306,14 @@ def test_reshape_equals_compute_credit_on_the_same_trajectories(estimator, optio
         estimator_options=options, shaping=shaping,
     )
     credit.reshape(data)
+    ref_trajs = rows_to_trajectories(trajectories_to_rows(trajs)).trajectories
+    if estimator in ("grpo", "gigpo"):
+        # verl-agent's invalid-action penalty (kept by default): 0.1 on every invalid step
+        errors = np.array([s.error for t in ref_trajs for s in t.steps], dtype=np.float64)
+        options = dict(options, step_penalty=0.1 * errors)
+        assert errors.any()
     ref = compute_credit(
-        rows_to_trajectories(trajectories_to_rows(trajs)).trajectories,
-        ReferenceGraph.from_trajectories(oracle), estimator=estimator,
+        ref_trajs, ReferenceGraph.from_trajectories(oracle), estimator=estimator,
         estimator_options=options, shaping=shaping, evolve=True,
     )
     expected = ref.advantage[perm][:, None] * data.batch["response_mask"].numpy()

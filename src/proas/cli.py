@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "proas.baselines.cli",
     "proas.probes.cli",
     "proas.policies.lm_cli",
+    "proas.integrations.verl.cli",
 ]
 
 

@@ -41,6 +41,7 @@ from proas.types import Step, Trajectory
 from proas.integrations.verl.rows import (
     RowLayout,
     StepColumns,
+    _as_bool,
     broadcast_to_tokens,
     response_mask_of,
     rows_to_trajectories,
@@ -57,12 +58,14 @@ _STATE_VERSION = 1
 
 #: base estimators that reshape per step; GAE works on tokens inside verl and ProAS leaves it
 #: unchanged anyway (no step is credited uniformly), so it stays verl's.
-HOOK_ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp")
+HOOK_ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo")
 #: where ``A_i`` comes from: proas's estimator on the batch's trajectories, or verl's advantage
 BASES = ("proas", "verl")
 #: estimators whose verl advantage is one value per row and per trajectory up to row-level
 #: reward terms, so that ``base="verl"`` can split it into ``A_i`` and a residual
 VERL_BASE_ESTIMATORS = ("grpo", "dapo", "rloo", "reinforce_pp")
+#: verl-agent's ``actor_rollout_ref.actor.invalid_action_penalty_coef`` default
+DEFAULT_INVALID_ACTION_PENALTY = 0.1
 
 
 class ProASCredit:
@@ -91,6 +94,15 @@ class ProASCredit:
             outcome estimators (``VERL_BASE_ESTIMATORS``): ``A_i`` is the mean of the
             trajectory's step values and the rest (e.g. verl-agent's invalid-action penalty)
             stays as a per-step residual added back unchanged, like GiGPO's ``B_{i,t}``.
+        invalid_action_penalty: verl-agent's ``invalid_action_penalty_coef`` (0.1, its
+            default). With ``base="proas"`` every step whose ``is_action_valid`` (the
+            ``columns.valid`` column: verl-agent's format check, whatever ``columns.error``
+            says) is false gets ``step_penalty = coef`` in the estimator (subtracted from the
+            row's score before the group statistics, and from GiGPO's step return), which is
+            what verl-agent's ``apply_invalid_action_penalty`` does to the rows before its
+            ``compute_advantage``. Applies to the estimators that take ``step_penalty`` (GRPO,
+            DAPO, GiGPO, MiGPO); ``0`` turns it off (verl-agent's ``use_invalid_action_penalty=False``).
+            With ``base="verl"`` the penalty is already in verl's advantage and this is unused.
     """
 
     def __init__(
@@ -106,6 +118,7 @@ class ProASCredit:
         seed: int = 0,
         base: str = "proas",
         rea: str = "transition",
+        invalid_action_penalty: float = DEFAULT_INVALID_ACTION_PENALTY,
     ) -> None:
         if rea not in REA_RULES:
             raise ProasError(f"unknown rea rule {rea!r}; choose one of: {', '.join(REA_RULES)}")
@@ -125,12 +138,22 @@ class ProASCredit:
             )
         if shaping not in SHAPINGS:
             raise ProasError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
+        if "step_penalty" in (estimator_options or {}):
+            raise ProasError("step_penalty is computed per batch from is_action_valid; "
+                             "set invalid_action_penalty instead")
         # a typo in the options should fail at start-up, not after the first rollout
         probe = CreditBatch.from_trajectories([Trajectory("g", "t", 1.0, [Step("s", "a", "s'")])])
+        probe_options = dict(estimator_options or {})
+        if estimator == "migpo":
+            # compute_credit reads MiGPO's milestones off the graph per batch
+            probe_options.setdefault("milestones", np.zeros(1, dtype=bool))
         try:
-            get_estimator(estimator)(probe, **dict(estimator_options or {}))
+            get_estimator(estimator)(probe, **probe_options)
         except (TypeError, ValueError) as exc:
             raise ProasError(f"bad estimator_options for {estimator!r}: {exc}") from None
+        penalty = float(invalid_action_penalty)
+        if not np.isfinite(penalty) or penalty < 0:
+            raise ProasError(f"invalid_action_penalty must be a finite number >= 0, got {invalid_action_penalty!r}")
         bad = sorted(set(shaping_options or {}) - {"epsilon", "progress_coef"})
         if bad:
             raise ProasError(f"unknown shaping_options {bad}; valid: ['epsilon', 'progress_coef']")
@@ -144,6 +167,7 @@ class ProASCredit:
         self.seed = int(seed)
         self.base = base
         self.rea = rea
+        self.invalid_action_penalty = penalty
         #: number of batches reshaped so far (restored on resume)
         self.batches_seen = 0
         #: the last batch's layout and credit, for inspection and logging
@@ -156,8 +180,9 @@ class ProASCredit:
         """Build from a mapping such as a verl YAML's ``proas:`` section (docs/verl.md).
 
         Keys: ``graph`` (path of a saved graph, optional), ``estimator``, ``estimator_options``,
-        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``, ``base``, ``rea``.
-        Unknown keys raise.
+        ``shaping``, ``shaping_options``, ``evolve``, ``columns``, ``seed``, ``base``, ``rea``,
+        ``invalid_action_penalty``; ``enable`` is the trainer's switch (the verl-agent recipe's
+        ``proas.enable``) and is not read here. Unknown keys raise.
         """
         try:
             from omegaconf import DictConfig, OmegaConf
@@ -170,11 +195,17 @@ class ProASCredit:
             raise ProasError(f"proas config must be a mapping, got {type(cfg).__name__}")
         known = {
             "graph", "estimator", "estimator_options", "shaping", "shaping_options",
-            "evolve", "columns", "seed", "base", "rea",
+            "evolve", "columns", "seed", "base", "rea", "invalid_action_penalty", "enable",
         }
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ProasError(f"unknown proas config key(s) {unknown}; valid: {sorted(known)}")
+        if "estimator" in cfg and cfg["estimator"] is None:
+            # the verl-agent recipe's YAML leaves it null for trainer_credit to fill from
+            # algorithm.adv_estimator; a bare from_config cannot guess it
+            raise ProasError("proas.estimator is null: name it, or build the credit with "
+                             "proas.integrations.verl.verl_agent.trainer_credit(config), which takes "
+                             "it from algorithm.adv_estimator")
         graph_path = cfg.get("graph")
         graph = ReferenceGraph.load(graph_path) if graph_path else None
         return cls(
@@ -188,6 +219,10 @@ class ProASCredit:
             seed=int(cfg.get("seed", 0)),
             base=str(cfg.get("base", "proas")),
             rea=str(cfg.get("rea", "transition")),
+            invalid_action_penalty=float(
+                DEFAULT_INVALID_ACTION_PENALTY if cfg.get("invalid_action_penalty") is None
+                else cfg["invalid_action_penalty"]
+            ),
         )
 
     # ------------------------------------------------------------------ credit
@@ -204,12 +239,16 @@ class ProASCredit:
                     raise ProasError("base='verl' reshapes verl's advantages: the batch has none yet")
                 result = self._reshape_verl_base(layout, np.asarray(row_base, dtype=np.float64))
             else:
+                options = dict(self.estimator_options)
+                penalty = self._step_penalty(non_tensor_batch, layout)
+                if penalty is not None:
+                    options["step_penalty"] = penalty
                 result = compute_credit(
                     layout.trajectories,
                     self.graph,
                     estimator=self.estimator,
                     shaping=self.shaping,
-                    estimator_options=self.estimator_options,
+                    estimator_options=options,
                     shaping_options=self.shaping_options,
                     seed=self.seed + self.batches_seen,
                     evolve=self.evolve,
@@ -220,6 +259,20 @@ class ProASCredit:
         self.batches_seen += 1
         self.last_layout, self.last_result = layout, result
         return result.advantage[layout.row_to_step]
+
+    def _step_penalty(self, non_tensor_batch: Mapping[str, Any], layout: RowLayout) -> np.ndarray | None:
+        """``(S,)`` verl-agent's invalid-action penalty of every step, or ``None`` when it does
+        not apply (coefficient 0, no validity column, or an estimator without ``step_penalty``)."""
+        name = self.columns.valid
+        if self.invalid_action_penalty == 0 or name is None or name not in non_tensor_batch:
+            return None
+        if not takes_step_penalty(self.estimator):
+            return None
+        valid = np.asarray([_truthy(v) for v in non_tensor_batch[name]], dtype=bool)
+        # copies of a step carry the same flag; any row of a step gives the step's
+        step_valid = np.ones(layout.n_steps, dtype=bool)
+        step_valid[layout.row_to_step] = valid
+        return self.invalid_action_penalty * (~step_valid).astype(np.float64)
 
     def _reshape_verl_base(self, layout: RowLayout, row_base: np.ndarray) -> CreditResult:
         """ProAS on verl's own per-row advantage: ``A_i`` = the trajectory's mean step value,
@@ -317,6 +370,7 @@ class ProASCredit:
                 "shaping": self.shaping,
                 "evolve": self.evolve,
                 "seed": self.seed,
+                "invalid_action_penalty": self.invalid_action_penalty,
             },
         )
         return out
@@ -357,6 +411,19 @@ class ProASCredit:
             raise ProasError(f"{tracker}: expected a step number, got {text[:40]!r}") from None
         self.load_checkpoint(Path(default_local_dir) / f"global_step_{step}")
         return step
+
+
+def takes_step_penalty(estimator: str) -> bool:
+    """Whether proas's estimator ``estimator`` has the ``step_penalty`` option."""
+    import inspect
+
+    return "step_penalty" in inspect.signature(get_estimator(estimator)).parameters
+
+
+def _truthy(value: Any) -> bool:
+    # verl-agent stores numpy bools in object arrays; a None (a finished env's row that was not
+    # dropped) counts as valid, as verl-agent's own default of all-ones when the info lacks it
+    return True if value is None else _as_bool(value)
 
 
 def first_response_values(token_values: Any, response_mask: Any) -> np.ndarray:
