@@ -27,7 +27,9 @@ from proas.credit import CreditBatch, ReferenceGraph, annotate_loop, credit_arra
 from proas.types import Step, Trajectory
 
 
-def make_graph(rng: np.random.Generator, n_paths: int = 700, pool: int = 16000) -> tuple[ReferenceGraph, list[list[str]]]:
+def make_graph(
+    rng: np.random.Generator, n_paths: int = 700, pool: int = 16000
+) -> tuple[ReferenceGraph, list[list[str]]]:
     paths = []
     for k in range(n_paths):
         length = int(rng.integers(15, 35))

@@ -5,10 +5,10 @@ import json
 
 import networkx as nx
 import pytest
-from credit_helpers import STATE, path_traj
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from credit_helpers import STATE, path_traj
 from proas.credit import GraphFileError, ReferenceGraph, clean_path
 from proas.types import Step
 
@@ -253,7 +253,9 @@ def naive_edges(paths):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([f"s{k}" for k in range(12)]), min_size=1, max_size=12), min_size=1, max_size=15))
+@given(
+    st.lists(st.lists(st.sampled_from([f"s{k}" for k in range(12)]), min_size=1, max_size=12), min_size=1, max_size=15)
+)
 def test_incremental_order_accepts_exactly_the_edges_a_plain_search_accepts(paths):
     g = ReferenceGraph()
     for k, states in enumerate(paths):

@@ -7,9 +7,9 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from inspect_helpers import make_run
 from rich.console import Console
 
+from inspect_helpers import make_run
 from proas.cli import main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
@@ -186,7 +186,9 @@ def test_inspect_cli_at_80_columns_shows_every_step_column(run, capsys):
 
 
 def test_overview_fits_the_longest_household_type_at_80_columns(tmp_path):
-    log = _hand_log(tmp_path, {"s40b0g10": [(True, [1.0]), (False, [-1.0])]}, task_type="pick_clean_then_place_in_recep")
+    log = _hand_log(
+        tmp_path, {"s40b0g10": [(True, [1.0]), (False, [-1.0])]}, task_type="pick_clean_then_place_in_recep"
+    )
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(overview_table(log))
     assert re.search(r"^ ?s40b0g10 +pick_clean_then_place_in_recep +2 +1/2 ", console.export_text(), re.M)

@@ -261,8 +261,9 @@ def test_resuming_and_validating_say_so(tmp_path):
 def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):
     import io
 
-    import toy_env
     from rich.console import Console
+
+    import toy_env
 
     orig = toy_env.ToyEnv.reset
 

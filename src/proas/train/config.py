@@ -369,8 +369,10 @@ def _validate(cfg: Config) -> None:
         raise ProasError("config: policy.scorer.hash_bits must be in [4, 24]")
     lm = cfg.policy.lm
     if cfg.policy.kind == "lm" and not (lm.model_path or lm.model_config or lm.init_from):
-        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir>, "
-                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b or policy.lm.init_from=<run or model dir>")
+        raise ProasError(
+            "config: policy=lm needs policy.lm.model_path=<local dir>, "
+            "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b or policy.lm.init_from=<run or model dir>"
+        )
     if lm.init_from and (lm.model_path or lm.model_config):
         raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
 

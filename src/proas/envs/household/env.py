@@ -235,7 +235,9 @@ class HouseholdEnv:
         game, traj, walkthrough = _parsed(task_id)
         if task_id.startswith(OFFICIAL_PREFIX) or not walkthrough:
             p = traj["pddl_params"]
-            return solve(Sim(game), traj["task_type"], p["object_target"], p.get("parent_target", ""), p.get("toggle_target", ""))
+            return solve(
+                Sim(game), traj["task_type"], p["object_target"], p.get("parent_target", ""), p.get("toggle_target", "")
+            )
         return list(walkthrough)
 
     def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
@@ -243,7 +245,9 @@ class HouseholdEnv:
         self.task_id = task_id
         self.task_type = traj["task_type"]
         p = traj["pddl_params"]
-        self.roles = TaskRoles.from_params(self.task_type, p["object_target"], p.get("parent_target", ""), p.get("toggle_target", ""))
+        self.roles = TaskRoles.from_params(
+            self.task_type, p["object_target"], p.get("parent_target", ""), p.get("toggle_target", "")
+        )
         self._sim = Sim(game)  # tracks the state for the abstraction with both backends
         obs = self._sim.reset()
         admissible = self._sim.admissible()
@@ -381,7 +385,16 @@ def oracle_trajectory(env: HouseholdEnv, task_id: str, group: str | None = None)
         state, anchor = info["abstract_state"], info["anchor"]
         obs, reward, done, info = env.step(action)
         total += reward
-        steps.append(Step(state=state, action=action, next_state=info["abstract_state"], error=info["error"], anchor=anchor, reward=reward))
+        steps.append(
+            Step(
+                state=state,
+                action=action,
+                next_state=info["abstract_state"],
+                error=info["error"],
+                anchor=anchor,
+                reward=reward,
+            )
+        )
     return Trajectory(
         group=group or task_id,
         trajectory=f"{task_id}/oracle",
