@@ -153,7 +153,7 @@ def task_ids(split: str) -> list[str]:
     if split.startswith(OFFICIAL_PREFIX):
         return official_task_ids(split[len(OFFICIAL_PREFIX) :])
     if split == "valid":
-        return fixed_valid_ids()
+        return generator.fixed_valid_ids()
     if split not in generator.SPLIT_SIZES:
         raise ProasError(f"unknown household split {split!r}; choose train, valid_seen, valid_unseen or valid")
     return [
@@ -161,15 +161,6 @@ def task_ids(split: str) -> list[str]:
         for short in generator.TASK_TYPES
         for i in range(generator.SPLIT_SIZES[split][short])
     ]
-
-
-#: the fixed validation set's per-type counts: ALFWorld valid_seen as used in the paper
-VALID_COUNTS = {"pick": 33, "look": 12, "clean": 25, "heat": 12, "cool": 24, "pick2": 22}
-
-
-def fixed_valid_ids() -> list[str]:
-    """The 128 fixed validation tasks: the first N of each type of the valid_seen pool."""
-    return [generator.make_task_id("valid_seen", short, i) for short, n in VALID_COUNTS.items() for i in range(n)]
 
 
 class _RealEngine:

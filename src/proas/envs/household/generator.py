@@ -167,6 +167,15 @@ def make_task_id(split: str, short: str, index: int) -> str:
     return f"{split}-{short}-{index:04d}"
 
 
+#: the fixed validation set's per-type counts: ALFWorld valid_seen as used in the paper
+VALID_COUNTS = {"pick": 33, "look": 12, "clean": 25, "heat": 12, "cool": 24, "pick2": 22}
+
+
+def fixed_valid_ids() -> list[str]:
+    """The 128 fixed validation tasks: the first N of each type of the valid_seen pool."""
+    return [make_task_id("valid_seen", short, i) for short, n in VALID_COUNTS.items() for i in range(n)]
+
+
 def _can_contain(constants, rclass: str, oclass: str) -> bool:
     return oclass in constants.VAL_RECEPTACLE_OBJECTS.get(rclass, ())
 
@@ -442,8 +451,6 @@ def game_data(spec: TaskSpec, walkthrough: list[str] | None = None) -> dict[str,
 
 def fingerprint_ids() -> list[str]:
     """The tasks whose fingerprints are shipped: the fixed validation set and a sample of others."""
-    from proas.envs.household.env import fixed_valid_ids
-
     return fixed_valid_ids() + [
         f"{split}-{short}-{i:04d}" for split in ("train", "valid_unseen") for short in TASK_TYPES for i in range(3)
     ]
