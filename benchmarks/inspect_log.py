@@ -23,8 +23,8 @@ from pathlib import Path
 from proas.credit import ReferenceGraph, compute_credit
 from proas.envs.household.env import HouseholdEnv, oracle_trajectory
 from proas.inspect.html import render_html
-from proas.inspect.rollout_log import read_rollouts, write_rollouts
 from proas.inspect.view import select
+from proas.rollout_log import read_rollouts, write_rollouts
 from proas.types import Step, Trajectory
 
 

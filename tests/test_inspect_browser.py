@@ -17,7 +17,7 @@ import pytest
 from inspect_helpers import make_run
 from proas.cli import main
 from proas.inspect.html import path_states
-from proas.inspect.rollout_log import read_rollouts
+from proas.rollout_log import read_rollouts
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -13,7 +13,7 @@ import pytest
 
 from inspect_helpers import make_run
 from proas.errors import ProasError
-from proas.inspect.rollout_log import (
+from proas.rollout_log import (
     list_rollout_steps,
     read_rollouts,
     rollout_path,

@@ -14,8 +14,8 @@ from proas.cli import main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.inspect.html import arg_elements, path_states
-from proas.inspect.rollout_log import LoggedStep, read_rollouts
 from proas.inspect.view import abbreviate, group_table, overview_table, select, short_state, step_note, trajectory_table
+from proas.rollout_log import LoggedStep, read_rollouts
 
 TYPE = "pick_and_place_simple"
 
@@ -60,7 +60,7 @@ def _hand_log(tmp_path, groups, texts=None, task_type="t"):
     advantage and A_i are the step's advantage (nothing reshaped)."""
     import numpy as np
 
-    from proas.inspect.rollout_log import write_rollouts
+    from proas.rollout_log import write_rollouts
     from proas.types import Step, Trajectory
 
     trajs, adv = [], []
@@ -320,7 +320,7 @@ def test_ids_and_texts_cannot_break_out_of_the_page(tmp_path):
     import numpy as np
 
     from proas.inspect.html import render_html
-    from proas.inspect.rollout_log import write_rollouts
+    from proas.rollout_log import write_rollouts
     from proas.types import Step, Trajectory
 
     evil = "</script><script>alert(1)</script><b>"

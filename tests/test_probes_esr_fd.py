@@ -210,7 +210,7 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
 
 def test_stats_prefer_the_rollout_log_hand_worked(tmp_path):
     from proas.credit import compute_credit
-    from proas.inspect.rollout_log import write_rollouts
+    from proas.rollout_log import write_rollouts
 
     graph = ReferenceGraph.from_trajectories(
         [Trajectory("o", "o", 1.0, [Step("s0", "a", "s1"), Step("s1", "b", "s2")])]

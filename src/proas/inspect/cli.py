@@ -16,8 +16,8 @@ from rich.console import Console
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
-from proas.inspect.rollout_log import read_rollouts
 from proas.inspect.view import inspection, select
+from proas.rollout_log import read_rollouts
 
 GRAPH_FILE = "graph.json"
 

@@ -22,8 +22,8 @@ from importlib import resources
 from itertools import pairwise
 from typing import Any
 
-from proas.inspect.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 from proas.inspect.view import KIND_NOTE, abbreviate, glyph, short_state, step_note
+from proas.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 
 __all__ = ["DEFAULT_MAX_NODES", "arg_elements", "cytoscape_js", "path_states", "render_html"]
 

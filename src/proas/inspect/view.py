@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from proas.errors import ProasError
-from proas.inspect.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
+from proas.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 from proas.termtext import printable, safe_text
 
 __all__ = [

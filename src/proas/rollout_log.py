@@ -1,4 +1,7 @@
-"""The per-step rollout log that ``proas inspect`` reads.
+"""The per-step rollout log: the format of ``RUN_DIR/rollouts/step_N.jsonl.gz``, writer and reader.
+
+The trainer (``proas.train``) writes it and ``proas inspect`` and the probes read it, so it stands
+on the floor below both, next to the data model it serialises (``proas.types``).
 
 The trainer calls ``write_rollouts`` once per RL step, after ``compute_credit``; it writes
 ``RUN_DIR/rollouts/step_{N:06d}.jsonl.gz`` atomically (a run killed mid-write leaves the
