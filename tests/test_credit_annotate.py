@@ -1,4 +1,4 @@
-"""Rea, PA and Future-Drift, exactly as DESIGN.md §2 defines them."""
+"""Rea, PA and Future-Drift, exactly as docs/credit.md ("Annotations") defines them."""
 
 import numpy as np
 from hypothesis import given, settings

@@ -11,10 +11,10 @@ default. The command line overrides it with dotted keys, the convention of verl 
 are ``ProasError`` with one line naming the key. The resolved config is written to the run
 directory as ``config.yaml``; ``--resume`` reads it back from there.
 
-Defaults follow verl-agent's GRPO ALFWorld script (reference/verl-notes.md §1.6) where the
-``lm`` policy is concerned (16 tasks x 8 per step, 150 steps, clip 0.2, dual clip 3.0,
-invalid-action penalty 0.1, validation on 128 tasks every 10 steps); the
-``scorer`` policy's learning rate and width are ours, chosen so the household job learns on two
+Defaults follow verl-agent's GRPO ALFWorld script (docs/training.md, "Settings against verl-agent's
+scripts") where the ``lm`` policy is concerned (16 tasks x 8 per step, 150 steps, clip 0.2, dual
+clip 3.0, invalid-action penalty 0.1, validation on 128 tasks every 10 steps); the ``scorer``
+policy's learning rate and width are ours, chosen so the household job learns on two
 CPU cores in minutes.
 """
 
