@@ -29,7 +29,10 @@ def differs(a, b) -> str | None:
     if o1 != o2:
         return f"observation\n  fast: {o1!r}\n  real: {o2!r}"
     if i1["admissible"] != i2["admissible"]:
-        return f"admissible: fast-only {set(i1['admissible']) - set(i2['admissible'])}, real-only {set(i2['admissible']) - set(i1['admissible'])}"
+        return (
+            f"admissible: fast-only {set(i1['admissible']) - set(i2['admissible'])}, "
+            f"real-only {set(i2['admissible']) - set(i1['admissible'])}"
+        )
     if (r1, d1, i1["won"]) != (r2, d2, i2["won"]):
         return f"outcome: fast {(r1, d1, i1['won'])}, real {(r2, d2, i2['won'])}"
     return None
@@ -88,7 +91,10 @@ def main() -> int:
                     print(f"MISMATCH {task_id}: {bad}")
                 else:
                     ok += 1
-    print(f"ok {ok}/{total} games ({args.split}, offset {args.offset}, {args.steps} random steps, biased={args.biased}) in {time.time() - t0:.0f}s")
+    print(
+        f"ok {ok}/{total} games ({args.split}, offset {args.offset}, {args.steps} random steps, "
+        f"biased={args.biased}) in {time.time() - t0:.0f}s"
+    )
     return 0 if ok == total else 1
 
 

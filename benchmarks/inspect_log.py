@@ -23,8 +23,8 @@ from pathlib import Path
 from proas.credit import ReferenceGraph, compute_credit
 from proas.envs.household.env import HouseholdEnv, oracle_trajectory
 from proas.inspect.html import render_html
-from proas.inspect.rollout_log import read_rollouts, write_rollouts
 from proas.inspect.view import select
+from proas.rollout_log import read_rollouts, write_rollouts
 from proas.types import Step, Trajectory
 
 
@@ -36,11 +36,15 @@ def walk(env: HouseholdEnv, task_id: str, group: str, name: str, rng: random.Ran
         action = plan[k] if plan else rng.choice(sorted(info["admissible"]))
         state, anchor, prev = info["abstract_state"], info["anchor"], obs
         obs, reward, done, info = env.step(action)
-        steps.append(Step(state, action, info["abstract_state"], info["error"], anchor, reward, extra={"observation": prev}))
+        steps.append(
+            Step(state, action, info["abstract_state"], info["error"], anchor, reward, extra={"observation": prev})
+        )
         won = bool(info["won"])
         if done:
             break
-    return Trajectory(group, f"{group}/{name}", 10.0 if won else 0.0, steps, info["task_type"], won, {"task_id": task_id})
+    return Trajectory(
+        group, f"{group}/{name}", 10.0 if won else 0.0, steps, info["task_type"], won, {"task_id": task_id}
+    )
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -92,10 +96,16 @@ def main() -> None:
     print(f"batch: {len(trajs)} trajectories, {n_steps} steps; graph {graph.num_nodes} nodes")
     print(f"env-only rollout (no policy):            {rollout_ms:8.2f} ms")
     print(f"compute_credit (grpo + proas, evolving): {credit_ms:8.2f} ms")
-    print(f"write_rollouts:                          {write_ms:8.2f} ms  ({write_ms / credit_ms:.1f}x credit, {write_ms / rollout_ms:.2f}x env-only rollout)")
+    print(
+        f"write_rollouts:                          {write_ms:8.2f} ms  "
+        f"({write_ms / credit_ms:.1f}x credit, {write_ms / rollout_ms:.2f}x env-only rollout)"
+    )
     print(f"read_rollouts:                           {read_ms:8.2f} ms")
     print(f"render_html (one task):                  {html_ms:8.2f} ms")
-    print(f"log size: {size / 1024:.1f} KiB per RL step, {size / n_steps:.0f} B per step, {size / len(trajs):.0f} B per trajectory")
+    print(
+        f"log size: {size / 1024:.1f} KiB per RL step, {size / n_steps:.0f} B per step, "
+        f"{size / len(trajs):.0f} B per trajectory"
+    )
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ def main() -> int:
         target = cat.by_asin[goal["asin"]]
         buys = [(target, dict(goal["goal_options"]) if isinstance(goal["goal_options"], dict) else {})]
         for p in [target, *rng.sample(by_query[goal["query"]], 4), *rng.sample(cat.products, 3)]:
-            buys.append((p, {name: rng.choice(vals) for name, vals in p["options"].items() if vals and rng.random() < 0.7}))
+            buys.append(
+                (p, {name: rng.choice(vals) for name, vals in p["options"].items() if vals and rng.random() < 0.7})
+            )
         for product, options in buys:
             price = cat.prices[product["asin"]]
             theirs = goal_mod.get_reward(product, goal, price=price, options=options)

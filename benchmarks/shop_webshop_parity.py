@@ -20,7 +20,11 @@ import sys
 
 from proas.envs.shop import make_shop_env
 
-SUB_TEMPLATES = {"description": "description_page.html", "features": "features_page.html", "reviews": "review_page.html"}
+SUB_TEMPLATES = {
+    "description": "description_page.html",
+    "features": "features_page.html",
+    "reviews": "review_page.html",
+}
 
 
 def webshop_text_and_clickables(html: str) -> tuple[str, list[str], bool]:
@@ -29,7 +33,9 @@ def webshop_text_and_clickables(html: str) -> tuple[str, list[str], bool]:
 
     soup = BeautifulSoup(html, "html.parser")
     hidden_parents = {"style", "script", "head", "title", "meta", "[document]"}
-    texts = [t for t in soup.find_all(string=True) if t.parent.name not in hidden_parents and not isinstance(t, Comment)]
+    texts = [
+        t for t in soup.find_all(string=True) if t.parent.name not in hidden_parents and not isinstance(t, Comment)
+    ]
     text = " [SEP] ".join(t.strip() for t in texts if t != "\n")
     clickables: dict[str, None] = {}
     for el in soup.find_all(class_="btn") + soup.find_all(class_="product-link"):
@@ -88,8 +94,19 @@ def main() -> int:
     for tid in env.task_ids("valid")[: args.goals]:
         plan = env.oracle(tid)
         k = 1 + plan[1:].count("click[next >]")  # plan[k] opens the product
-        tour = ["click[next >]", "click[next >]", "click[< prev]", "click[< prev]", *plan[1:k + 1], "click[description]",
-                "click[< prev]", "click[features]", "click[< prev]", "click[reviews]", "click[< prev]"]
+        tour = [
+            "click[next >]",
+            "click[next >]",
+            "click[< prev]",
+            "click[< prev]",
+            *plan[1 : k + 1],
+            "click[description]",
+            "click[< prev]",
+            "click[features]",
+            "click[< prev]",
+            "click[reviews]",
+            "click[< prev]",
+        ]
         env.reset(tid)
         check()
         for action in [plan[0], *tour, *plan[k + 1:]]:

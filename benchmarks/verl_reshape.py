@@ -94,7 +94,9 @@ def main() -> None:
         lambda: compute_credit(layout.trajectories, ReferenceGraph.from_trajectories(oracle), evolve=True),
         args.repeat,
     )
-    figures["  of which building the oracle graph"] = best(lambda: ReferenceGraph.from_trajectories(oracle), args.repeat)
+    figures["  of which building the oracle graph"] = best(
+        lambda: ReferenceGraph.from_trajectories(oracle), args.repeat
+    )
     row_vals = np.zeros(n)
     figures["broadcast_to_tokens"] = best(lambda: broadcast_to_tokens(row_vals, mask), args.repeat)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from proas.credit import ReferenceGraph, compute_credit
 from proas.envs.household.env import HouseholdEnv, oracle_trajectory
-from proas.inspect.rollout_log import write_rollouts
+from proas.rollout_log import write_rollouts
 from proas.types import Step, Trajectory
 
 TASKS = ("train-pick-0000", "train-pick-0001")

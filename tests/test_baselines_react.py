@@ -54,9 +54,14 @@ def test_conversation_round_trip():
         "go to desk", "go to bed"]
     # no admissible section: None (WebShop-like envs without a list)
     assert parse_conversation([{"role": "user", "content": format_observation("o", None, task="t")}]).admissible is None
-    for bad, msg in [([], "non-empty"), ([{"role": "user", "content": "hello"}], "Observation"),
-                     (msgs[:3], "last message"), ([msgs[3]], "Task"),
-                     (msgs[:2] + [msgs[3]], "two user messages"), ([{"role": "tool", "content": "x"}] + msgs[1:2], "role")]:
+    for bad, msg in [
+        ([], "non-empty"),
+        ([{"role": "user", "content": "hello"}], "Observation"),
+        (msgs[:3], "last message"),
+        ([msgs[3]], "Task"),
+        (msgs[:2] + [msgs[3]], "two user messages"),
+        ([{"role": "tool", "content": "x"}] + msgs[1:2], "role"),
+    ]:
         with pytest.raises(ProasError, match=msg):
             parse_conversation(bad)
 

@@ -132,9 +132,8 @@ def test_sft_trains_the_lm_policy(tmp_path):
 
 
 def test_sft_task_subset_is_evenly_spaced_over_the_split():
-    from toy_env import make_env
-
     from proas.baselines.sft import sft_task_ids
+    from toy_env import make_env
 
     env = make_env(n_train=10)
     c = build_config(TOY)

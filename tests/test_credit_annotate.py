@@ -1,10 +1,10 @@
-"""Rea, PA and Future-Drift, exactly as DESIGN.md §2 defines them."""
+"""Rea, PA and Future-Drift, exactly as docs/credit.md ("Annotations") defines them."""
 
 import numpy as np
-from credit_helpers import STATE, path_traj, trajectories
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from credit_helpers import STATE, path_traj, trajectories
 from proas.credit import (
     CreditBatch,
     ReferenceGraph,

@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from credit_helpers import path_traj
 
+from credit_helpers import path_traj
 from proas.cli import main
 from proas.credit import ReferenceGraph
 
@@ -90,9 +90,15 @@ def test_static_graph_ignores_the_input(files):
     [
         ("{not json", "in.jsonl:2: invalid JSON"),
         ('{"group": "g", "trajectory": "t", "steps": []}', "in.jsonl:2: missing field 'reward'"),
-        ('{"group": "g", "trajectory": "t", "reward": "1", "steps": []}', "in.jsonl:2: field 'reward' must be a number"),
-        ('{"group": "g", "trajectory": "t", "reward": 1, "steps": [{"state": "a", "action": "x", "next_state": "b"}]}',
-         "in.jsonl:2, step 0: missing field 'error'"),
+        (
+            '{"group": "g", "trajectory": "t", "reward": "1", "steps": []}',
+            "in.jsonl:2: field 'reward' must be a number",
+        ),
+        (
+            '{"group": "g", "trajectory": "t", "reward": 1, '
+            '"steps": [{"state": "a", "action": "x", "next_state": "b"}]}',
+            "in.jsonl:2, step 0: missing field 'error'",
+        ),
         ('{"group": 3, "trajectory": "t", "reward": 1, "steps": []}', "in.jsonl:2: field 'group' must be a string"),
     ],
 )

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from credit_helpers import path_traj
 
+from credit_helpers import path_traj
 from proas.credit import (
     CreditBatch,
     dynamic_sampling_keep,
@@ -147,7 +147,9 @@ def test_gigpo_anchor_groups_never_cross_task_groups():
 
 
 def test_gigpo_uses_recorded_step_rewards():
-    t = Trajectory("g", "1", 1.0, [Step("a", "x", "b", anchor="o", reward=1.0), Step("b", "y", "c", anchor="p", reward=0.0)])
+    t = Trajectory(
+        "g", "1", 1.0, [Step("a", "x", "b", anchor="o", reward=1.0), Step("b", "y", "c", anchor="p", reward=0.0)]
+    )
     u = Trajectory("g", "2", 0.0, [Step("a", "x", "b", anchor="o", reward=0.0)])
     adv = get_estimator("gigpo")(CreditBatch.from_trajectories([t, u]), gamma=0.9)
     assert adv.step[0] == pytest.approx(0.5) and adv.step[2] == pytest.approx(-0.5)

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from credit_helpers import STATE, path_traj, trajectories
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from credit_helpers import STATE, path_traj, trajectories
 from proas.credit import (
     SHAPINGS,
     BaseAdvantage,

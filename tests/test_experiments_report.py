@@ -10,8 +10,18 @@ import pytest
 
 from proas.cli import main
 from proas.errors import ProasError
-from proas.experiments.report import (best_within, first_reach, make_report, mean_std, read_run, speedup,
-                                      t_quantile, train_sr_mean, train_window, welch_ci)
+from proas.experiments.report import (
+    best_within,
+    first_reach,
+    make_report,
+    mean_std,
+    read_run,
+    speedup,
+    t_quantile,
+    train_sr_mean,
+    train_window,
+    welch_ci,
+)
 
 TYPES = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
          "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
@@ -285,7 +295,9 @@ def test_truncated_last_line_is_ignored_but_corruption_inside_is_an_error(tmp_pa
     d = _write_run(tmp_path, "household", "grpo", 0, [_val(0, 0.0), _val(10, 0.5)], extra_lines=['{"step": 11, "tra'])
     run = read_run(d)
     assert [r["step"] for r in run.val] == [0, 10] and best_within(run, 30)["step"] == 10
-    bad = _write_run(tmp_path, "household", "grpo", 1, [_val(0, 0.0)], extra_lines=["garbage", json.dumps(_val(10, 1.0))])
+    bad = _write_run(
+        tmp_path, "household", "grpo", 1, [_val(0, 0.0)], extra_lines=["garbage", json.dumps(_val(10, 1.0))]
+    )
     with pytest.raises(ProasError, match=r"metrics.jsonl:2: not a metrics record"):
         read_run(bad)
 

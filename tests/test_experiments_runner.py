@@ -114,10 +114,16 @@ def test_interrupted_run_is_resumed_to_the_metrics_of_an_uninterrupted_one(tmp_p
 
 @pytest.mark.slow
 def test_a_failed_run_fails_the_runs_that_need_it_and_the_grid_reports_it(tmp_path):
-    study = _study([
-        {"id": "broken", "label": "B", "overrides": ["algo.graph.source=load", "algo.graph.path=/nonexistent/graph.json"]},
-        {"id": "after", "label": "A", "needs": ["broken"], "overrides": ["algo.shaping=none"]},
-    ])
+    study = _study(
+        [
+            {
+                "id": "broken",
+                "label": "B",
+                "overrides": ["algo.graph.source=load", "algo.graph.path=/nonexistent/graph.json"],
+            },
+            {"id": "after", "label": "A", "needs": ["broken"], "overrides": ["algo.shaping=none"]},
+        ]
+    )
     out = tmp_path / "res"
     log: list[str] = []
     res = run_grid(study, study.runs(out), out, jobs=2, log=log.append, poll_s=0.1)
@@ -199,7 +205,9 @@ def test_runs_use_the_fixed_schedule_of_their_seed_and_share_rows_across_studies
     main_runs = {r.key: r for r in load_study("main").runs(tmp_path)}
     assert len(main_runs) == 9 * 2 * 3  # 9 runnable rows (SFT, PPO, MiGPO and the six group-based ones)
     sft = main_runs["household/sft/seed0"]
-    assert sft.command == "sft" and sft.args == ("--epochs", "10") and main_runs["household/grpo/seed0"].command == "train"
+    assert (
+        sft.command == "sft" and sft.args == ("--epochs", "10") and main_runs["household/grpo/seed0"].command == "train"
+    )
     ppo = main_runs["shop/ppo/seed1"].overrides
     assert f"env.fixed_train_set.path={default_root() / 'fix_train_set_ppo' / 'seed1' / 'shop'}" in ppo
     grpo = main_runs["household/grpo/seed2"].overrides
@@ -214,18 +222,30 @@ def test_runs_use_the_fixed_schedule_of_their_seed_and_share_rows_across_studies
     assert [r.row for r in arg] == ["arg_teacher", "arg_distill"]
 
 
-@pytest.mark.parametrize("patch, message", [
-    ({"kind": "table"}, "kind='table' is not one of main, ablation"),
-    ({"seeds": []}, "'seeds' must be a non-empty list"),
-    ({"steps": 0}, "'steps' must be a positive integer"),
-    ({"bogus": 1}, "unknown key(s) bogus"),
-    ({"rows": [{"id": "a", "label": "A"}]}, "rows[0]: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason"),
-    ({"rows": [{"id": "a", "sft": ["--epoch", "3"]}]}, "row 'a': unknown option(s) of proas sft: --epoch"),
-    ({"rows": [{"id": "a", "overrides": ["algo.shaping=x"]}]}, "row 'a' on toy_env:make_env: config: algo.shaping='x'"),
-    ({"rows": [{"id": "a", "base": "z", "overrides": ["seed=1"]}]}, "row 'a' refers to unknown row 'z'"),
-    ({"rows": [{"id": "a", "overrides": ["seed=1"]}, {"id": "a", "overrides": ["seed=1"]}]}, "duplicate row id 'a'"),
-    ({"kind": "ablation"}, "an ablation study needs 'reference'"),
-])
+@pytest.mark.parametrize(
+    "patch, message",
+    [
+        ({"kind": "table"}, "kind='table' is not one of main, ablation"),
+        ({"seeds": []}, "'seeds' must be a non-empty list"),
+        ({"steps": 0}, "'steps' must be a positive integer"),
+        ({"bogus": 1}, "unknown key(s) bogus"),
+        (
+            {"rows": [{"id": "a", "label": "A"}]},
+            "rows[0]: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason",
+        ),
+        ({"rows": [{"id": "a", "sft": ["--epoch", "3"]}]}, "row 'a': unknown option(s) of proas sft: --epoch"),
+        (
+            {"rows": [{"id": "a", "overrides": ["algo.shaping=x"]}]},
+            "row 'a' on toy_env:make_env: config: algo.shaping='x'",
+        ),
+        ({"rows": [{"id": "a", "base": "z", "overrides": ["seed=1"]}]}, "row 'a' refers to unknown row 'z'"),
+        (
+            {"rows": [{"id": "a", "overrides": ["seed=1"]}, {"id": "a", "overrides": ["seed=1"]}]},
+            "duplicate row id 'a'",
+        ),
+        ({"kind": "ablation"}, "an ablation study needs 'reference'"),
+    ],
+)
 def test_malformed_study_configs_are_one_line_errors(patch, message):
     data = {"study": "toy", "kind": "main", "envs": ["toy_env:make_env"], "seeds": [0], "steps": 2,
             "common": COMMON, "rows": [{"id": "a", "overrides": ["seed=1"]}]}
@@ -258,11 +278,26 @@ def test_sigterm_stops_the_runner_and_its_children(tmp_path):
     import yaml
 
     cfg = tmp_path / "toy.yaml"
-    cfg.write_text(yaml.safe_dump({"study": "toy", "kind": "main", "envs": ["toy_env:make_env"], "seeds": [0],
-                                   "steps": 500, "common": COMMON, "rows": [{"id": "a", "overrides": ["algo.shaping=none"]}]}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "study": "toy",
+                "kind": "main",
+                "envs": ["toy_env:make_env"],
+                "seeds": [0],
+                "steps": 500,
+                "common": COMMON,
+                "rows": [{"id": "a", "overrides": ["algo.shaping=none"]}],
+            }
+        )
+    )
     out = tmp_path / "res"
-    proc = subprocess.Popen([sys.executable, "-m", "proas", "experiment", "run", str(cfg), "--out", str(out), "--jobs", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proas", "experiment", "run", str(cfg), "--out", str(out), "--jobs", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = out / "toy_env_make_env" / "a" / "seed0" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):

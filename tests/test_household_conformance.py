@@ -83,7 +83,43 @@ def test_real_backend_passes_the_protocol_checker(envs):
 
 # a scripted tour of the engine's corners: slicing, examine texts for sliced/hot/clean
 # combinations, open receptacles, refused moves, closing, help
-SCENARIO = ("train-clean-0002", ["go to diningtable 1", "take knife 1 from diningtable 1", "slice tomato 1 with knife 1", "go to microwave 1", "slice bread 1 with knife 1", "open microwave 1", "go to countertop 1", "move knife 1 to countertop 1", "go to microwave 1", "take bread 1 from microwave 1", "examine bread 1", "heat bread 1 with microwave 1", "examine bread 1", "go to sinkbasin 1", "move bread 1 to sinkbasin 1", "take bread 1 from sinkbasin 1", "look", "go to diningtable 1", "move bread 1 to diningtable 1", "take tomato 1 from diningtable 1", "examine tomato 1", "go to sinkbasin 1", "clean tomato 1 with sinkbasin 1", "examine tomato 1", "go to fridge 1" , "go to microwave 1", "heat tomato 1 with microwave 1", "examine tomato 1", "close microwave 1", "move tomato 1 to microwave 1", "inventory", "help"])
+SCENARIO = (
+    "train-clean-0002",
+    [
+        "go to diningtable 1",
+        "take knife 1 from diningtable 1",
+        "slice tomato 1 with knife 1",
+        "go to microwave 1",
+        "slice bread 1 with knife 1",
+        "open microwave 1",
+        "go to countertop 1",
+        "move knife 1 to countertop 1",
+        "go to microwave 1",
+        "take bread 1 from microwave 1",
+        "examine bread 1",
+        "heat bread 1 with microwave 1",
+        "examine bread 1",
+        "go to sinkbasin 1",
+        "move bread 1 to sinkbasin 1",
+        "take bread 1 from sinkbasin 1",
+        "look",
+        "go to diningtable 1",
+        "move bread 1 to diningtable 1",
+        "take tomato 1 from diningtable 1",
+        "examine tomato 1",
+        "go to sinkbasin 1",
+        "clean tomato 1 with sinkbasin 1",
+        "examine tomato 1",
+        "go to fridge 1",
+        "go to microwave 1",
+        "heat tomato 1 with microwave 1",
+        "examine tomato 1",
+        "close microwave 1",
+        "move tomato 1 to microwave 1",
+        "inventory",
+        "help",
+    ],
+)
 
 
 def _lamp_scenario(env):

@@ -41,12 +41,32 @@ def test_heat_walkthrough_texts_rewards_and_abstract_states(env):
     assert obs.endswith("Your task is to: heat some potato and put it in fridge.")
     assert info["abstract_state"] == "pick_heat_then_place_in_recep|at=start|hold=none|placed=0"
     steps = [
-        ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a potato 1, and a tomato 1.", "at=obj|hold=none|placed=0"),
-        ("take potato 1 from countertop 1", "You pick up the potato 1 from the countertop 1.", "at=other|hold=obj|placed=0"),
+        (
+            "go to countertop 1",
+            "You arrive at countertop 1. On the countertop 1, you see a potato 1, and a tomato 1.",
+            "at=obj|hold=none|placed=0",
+        ),
+        (
+            "take potato 1 from countertop 1",
+            "You pick up the potato 1 from the countertop 1.",
+            "at=other|hold=obj|placed=0",
+        ),
         ("go to microwave 1", "You arrive at microwave 1. The microwave 1 is closed.", "at=station|hold=obj|placed=0"),
-        ("heat potato 1 with microwave 1", "You heat the potato 1 using the microwave 1.", "at=station|hold=obj+done|placed=0"),
-        ("go to fridge 1", "You arrive at fridge 1. The fridge 1 is closed.", "at=target:closed|hold=obj+done|placed=0"),
-        ("open fridge 1", "You open the fridge 1. The fridge 1 is open. In it, you see a egg 1.", "at=target|hold=obj+done|placed=0"),
+        (
+            "heat potato 1 with microwave 1",
+            "You heat the potato 1 using the microwave 1.",
+            "at=station|hold=obj+done|placed=0",
+        ),
+        (
+            "go to fridge 1",
+            "You arrive at fridge 1. The fridge 1 is closed.",
+            "at=target:closed|hold=obj+done|placed=0",
+        ),
+        (
+            "open fridge 1",
+            "You open the fridge 1. The fridge 1 is open. In it, you see a egg 1.",
+            "at=target|hold=obj+done|placed=0",
+        ),
         ("move potato 1 to fridge 1", "You move the potato 1 to the fridge 1.", "at=target|hold=none|placed=1"),
     ]
     assert env.oracle(HEAT) == [a for a, _, _ in steps]
@@ -56,7 +76,9 @@ def test_heat_walkthrough_texts_rewards_and_abstract_states(env):
         assert info["abstract_state"] == "pick_heat_then_place_in_recep|" + state
         assert not info["error"]
         last = k == len(steps) - 1
-        assert (reward, done, info["won"], info["score"]) == ((10.0, True, True, 1.0) if last else (0.0, False, False, 0.0))
+        assert (reward, done, info["won"], info["score"]) == (
+            (10.0, True, True, 1.0) if last else (0.0, False, False, 0.0)
+        )
 
 
 def test_examine_and_inventory_texts(env):
@@ -154,7 +176,11 @@ def test_generated_tasks_start_unsolved_with_hidden_objects_somewhere():
             spec = generate_spec(task_id)
             _, info = env.reset(task_id)
             assert not info["won"]
-            closed = {r for r, _ in spec.receptacles if r.split("|")[0] in ("Cabinet", "Drawer", "Fridge", "Microwave", "Safe")}
+            closed = {
+                r
+                for r, _ in spec.receptacles
+                if r.split("|")[0] in ("Cabinet", "Drawer", "Fridge", "Microwave", "Safe")
+            }
             hidden += any(rid in closed and oid.startswith(spec.obj + "|") for oid, rid, _ in spec.objects)
             assert 3 <= len(spec.receptacles) <= 12  # 8..12, fewer where the floor plan has fewer
     assert hidden >= 10  # task objects often start inside closed receptacles
@@ -167,7 +193,10 @@ def test_game_files_are_alfworld_format(tmp_path):
     assert data["solvable"] is True and data["walkthrough"]
     assert "(:domain alfred)" in data["pddl_problem"] and "UNKNOWN GOAL" not in data["grammar"]
     traj = json.loads((path.parent / "traj_data.json").read_text())
-    assert traj["task_type"] == "look_at_obj_in_light" and traj["pddl_params"]["toggle_target"] in ("DeskLamp", "FloorLamp")
+    assert traj["task_type"] == "look_at_obj_in_light" and traj["pddl_params"]["toggle_target"] in (
+        "DeskLamp",
+        "FloorLamp",
+    )
     assert path.parent.parent.name == "look_at_obj_in_light"
 
 
@@ -182,7 +211,10 @@ def test_official_layout_games_load_by_path(tmp_path, monkeypatch):
     env = make_household_env("fast")
     task = "alfworld:json_2.1.1/valid_seen/pick_clean_then_place_in_recep-X/trial_1"
     # ALFWorld's loader rules: sliced / movable variants and unsolvable games are skipped
-    for skipped, solvable in (("pick_clean_then_place_in_recep-Sliced-Y", True), ("pick_heat_then_place_in_recep-Z", False)):
+    for skipped, solvable in (
+        ("pick_clean_then_place_in_recep-Sliced-Y", True),
+        ("pick_heat_then_place_in_recep-Z", False),
+    ):
         d = trial.parent.parent / skipped / "trial_1"
         d.mkdir(parents=True)
         (d / "traj_data.json").write_text((src.parent / "traj_data.json").read_text())
@@ -197,7 +229,12 @@ def test_official_layout_games_load_by_path(tmp_path, monkeypatch):
 
 
 def test_display_names_follow_alfworlds_demangler():
-    ids = ["cabinet_bar__plus_00_dot_68", "cabinet_bar__minus_01_dot_18", "sink_bar__plus_00_dot_02_bar_sinkbasin", "agent1"]
+    ids = [
+        "cabinet_bar__plus_00_dot_68",
+        "cabinet_bar__minus_01_dot_18",
+        "sink_bar__plus_00_dot_02_bar_sinkbasin",
+        "agent1",
+    ]
     names = display_names(ids)
     # sorted ids: cabinet_bar__minus... < cabinet_bar__plus...; the first gets the highest number
     assert names["cabinet_bar__minus_01_dot_18"] == "cabinet 2"
@@ -210,7 +247,10 @@ def test_goal_evaluator_on_hand_written_facts():
         "(exists (?r - receptacle) (exists (?o1 - object) (and (objectType ?o1 MugType) (inReceptacle ?o1 ?r)"
         " (exists (?o2 - object) (and (not (= ?o1 ?o2)) (objectType ?o2 MugType) (inReceptacle ?o2 ?r))))))"
     )[0]
-    facts = {"objecttype": {("m1", "mugtype"), ("m2", "mugtype"), ("a", "appletype")}, "inreceptacle": {("m1", "shelf1"), ("a", "shelf1")}}
+    facts = {
+        "objecttype": {("m1", "mugtype"), ("m2", "mugtype"), ("a", "appletype")},
+        "inreceptacle": {("m1", "shelf1"), ("a", "shelf1")},
+    }
     assert not holds(goal, facts)
     facts["inreceptacle"].add(("m2", "shelf2"))
     assert not holds(goal, facts)  # two mugs, but not in the same receptacle
@@ -254,8 +294,10 @@ def test_problem_parser_reads_types_facts_and_skips_numeric_init():
     from proas.envs.household.pddl import parse_problem
 
     prob = parse_problem(
-        "; comment\n(define (problem p) (:domain alfred) (:objects agent1 - agent a_bar_1 b_bar_2 # object L1 - location)"
-        " (:init (atLocation agent1 L1) (= (distance L1 L1) 3) (inReceptacle a_bar_1 r)) (:goal (and (holds agent1 a_bar_1))))"
+        "; comment\n(define (problem p) (:domain alfred) "
+        "(:objects agent1 - agent a_bar_1 b_bar_2 # object L1 - location)"
+        " (:init (atLocation agent1 L1) (= (distance L1 L1) 3) (inReceptacle a_bar_1 r))"
+        " (:goal (and (holds agent1 a_bar_1))))"
     )
     assert prob.objects == {"agent1": "agent", "a_bar_1": "object", "b_bar_2": "object", "l1": "location"}
     assert prob.init == [("atlocation", "agent1", "l1"), ("inreceptacle", "a_bar_1", "r")]

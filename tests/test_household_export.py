@@ -14,7 +14,21 @@ HAS_ALFWORLD = importlib.util.find_spec("alfworld") is not None
 
 
 def test_export_writes_alfworld_layout(tmp_path, capsys):
-    assert cli.main(["household", "export", "--out", str(tmp_path), "--task", "train-cool-0001", "--task", "valid_seen-look-0000"]) == 0
+    assert (
+        cli.main(
+            [
+                "household",
+                "export",
+                "--out",
+                str(tmp_path),
+                "--task",
+                "train-cool-0001",
+                "--task",
+                "valid_seen-look-0000",
+            ]
+        )
+        == 0
+    )
     assert "wrote 2 ALFWorld game directories" in capsys.readouterr().out
     d = tmp_path / "train" / "pick_cool_then_place_in_recep" / "train-cool-0001"
     data = json.loads((d / "game.tw-pddl").read_text())
@@ -37,8 +51,19 @@ def test_alfredtwenv_collects_and_wins_exported_games(tmp_path):
     ids = ["valid_seen-heat-0001", "valid_seen-pick2-0001"]
     assert cli.main(["household", "export", "--out", str(tmp_path)] + [a for t in ids for a in ("--task", t)]) == 0
     config = {
-        "env": {"goal_desc_human_anns_prob": 0, "task_types": [1, 2, 3, 4, 5, 6], "domain_randomization": False, "expert_type": "handcoded"},
-        "dataset": {"data_path": str(tmp_path), "eval_id_data_path": str(tmp_path), "eval_ood_data_path": str(tmp_path), "num_train_games": -1, "num_eval_games": -1},
+        "env": {
+            "goal_desc_human_anns_prob": 0,
+            "task_types": [1, 2, 3, 4, 5, 6],
+            "domain_randomization": False,
+            "expert_type": "handcoded",
+        },
+        "dataset": {
+            "data_path": str(tmp_path),
+            "eval_id_data_path": str(tmp_path),
+            "eval_ood_data_path": str(tmp_path),
+            "num_train_games": -1,
+            "num_eval_games": -1,
+        },
         "logic": {"domain": "unused", "grammar": "unused"},
         "general": {"training_method": "dagger"},
         "dagger": {"training": {"max_nb_steps_per_episode": 50}},

@@ -13,11 +13,11 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from inspect_helpers import make_run
 
+from inspect_helpers import make_run
 from proas.cli import main
 from proas.inspect.html import path_states
-from proas.inspect.rollout_log import read_rollouts
+from proas.rollout_log import read_rollouts
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -25,7 +25,9 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 TYPE = "pick_and_place_simple"
 
 if not (os.path.exists(CHROMIUM) and shutil.which(CHROMIUM)):
-    pytest.skip("Debian's chromium is not installed (apt-get install -y chromium chromium-driver)", allow_module_level=True)
+    pytest.skip(
+        "Debian's chromium is not installed (apt-get install -y chromium chromium-driver)", allow_module_level=True
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package (the test extra) is not installed")
 
 
@@ -50,9 +52,13 @@ def browser():
 def loaded(browser, page_file):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on(
+        "console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type in ("error", "warning") else None
+    )
     page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
-    page.on("request", lambda r: problems.append(f"request: {r.url}") if not r.url.startswith(("file:", "data:")) else None)
+    page.on(
+        "request", lambda r: problems.append(f"request: {r.url}") if not r.url.startswith(("file:", "data:")) else None
+    )
     page.goto(page_file.path.as_uri())
     page.wait_for_function("window.proasInspect && window.proasInspect.ready", timeout=20_000)
     yield page, problems
@@ -76,7 +82,9 @@ def test_page_loads_without_errors_or_network_and_draws_the_graph(loaded, page_f
     box = page.locator("#cy").bounding_box()
     assert box["width"] > 600 and box["height"] > 500
     # every node was laid out inside the viewport (the layout ran and the graph was fitted)
-    ext = page.evaluate("(() => { const b = proasInspect.cy.nodes().renderedBoundingBox(); return [b.x1, b.y1, b.x2, b.y2]; })()")
+    ext = page.evaluate(
+        "(() => { const b = proasInspect.cy.nodes().renderedBoundingBox(); return [b.x1, b.y1, b.x2, b.y2]; })()"
+    )
     assert ext[0] >= -1 and ext[1] >= -1 and ext[2] <= box["width"] + 1 and ext[3] <= box["height"] + 1
     shot = tmp_path / "inspect.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -114,7 +122,9 @@ def test_clicking_a_row_selects_that_trajectory(loaded, page_file, tmp_path):
 def test_clicking_a_state_shows_its_support_and_distance(loaded, page_file):
     page, problems = loaded
     goal = next(g for g in page_file.graph.goals() if g.startswith(TYPE + "|"))
-    pos = page.evaluate(f"(() => {{ const p = proasInspect.cy.getElementById({goal!r}).renderedPosition(); return [p.x, p.y]; }})()")
+    pos = page.evaluate(
+        f"(() => {{ const p = proasInspect.cy.getElementById({goal!r}).renderedPosition(); return [p.x, p.y]; }})()"
+    )
     page.locator("#cy").scroll_into_view_if_needed()
     box = page.locator("#cy").bounding_box()
     page.mouse.click(box["x"] + pos[0], box["y"] + pos[1])
@@ -142,14 +152,18 @@ def test_a_capped_large_graph_renders_in_rings(browser, page_file, tmp_path):
     off = {s for t in group for s in path_states(t)} - set(big.nodes())
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on(
+        "console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type in ("error", "warning") else None
+    )
     page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
     page.goto(out.as_uri())
     page.wait_for_function("window.proasInspect && window.proasInspect.ready", timeout=30_000)
     assert page.evaluate("proasInspect.cy.nodes('[?arg]').length") == 150
     assert page.evaluate("proasInspect.cy.nodes('[!arg]').length") == len(off)
     # rings: the goal sits at the centre of the drawing, the detours (distance 1) on one circle around it
-    centre = page.evaluate(f"(() => {{ const p = proasInspect.cy.getElementById({goal!r}).position(); return [p.x, p.y]; }})()")
+    centre = page.evaluate(
+        f"(() => {{ const p = proasInspect.cy.getElementById({goal!r}).position(); return [p.x, p.y]; }})()"
+    )
     radii = page.evaluate(
         "(() => proasInspect.cy.nodes().filter(n => n.id().includes('|detour=')).map(n => n.position()))()"
     )

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from inspect_helpers import make_run
 
+from inspect_helpers import make_run
 from proas.errors import ProasError
-from proas.inspect.rollout_log import (
+from proas.rollout_log import (
     list_rollout_steps,
     read_rollouts,
     rollout_path,
@@ -143,11 +143,21 @@ def test_an_unlogged_step_names_the_logged_ones(run):
         (gzip.compress(b'{"group": "g"}\n' * 50)[:30], "corrupt rollout log"),  # truncated
         (gzip.compress(b"{not json\n"), "line 1: not JSON"),
         (gzip.compress(b'{"group": "g", "trajectory": "t", "reward": 1, "steps": []}\n'), "traj_advantage"),
-        (gzip.compress(b'{"group": "g", "trajectory": "t", "reward": 1, "traj_advantage": 0, "steps": '
-                       b'[{"state": "a", "action": "x", "next_state": "b", "error": false}]}\n'), "step 0: field 'rea'"),
-        (gzip.compress(b'{"group": "g", "trajectory": "t", "reward": 1, "traj_advantage": 0, "steps": '
-                       b'[{"state": "a", "action": "x", "next_state": "b", "error": false, "rea": 2, "pa": 0, "fd": 0,'
-                       b' "base_advantage": 0, "advantage": 0, "uniform": true}]}\n'), "'rea' must be 0 or 1"),
+        (
+            gzip.compress(
+                b'{"group": "g", "trajectory": "t", "reward": 1, "traj_advantage": 0, "steps": '
+                b'[{"state": "a", "action": "x", "next_state": "b", "error": false}]}\n'
+            ),
+            "step 0: field 'rea'",
+        ),
+        (
+            gzip.compress(
+                b'{"group": "g", "trajectory": "t", "reward": 1, "traj_advantage": 0, "steps": '
+                b'[{"state": "a", "action": "x", "next_state": "b", "error": false, "rea": 2, "pa": 0, "fd": 0,'
+                b' "base_advantage": 0, "advantage": 0, "uniform": true}]}\n'
+            ),
+            "'rea' must be 0 or 1",
+        ),
         (gzip.compress(b'{"group": 3}\n'), "field 'group' must be a string"),
         (gzip.compress(b""), "empty rollout log"),
     ],
@@ -164,7 +174,6 @@ def test_corrupt_files_are_one_line_errors_naming_the_file(tmp_path, content, me
 def test_shaped_part_is_recovered_with_a_step_level_estimator(tmp_path):
     """GiGPO adds B_{i,t}: the log keeps A_i so Ã_{i,t} = advantage − (base − A_i) is exact."""
     from inspect_helpers import batch
-
     from proas.credit import ReferenceGraph, compute_credit
     from proas.envs.household.env import HouseholdEnv, oracle_trajectory
 

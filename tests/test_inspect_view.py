@@ -7,15 +7,15 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from inspect_helpers import make_run
 from rich.console import Console
 
+from inspect_helpers import make_run
 from proas.cli import main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.inspect.html import arg_elements, path_states
-from proas.inspect.rollout_log import LoggedStep, read_rollouts
 from proas.inspect.view import abbreviate, group_table, overview_table, select, short_state, step_note, trajectory_table
+from proas.rollout_log import LoggedStep, read_rollouts
 
 TYPE = "pick_and_place_simple"
 
@@ -60,7 +60,7 @@ def _hand_log(tmp_path, groups, texts=None, task_type="t"):
     advantage and A_i are the step's advantage (nothing reshaped)."""
     import numpy as np
 
-    from proas.inspect.rollout_log import write_rollouts
+    from proas.rollout_log import write_rollouts
     from proas.types import Step, Trajectory
 
     trajs, adv = [], []
@@ -187,7 +187,9 @@ def test_inspect_cli_at_80_columns_shows_every_step_column(run, capsys):
 
 
 def test_overview_fits_the_longest_household_type_at_80_columns(tmp_path):
-    log = _hand_log(tmp_path, {"s40b0g10": [(True, [1.0]), (False, [-1.0])]}, task_type="pick_clean_then_place_in_recep")
+    log = _hand_log(
+        tmp_path, {"s40b0g10": [(True, [1.0]), (False, [-1.0])]}, task_type="pick_clean_then_place_in_recep"
+    )
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(overview_table(log))
     assert re.search(r"^ ?s40b0g10 +pick_clean_then_place_in_recep +2 +1/2 ", console.export_text(), re.M)
@@ -319,7 +321,7 @@ def test_ids_and_texts_cannot_break_out_of_the_page(tmp_path):
     import numpy as np
 
     from proas.inspect.html import render_html
-    from proas.inspect.rollout_log import write_rollouts
+    from proas.rollout_log import write_rollouts
     from proas.types import Step, Trajectory
 
     evil = "</script><script>alert(1)</script><b>"

@@ -8,7 +8,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from toy_env import make_env
 
 from proas.cli import main as proas_main
 from proas.credit import ReferenceGraph, annotate_loop
@@ -19,6 +18,7 @@ from proas.probes.fd import choose_points, fd_bins, fd_probe, oracle_graph
 from proas.probes.snapshot import Snapshot, restore
 from proas.probes.stats import run_stats
 from proas.types import Step, Trajectory
+from toy_env import make_env
 
 torch.set_num_threads(1)
 
@@ -210,9 +210,11 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
 
 def test_stats_prefer_the_rollout_log_hand_worked(tmp_path):
     from proas.credit import compute_credit
-    from proas.inspect.rollout_log import write_rollouts
+    from proas.rollout_log import write_rollouts
 
-    graph = ReferenceGraph.from_trajectories([Trajectory("o", "o", 1.0, [Step("s0", "a", "s1"), Step("s1", "b", "s2")])])
+    graph = ReferenceGraph.from_trajectories(
+        [Trajectory("o", "o", 1.0, [Step("s0", "a", "s1"), Step("s1", "b", "s2")])]
+    )
     won = Trajectory("g", "w", 1.0, [Step("s0", "a", "s1"), Step("s1", "x", "s1", error=True), Step("s1", "b", "s2")],
                      won=True)
     lost = Trajectory("g", "l", 0.0, [Step("s0", "a", "s1"), Step("s1", "c", "s0"), Step("s0", "d", "zz")], won=False)

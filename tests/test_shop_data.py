@@ -97,7 +97,10 @@ def test_synthetic_goals_one_per_option_combination():
     upper = max(random.Random(0).sample([20.0, 30.0, 40.0, 50.0], 2))
     first = goals[0]
     assert first["goal_options"] == {"color": "red", "size": "s"}  # option names sorted
-    assert first["instruction_text"] == f"i need cream with color: red, and size: s, and price lower than {upper:.2f} dollars"
+    assert (
+        first["instruction_text"]
+        == f"i need cream with color: red, and size: s, and price lower than {upper:.2f} dollars"
+    )
     assert all(g["price_upper"] == upper for g in goals)
     assert first["name"] == "Thing A1" and first["attributes"] == ["paraben free"]
     assert all(g["weight"] == 1 / 4 for g in goals)  # one attribute, seen by 4 goals
@@ -111,8 +114,16 @@ def test_expensive_product_has_no_price_clause():
 
 
 def test_human_goals_skip_records_without_attributes():
-    human = {"A1": [{"instruction": "a red cream please.", "instruction_attributes": ["paraben free"], "instruction_options": ["red"]},
-                    {"instruction": "skip me", "instruction_attributes": [], "instruction_options": []}]}
+    human = {
+        "A1": [
+            {
+                "instruction": "a red cream please.",
+                "instruction_attributes": ["paraben free"],
+                "instruction_options": ["red"],
+            },
+            {"instruction": "skip me", "instruction_attributes": [], "instruction_options": []},
+        ]
+    }
     products = load_products([raw("A1", pricing="$985.00")], ATTRS, human, human_goals=True)
     goals = human_goals(products, {"A1": 985.0}, random.Random(0))
     assert len(goals) == 1
@@ -151,7 +162,9 @@ def test_catalog_from_webshop_files_is_seeded(tmp_path):
     (tmp_path / "items.json").write_text(json.dumps(items))
     (tmp_path / "attrs.json").write_text(json.dumps(ATTRS))
     (tmp_path / "human.json").write_text("{}")
-    kw = dict(items=tmp_path / "items.json", attrs=tmp_path / "attrs.json", human=tmp_path / "human.json", nouns="stored")
+    kw = dict(
+        items=tmp_path / "items.json", attrs=tmp_path / "attrs.json", human=tmp_path / "human.json", nouns="stored"
+    )
     a = ShopCatalog.load(seed=1, **kw)
     b = ShopCatalog.load(seed=2, **kw)
     assert len(a.goals) == 2 and {g["asin"] for g in a.goals} == {"A1"}

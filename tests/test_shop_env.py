@@ -37,7 +37,9 @@ def catalog(tmp_path_factory):
     (d / "items.json").write_text(json.dumps(items))
     (d / "attrs.json").write_text(json.dumps(attrs))
     (d / "human.json").write_text("{}")
-    return ShopCatalog.load(items=d / "items.json", attrs=d / "attrs.json", human=d / "human.json", nouns="stored", seed=7)
+    return ShopCatalog.load(
+        items=d / "items.json", attrs=d / "attrs.json", human=d / "human.json", nouns="stored", seed=7
+    )
 
 
 @pytest.fixture()
@@ -60,7 +62,9 @@ def test_search_page(env, catalog):
     tid = task_for(catalog, "blue | navy", "x-large")
     obs, info = env.reset(tid)
     instr = catalog.goals[int(tid)]["instruction_text"]
-    assert instr.startswith("i need a machine wash shirt with color: blue | navy, and size: x-large, and price lower than ")
+    assert instr.startswith(
+        "i need a machine wash shirt with color: blue | navy, and size: x-large, and price lower than "
+    )
     assert obs == f"WebShop [SEP] Instruction: [SEP] {instr} [SEP] Search"
     assert info["clickables"] == ["search"] and info["has_search_bar"]
     assert info["admissible"] == [
@@ -97,9 +101,11 @@ def test_item_page_text_and_clickables(env, catalog):
     instr = catalog.goals[int(tid)]["instruction_text"]
     env.step("search[acme red shirt]")
     obs, r, done, info = env.step(f"click[{SHIRT.lower()}]")
-    assert obs == (f"Instruction: [SEP] {instr} [SEP] Back to Search [SEP] < Prev [SEP] color [SEP] red [SEP] "
-                   "blue | navy [SEP] size [SEP] small [SEP] x-large [SEP] Acme Red Shirt [SEP] "
-                   "Price: $10.0 to $20.0 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
+    assert obs == (
+        f"Instruction: [SEP] {instr} [SEP] Back to Search [SEP] < Prev [SEP] color [SEP] red [SEP] "
+        "blue | navy [SEP] size [SEP] small [SEP] x-large [SEP] Acme Red Shirt [SEP] "
+        "Price: $10.0 to $20.0 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now"
+    )
     assert info["clickables"] == ["back to search", "< prev", "description", "features", "reviews", "buy now",
                                   "red", "blue | navy", "small", "x-large"]
     assert info["abstract_state"] == "shop|item|match|opts=-"
@@ -127,7 +133,10 @@ def test_sub_pages_and_prev_keep_options(env, catalog):
     env.step("click[x-large]")
     obs, reward, done, info = env.step("click[Buy Now]")  # the argument is lower-cased
     assert done and reward == 10.0 and info["won"] and info["score"] == 1.0
-    assert f"Purchased [SEP] asin [SEP] {SHIRT} [SEP] options [SEP] " + '{"color": "blue | navy", "size": "x-large"}' in obs
+    assert (
+        f"Purchased [SEP] asin [SEP] {SHIRT} [SEP] options [SEP] " + '{"color": "blue | navy", "size": "x-large"}'
+        in obs
+    )
     assert obs.endswith("Your score (min 0.0, max 1.0) [SEP] 1.0 [SEP] Reward Details [SEP] None")
     assert info["abstract_state"] == "shop|done|won" and info["clickables"] == []
     obs2, reward, done, info = env.step("click[buy now]")  # after the end: refused, still done

@@ -18,12 +18,30 @@ def prod(title, desc="", bullets=("",), options=None):
 def test_analyzer_lucene_like():
     a = Analyzer()
     # stop words dropped, possessive removed, Porter stems, decimals and one-char tokens kept
-    assert a("The Women's Running Shoes, size 7 and 6.5 x-large") == ["women", "run", "shoe", "size", "7", "6.5", "x", "larg"]
+    assert a("The Women's Running Shoes, size 7 and 6.5 x-large") == [
+        "women",
+        "run",
+        "shoe",
+        "size",
+        "7",
+        "6.5",
+        "x",
+        "larg",
+    ]
 
 
 def test_tokens_follow_unicode_word_breaks():
     a = Analyzer()
-    assert a("L'eau d'Issey's 1,299.00 u.s.a t-shirt b2 a.5") == ["l'eau", "d'issei", "1,299.00", "u.s.a", "t", "shirt", "b2", "5"]  # 'a' is a stop word
+    assert a("L'eau d'Issey's 1,299.00 u.s.a t-shirt b2 a.5") == [
+        "l'eau",
+        "d'issei",
+        "1,299.00",
+        "u.s.a",
+        "t",
+        "shirt",
+        "b2",
+        "5",
+    ]  # 'a' is a stop word
 
 
 def test_document_text_is_webshops_indexed_text():
@@ -79,7 +97,9 @@ def test_stored_nouns_then_heuristic():
 
 def test_spacy_source_requires_the_model(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "en_core_web_sm" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "en_core_web_sm" else real(name, *a)
+    )
     with pytest.raises(ProasError, match="en_core_web_sm"):
         TitleNouns("spacy")
     assert TitleNouns("auto").source == "stored"

@@ -33,7 +33,10 @@ def test_shipped_catalog_size_and_coverage():
     assert len(items) >= 1000
     assert {p["category"] for p in items} == {"beauty", "electronics", "fashion", "food", "furniture"}
     assert len({p["asin"] for p in items}) == len(items)
-    assert sum((synth.DATA_DIR / f).stat().st_size for f in (synth.ITEMS_FILE, synth.ATTRS_FILE, synth.HUMAN_FILE)) < 5_000_000
+    assert (
+        sum((synth.DATA_DIR / f).stat().st_size for f in (synth.ITEMS_FILE, synth.ATTRS_FILE, synth.HUMAN_FILE))
+        < 5_000_000
+    )
     per_query = {}
     for p in items:
         per_query[p["query"]] = per_query.get(p["query"], 0) + 1

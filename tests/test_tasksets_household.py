@@ -43,7 +43,9 @@ def test_seeds_give_different_schedules():
 def test_config_selects_shipped_sets_like_the_seed():
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"fixed_train_set": {"path": "fixed_train_set/seed1/household"}, "fixed_val_set": {"enabled": True}})
+    cfg = OmegaConf.create(
+        {"fixed_train_set": {"path": "fixed_train_set/seed1/household"}, "fixed_val_set": {"enabled": True}}
+    )
     sched = tasksets.schedule_from_config(cfg)
     assert sched is not None and sched.seed == 1 and sched.tasks_at(150) == sched.steps[0]
     val = tasksets.val_set_from_config(cfg, "household")

@@ -100,8 +100,13 @@ def test_a_run_recorded_from_another_checkout_is_the_same_setting_and_is_relocat
     # a path that exists where it was recorded, or that is not shipped data, is left alone
     own = tmp_path / "proas" / "data" / "fixed_train_set" / "seed1" / "shop"
     own.mkdir(parents=True)
-    assert relocate_shipped_paths(build_config([f"env.fixed_train_set.path={own}"])).env.fixed_train_set.path == str(own)
-    assert relocate_shipped_paths(build_config(["env.fixed_train_set.path=/elsewhere/x"])).env.fixed_train_set.path == "/elsewhere/x"
+    assert relocate_shipped_paths(build_config([f"env.fixed_train_set.path={own}"])).env.fixed_train_set.path == str(
+        own
+    )
+    assert (
+        relocate_shipped_paths(build_config(["env.fixed_train_set.path=/elsewhere/x"])).env.fixed_train_set.path
+        == "/elsewhere/x"
+    )
 
 
 def test_every_config_key_named_in_the_docs_exists():

@@ -212,7 +212,7 @@ def test_resume_refuses_or_recovers_when_checkpoints_are_lost(tmp_path, capsys, 
 
 
 def test_rollouts_are_logged_every_n_steps_and_at_the_last(tmp_path):
-    from proas.inspect.rollout_log import read_rollouts
+    from proas.rollout_log import read_rollouts
 
     train(cfg("train.steps=5", "train.val_every=0", "train.rollout_log_every=2"), run_dir=tmp_path / "run")
     logged = sorted(p.name for p in (tmp_path / "run" / "rollouts").iterdir())
@@ -261,8 +261,9 @@ def test_resuming_and_validating_say_so(tmp_path):
 def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):
     import io
 
-    import toy_env
     from rich.console import Console
+
+    import toy_env
 
     orig = toy_env.ToyEnv.reset
 

@@ -7,7 +7,6 @@ import torch
 
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 
-
 torch.set_num_threads(1)
 
 

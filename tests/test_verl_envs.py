@@ -13,7 +13,6 @@ import torch
 
 pytest.importorskip("alfworld")
 
-from proas.credit import ReferenceGraph
 from proas.envs.household import WIN_REWARD, make_household_env, task_ids
 from proas.errors import ProasError
 from proas.integrations.verl import (

@@ -325,7 +325,9 @@ def test_base_verl_keeps_verl_agents_invalid_action_penalty_as_a_row_residual():
     data = make_dataproto(trajs, rng)
     invalid = ~np.asarray(data.non_tensor_batch["is_action_valid"], dtype=bool)
     last = data.batch["response_mask"].sum(dim=1) - 1
-    data.batch["token_level_rewards"][torch.arange(len(data)), last] -= 0.1 * torch.as_tensor(invalid, dtype=torch.float32)
+    data.batch["token_level_rewards"][torch.arange(len(data)), last] -= 0.1 * torch.as_tensor(
+        invalid, dtype=torch.float32
+    )
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=data.batch["token_level_rewards"],
         response_mask=data.batch["response_mask"], index=data.non_tensor_batch["uid"],

@@ -19,7 +19,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, IO, Sequence
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 from proas.errors import ProasError
 

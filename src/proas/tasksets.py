@@ -423,7 +423,9 @@ def _verify_files(directory: Path, manifest: dict[str, Any], required: list[str]
             raise ProasError(f"{fpath}: file is missing")
         got = sha256_file(fpath)
         if got != want:
-            raise ProasError(f"{fpath}: sha256 mismatch (file {got[:12]}..., manifest {str(want)[:12]}...); the file was changed")
+            raise ProasError(
+                f"{fpath}: sha256 mismatch (file {got[:12]}..., manifest {str(want)[:12]}...); the file was changed"
+            )
         digests[name] = got
     return digests
 

@@ -11,7 +11,14 @@ from proas.train import checkpoint as ckpt
 from proas.train.evaluate import print_val_table
 from proas.train.loop import val_result
 
-__all__ = ["env_name", "load_policy", "print_val_table", "val_result", "validation_ids", "write_checkpoint_dir"]  # re-exported
+__all__ = [
+    "env_name",
+    "load_policy",
+    "print_val_table",
+    "val_result",
+    "validation_ids",
+    "write_checkpoint_dir",
+]  # re-exported
 
 
 def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dict[str, Any], step: int,

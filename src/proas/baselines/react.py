@@ -87,7 +87,9 @@ class ChatClient:
             try:
                 content = payload["choices"][0]["message"]["content"]
             except (KeyError, IndexError, TypeError):
-                raise ProasError(f"{url}: the answer is not a chat completion (no choices[0].message.content)") from None
+                raise ProasError(
+                    f"{url}: the answer is not a chat completion (no choices[0].message.content)"
+                ) from None
             return content if isinstance(content, str) else ""
         raise ProasError(f"cannot reach the chat endpoint {url} after {self.retries + 1} attempts ({last})")
 

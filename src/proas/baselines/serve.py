@@ -411,10 +411,18 @@ class ServerHandle:
         self.app = app
         self.socket = sock
         self.server_address = sock.getsockname()
-        self.config = uvicorn.Config(app, http=_h11_protocol(limits.read_timeout), ws="none", lifespan="off", log_config=None,
-                                     log_level="warning", access_log=False, backlog=2048,
-                                     timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]  (call_later takes a float)
-                                     timeout_graceful_shutdown=5)
+        self.config = uvicorn.Config(
+            app,
+            http=_h11_protocol(limits.read_timeout),
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            backlog=2048,
+            timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]  (call_later takes a float)
+            timeout_graceful_shutdown=5,
+        )
         self.server = uvicorn.Server(self.config)
         self._started = threading.Event()
         self._stopped = threading.Event()

@@ -3,8 +3,9 @@
 Data: the env's oracle is replayed on the training tasks an RL run of the same config would see
 (the tasks of ``env.fixed_train_set`` when set, else the env's ``train`` split; with
 ``max_tasks``, that many of them evenly spaced over the list, so every task type stays in). At
-every step the policy's ``Context`` is rebuilt exactly as the rollout builds it (task text, observation, history, admissible actions, invalid candidates), and
-the oracle's action is the target.
+every step the policy's ``Context`` is rebuilt exactly as the rollout builds it (task text,
+observation, history, admissible actions, invalid candidates), and the oracle's action is the
+target.
 
 Loss: the negative token-mean log-likelihood of the target through the policy's own
 ``prepare``/``evaluate`` path, the one the RL losses use: for the ``scorer`` a "token" is the
@@ -40,8 +41,15 @@ from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teac
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import build_policy, make_env_factory, validate, write_run_config
 
-__all__ = ["LM_THOUGHT", "SFTOptions", "make_sft_optimizer", "oracle_examples", "sft_task_ids", "teacher_data", "train_sft"]
-
+__all__ = [
+    "LM_THOUGHT",
+    "SFTOptions",
+    "make_sft_optimizer",
+    "oracle_examples",
+    "sft_task_ids",
+    "teacher_data",
+    "train_sft",
+]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Step annotations against the reference graph (DESIGN.md §2).
+"""Step annotations against the reference graph (docs/credit.md, "Annotations").
 
 For step ``t`` of trajectory ``i`` and graph ``G = (V, E)``:
 

@@ -1,6 +1,6 @@
 """Base advantage estimators, registered by name.
 
-Each estimator maps a ``CreditBatch`` to a ``BaseAdvantage`` (DESIGN.md §2):
+Each estimator maps a ``CreditBatch`` to a ``BaseAdvantage`` (docs/credit.md, "Base estimators"):
 
 - ``traj``: ``(n,)`` the trajectory-level advantage ``A_i``, shared by every step of ``i``;
 - ``step``: ``(S,)`` the step-specific part ``B_{i,t}`` (GiGPO's anchor-state term, GAE's

@@ -5,11 +5,18 @@ An edge is a ``(state, action, next_state)`` triple. A successful trajectory is 
 removed), leaving a simple path from its start state to its goal state; clean paths are merged
 edge by edge, and an edge that would close a cycle is not added. The graph keeps, per node, how
 many trajectories support it and whether it is a goal (the last state of a successful
-trajectory); shortest distance to a goal is computed on demand.
+trajectory) and its shortest distance to a goal.
 
-Acyclicity is maintained incrementally with the Pearce–Kelly dynamic topological order (an edge
-``u -> v`` with ``ord[u] < ord[v]`` is accepted at once; otherwise only the region between the two
-is searched), so evolving a graph of ten thousand nodes with a batch costs milliseconds.
+Evolving the graph with a batch touches only what the batch changes, so merging a batch into a
+graph of ten thousand nodes costs a few milliseconds:
+
+- acyclicity: the Pearce–Kelly dynamic topological order. An edge ``u -> v`` with
+  ``ord[u] < ord[v]`` is accepted at once; otherwise a two-way search (forward from ``v``,
+  backward from ``u``, both inside the order window between them) either meets, and the edge
+  would close a cycle, or one side runs dry, and the window's affected nodes are reordered;
+- goal distances: kept up to date as edges and goals arrive (distances only shrink then, so
+  each addition relaxes backwards from where it happened); only ``prune``, which can lengthen
+  them, leaves a full breadth-first recomputation to the next query.
 
 File format (``save``/``load``): JSON, gzip-compressed when the name ends in ``.gz``::
 
@@ -102,7 +109,9 @@ class ReferenceGraph:
         self._ord_values: set[float] = set()  # orders are unique; new ones must not collide
         self._next_ord = 0.0
         self._min_ord = 0.0
-        self._dist: dict[int, int] | None = None
+        # shortest number of edges to a goal, per node that reaches one; None: recompute on the
+        # next query (after ``prune`` or a load), else kept current by ``_shorten``
+        self._dist: dict[int, int] | None = {}
         self.meta: dict[str, Any] = {}
         #: number of edges refused because they would have closed a cycle
         self.rejected_edges = 0
@@ -192,17 +201,46 @@ class ReferenceGraph:
 
     def _distances(self) -> dict[int, int]:
         if self._dist is None:
-            dist = {g: 0 for g in self._goal}
-            queue = deque(self._goal)
-            while queue:
-                v = queue.popleft()
-                dv = dist[v] + 1
-                for u in self._pred.get(v, ()):
-                    if u not in dist:
-                        dist[u] = dv
-                        queue.append(u)
-            self._dist = dist
+            self._dist = self._bfs_distances()
         return self._dist
+
+    def _bfs_distances(self) -> dict[int, int]:
+        """Goal distances from scratch: one backward breadth-first search from all goals."""
+        dist = {g: 0 for g in self._goal}
+        queue = deque(self._goal)
+        while queue:
+            v = queue.popleft()
+            dv = dist[v] + 1
+            for u in self._pred.get(v, ()):
+                if u not in dist:
+                    dist[u] = dv
+                    queue.append(u)
+        return dist
+
+    def _shorten(self, node: int, d: int) -> None:
+        """``node`` now reaches a goal in ``d`` edges (a new goal, or a new edge out of it):
+        lower its distance and its ancestors' where that is shorter than what they had.
+
+        Additions only ever shorten distances, and the relaxation runs breadth-first from
+        ``node``, so each ancestor is settled once and only ancestors that improve are visited.
+        """
+        dist = self._dist
+        if dist is None:  # stale anyway: the next query recomputes everything
+            return
+        old = dist.get(node)
+        if old is not None and old <= d:
+            return
+        dist[node] = d
+        pred = self._pred
+        queue = deque((node,))
+        while queue:
+            x = queue.popleft()
+            dx = dist[x] + 1
+            for p in pred.get(x, ()):
+                dp = dist.get(p)
+                if dp is None or dp > dx:
+                    dist[p] = dx
+                    queue.append(p)
 
     def is_acyclic(self) -> bool:
         """Check acyclicity from scratch (Kahn's algorithm); used by tests and ``load``."""
@@ -251,7 +289,7 @@ class ReferenceGraph:
                 self._add_edge(u, a, v, 1)
         if ids[-1] not in self._goal:
             self._goal.add(ids[-1])
-            self._dist = None
+            self._shorten(ids[-1], 0)
 
     def merge(self, other: ReferenceGraph) -> int:
         """Merge another graph's nodes, goals, supports and edges; return the number of new edges."""
@@ -261,7 +299,7 @@ class ReferenceGraph:
             self._support[j] += other._support[i]
             if i in other._goal and j not in self._goal:
                 self._goal.add(j)
-                self._dist = None
+                self._shorten(j, 0)
         for (u, a, v), sup in other._edges.items():
             self._add_edge(self._id[other._name[u]], a, self._id[other._name[v]], sup)
         return len(self._edges) - before
@@ -271,7 +309,8 @@ class ReferenceGraph:
 
         New nodes are otherwise appended at the end of the topological order, which makes an
         edge from a new node back into the known graph search a large region. Orders are
-        floats; when a gap is too narrow to split, all orders are renumbered.
+        floats; when a gap is too narrow to split, all orders are renumbered (rare: a gap
+        halves with each split, and floats hold some thirty halvings of it).
         """
         k = 0
         while k < len(ids):
@@ -285,12 +324,8 @@ class ReferenceGraph:
             left = self._ord[ids[k - 1]] if k > 0 else None
             right = self._ord[ids[j + 1]] if j + 1 < len(ids) else None
             if left is not None and right is not None and left < right:
-                step = (right - left) / (len(run) + 1)
-                # an irrational offset keeps new orders off the (often integral) existing ones
-                chosen = [left + (m - 0.381966) * step for m in range(1, len(run) + 1)]
-                if step <= max(abs(left), abs(right), 1.0) * 1e-9 or any(
-                    x in self._ord_values or not left < x < right for x in chosen
-                ):
+                chosen = self._spread(left, right, len(run))
+                if chosen is None:
                     self._renumber()
                     continue  # retry this run with fresh gaps
                 for i, x in zip(run, chosen):
@@ -301,6 +336,23 @@ class ReferenceGraph:
                 self._min_ord -= len(run)
             # otherwise keep the appended orders (after everything, hence after `left`)
             k = j + 1
+
+    #: phases of the first value in a gap: the golden-ratio sequence, irrational offsets that keep
+    #: new orders off the (often integral) existing ones and apart from earlier splits of the same
+    #: gap (two batch paths often make a detour between the same two known states)
+    _PHASES = tuple((0.618034 * t) % 1.0 for t in range(1, 9))
+
+    def _spread(self, lo: float, hi: float, n: int) -> list[float] | None:
+        """``n`` increasing unused orders strictly between ``lo`` and ``hi``, or ``None`` when the
+        gap is too narrow for floats to split (or every phase collides)."""
+        step = (hi - lo) / (n + 1)
+        if step <= max(abs(lo), abs(hi), 1.0) * 1e-9:
+            return None
+        for phase in self._PHASES:
+            chosen = [lo + (m + phase) * step for m in range(n)]
+            if not any(x in self._ord_values or not lo < x < hi for x in chosen):
+                return chosen
+        return None
 
     def _set_ord(self, i: int, value: float) -> None:
         self._ord_values.discard(self._ord[i])
@@ -343,42 +395,98 @@ class ReferenceGraph:
         self._succ[u][v] = self._succ[u].get(v, 0) + 1
         self._pred.setdefault(v, {})
         self._pred[v][u] = self._pred[v].get(u, 0) + 1
-        self._dist = None
+        if self._dist is not None:
+            dv = self._dist.get(v)
+            if dv is not None:
+                self._shorten(u, dv + 1)
         return True
 
     def _reorder_for(self, u: int, v: int) -> bool:
-        """Pearce–Kelly: make room for ``u -> v`` in the topological order, or report a cycle."""
+        """Make room for ``u -> v`` in the topological order, or report a cycle (Pearce–Kelly).
+
+        ``F`` is what ``v`` reaches and ``B`` what reaches ``u``, both inside the order window
+        ``(ord[v], ord[u])``; the edge closes a cycle exactly when they meet. The two searches
+        advance in turn, the one with the shorter queue first, so a cycle is found after
+        exploring about the region between the two ends (most refused edges of a batch), and
+        an acceptable edge costs about the smaller of ``F`` and ``B``, not both.
+
+        When ``F`` runs dry first, no cycle; ``F`` moves, in its own order, just above ``u``:
+        below the lowest of its successors outside it, all of which lie above ``u``. When ``B``
+        runs dry first, ``B`` moves just below ``v`` likewise. Only if floats cannot split that
+        gap are both sides finished and ``B`` then ``F`` given their combined order slots, the
+        classic Pearce–Kelly step, which needs no new values.
+        """
         ord_ = self._ord
         lb, ub = ord_[v], ord_[u]
         if lb > ub:
             return True
-        # forward from v within the affected region; reaching u means a cycle
-        forward: list[int] = []
-        seen = {v}
-        stack = [v]
-        while stack:
-            x = stack.pop()
-            forward.append(x)
-            for w in self._succ.get(x, ()):
-                if w == u:
-                    return False
-                if w not in seen and ord_[w] < ub:
-                    seen.add(w)
-                    stack.append(w)
-        backward: list[int] = []
-        seen_b = {u}
-        stack = [u]
-        while stack:
-            x = stack.pop()
-            backward.append(x)
-            for w in self._pred.get(x, ()):
-                if w not in seen_b and ord_[w] > lb:
-                    seen_b.add(w)
-                    stack.append(w)
-        backward.sort(key=ord_.__getitem__)
-        forward.sort(key=ord_.__getitem__)
-        slots = sorted(ord_[x] for x in backward + forward)
-        for x, slot in zip(backward + forward, slots):
+        succ, pred = self._succ, self._pred
+        forward: dict[int, None] = {v: None}  # insertion-ordered sets: F and B
+        backward: dict[int, None] = {u: None}
+        f_queue, b_queue = deque((v,)), deque((u,))
+        above = math.inf  # lowest order among F's successors outside F (all above ub)
+        below = -math.inf  # highest order among B's predecessors outside B (all below lb)
+        while f_queue and b_queue:
+            if len(f_queue) <= len(b_queue):
+                x = f_queue.popleft()
+                for w in succ.get(x, ()):
+                    if w in backward:  # v reaches w and w reaches u
+                        return False
+                    if w in forward:
+                        continue
+                    ow = ord_[w]
+                    if ow < ub:
+                        forward[w] = None
+                        f_queue.append(w)
+                    elif ow < above:
+                        above = ow
+            else:
+                x = b_queue.popleft()
+                for w in pred.get(x, ()):
+                    if w in forward:
+                        return False
+                    if w in backward:
+                        continue
+                    ow = ord_[w]
+                    if ow > lb:
+                        backward[w] = None
+                        b_queue.append(w)
+                    elif ow > below:
+                        below = ow
+        # no cycle: move the side that ran dry past the other end
+        if not f_queue:
+            moved = sorted(forward, key=ord_.__getitem__)
+            if above == math.inf:
+                values = [self._next_ord + m for m in range(len(moved))]
+                self._next_ord += len(moved)
+            else:
+                values = self._spread(ub, above, len(moved))
+        else:
+            moved = sorted(backward, key=ord_.__getitem__)
+            if below == -math.inf:
+                values = [self._min_ord - len(moved) + m for m in range(len(moved))]
+                self._min_ord -= len(moved)
+            else:
+                values = self._spread(below, lb, len(moved))
+        if values is not None:
+            for x, value in zip(moved, values):
+                self._set_ord(x, value)
+            return True
+        # the gap is too narrow: finish both sides and swap their slots (no new values needed)
+        for seen, queue, nbrs, inside in (
+            (forward, f_queue, succ, lambda w: ord_[w] < ub),
+            (backward, b_queue, pred, lambda w: ord_[w] > lb),
+        ):
+            while queue:
+                x = queue.popleft()
+                for w in nbrs.get(x, ()):
+                    if w not in seen and inside(w):
+                        seen[w] = None
+                        queue.append(w)
+        b_sorted = sorted(backward, key=ord_.__getitem__)
+        f_sorted = sorted(forward, key=ord_.__getitem__)
+        slots = sorted(ord_[x] for x in b_sorted + f_sorted)
+        for x, slot in zip(b_sorted + f_sorted, slots):
             ord_[x] = slot
         return True
 
@@ -412,7 +520,7 @@ class ReferenceGraph:
         for i in list(self._name):
             if not self._succ.get(i) and not self._pred.get(i):
                 self._remove_node(i)
-        self._dist = None
+        self._dist = None  # removals lengthen distances; a one-off, so recompute on the next query
         return k
 
     def _remove_node(self, i: int) -> None:
@@ -426,7 +534,9 @@ class ReferenceGraph:
 
     def copy(self) -> ReferenceGraph:
         out = ReferenceGraph()
+        out._dist = None  # the copy's distances are this graph's: taken once below, not edge by edge
         out.merge(self)
+        out._dist = {out._id[self._name[i]]: d for i, d in self._distances().items()}
         out.meta = dict(self.meta)
         return out
 
@@ -451,6 +561,7 @@ class ReferenceGraph:
                 f"{where}: graph file version {obj.get('version')!r} is not supported (expected {VERSION})"
             )
         graph = cls()
+        graph._dist = None  # computed in one search on the first query, not edge by edge
         try:
             ids = []
             for state, support, goal in obj["nodes"]:

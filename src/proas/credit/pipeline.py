@@ -29,7 +29,8 @@ from proas.types import Trajectory
 
 __all__ = ["ARG_VARIANTS", "CreditResult", "arg_milestones", "compute_credit", "credit_arrays", "make_reference_graph"]
 
-#: how the reference graph is built and evolved (DESIGN.md §2, ablation table (b))
+#: how the reference graph is built and evolved: the paper's ARG ablations
+#: (docs/training.md, "The reference graph (ARG)")
 ARG_VARIANTS = ("evolving", "static", "incomplete", "incomplete_static", "distill")
 
 

@@ -1,4 +1,4 @@
-"""ProAS advantage shaping and its ablations, registered by name (DESIGN.md §2).
+"""ProAS advantage shaping and its ablations, registered by name (docs/credit.md, "Shaping").
 
 Only the trajectory-level part ``A_i`` is reshaped into ``Ã_{i,t}``; the step-specific part
 ``B_{i,t}`` is added back unchanged, so the final advantage is ``Ã_{i,t} + B_{i,t}``.

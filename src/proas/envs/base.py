@@ -1,4 +1,5 @@
-"""The environment protocol every proas environment implements (DESIGN.md §4).
+"""The environment protocol every proas environment implements (plugging one into the trainer:
+docs/training.md, "Your own environment").
 
 An environment is reset to a task id and stepped with raw text actions. Each call returns the
 observation text and an ``info`` dict that carries, at least, the keys in ``REQUIRED_INFO_KEYS``:

@@ -81,7 +81,9 @@ def _list(args) -> int:
 
     for name in shipped_studies():
         st = load_study(name)
-        print(f"{name}: {st.title} — envs {', '.join(st.envs)}, seeds {', '.join(map(str, st.seeds))}, {st.steps} steps")
+        print(
+            f"{name}: {st.title} — envs {', '.join(st.envs)}, seeds {', '.join(map(str, st.seeds))}, {st.steps} steps"
+        )
         for r in st.rows:
             tag = f"not run: {r.not_run}" if r.not_run else ("hidden helper run" if r.hidden else "")
             print(f"  {r.id:24s} {r.label}" + (f"  [{tag}]" if tag else ""))

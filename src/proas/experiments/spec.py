@@ -24,13 +24,15 @@ Format (see docs/experiments.md)::
       - {id: react, label: ReAct, not_run: "needs a proprietary API model"}
       - {id: direct, label: Direct Prompt, untrained_of: grpo}   # step-0 validation of grpo's runs
       - {id: teacher, label: ..., hidden: true, overrides: [...]}   # run, not a table row
-      - {id: distill, ..., needs: [teacher], overrides: [algo.graph.path={out}/{env}/teacher/seed{seed}/checkpoints/step_{steps:06d}/graph.json]}
+      - {id: distill, ..., needs: [teacher],
+         overrides: [algo.graph.path={out}/{env}/teacher/seed{seed}/checkpoints/step_{steps:06d}/graph.json]}
 
 Placeholders in overrides (``str.format``): ``{env}``, ``{seed}``, ``{steps}`` (the budget),
-``{out}`` (the results directory, absolute) and ``{data}`` (the shipped task sets). Unless a row sets ``env.fixed_train_set.path`` itself,
-the runner adds the fixed schedule of the run's seed and env (``schedule: group``, 16 tasks a
-step, or ``schedule: ppo``, 128 task slots a step). Two studies may define the same row id; the
-runs are shared when the resolved overrides agree (GRPO and GRPO+ProAS appear in every table).
+``{out}`` (the results directory, absolute) and ``{data}`` (the shipped task sets). Unless a
+row sets ``env.fixed_train_set.path`` itself, the runner adds the fixed schedule of the run's
+seed and env (``schedule: group``, 16 tasks a step, or ``schedule: ppo``, 128 task slots a step).
+Two studies may define the same row id; the runs are shared when the resolved overrides agree
+(GRPO and GRPO+ProAS appear in every table).
 """
 
 from __future__ import annotations
@@ -239,9 +241,21 @@ def parse_study(data: Any, where: str) -> Study:
             raise ProasError(f"{at}: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason")
         if sft is not None and (r.get("base") or untrained_of):
             raise ProasError(f"{at}: an 'sft' row has no 'base' or 'untrained_of'")
-        rows.append(RowSpec(id=rid, label=str(r.get("label", rid)), overrides=overrides,
-                            base=r.get("base"), not_run=not_run, untrained_of=untrained_of, needs=_strs(r.get("needs"), f"{at}: needs"),
-                            hidden=bool(r.get("hidden", False)), schedule=schedule, note=r.get("note"), sft=sft))
+        rows.append(
+            RowSpec(
+                id=rid,
+                label=str(r.get("label", rid)),
+                overrides=overrides,
+                base=r.get("base"),
+                not_run=not_run,
+                untrained_of=untrained_of,
+                needs=_strs(r.get("needs"), f"{at}: needs"),
+                hidden=bool(r.get("hidden", False)),
+                schedule=schedule,
+                note=r.get("note"),
+                sft=sft,
+            )
+        )
     ids = {r.id for r in rows}
     for r in rows:
         for ref in [x for x in (r.base, r.untrained_of) if x] + list(r.needs):
@@ -250,10 +264,20 @@ def parse_study(data: Any, where: str) -> Study:
     reference = data.get("reference")
     if kind == "ablation" and reference not in ids:
         raise ProasError(f"{where}: an ablation study needs 'reference' naming one of its rows")
-    study = Study(name=name, title=str(data.get("title", name)), kind=kind, envs=envs,
-                  seeds=tuple(seeds), steps=steps, rows=tuple(rows), common=_strs(data.get("common"), f"{where}: common"),
-                  env_overrides={str(k): _strs(v, f"{where}: env_overrides.{k}") for k, v in env_over.items()},
-                  reference=reference, description=str(data.get("description", "")), source=where)
+    study = Study(
+        name=name,
+        title=str(data.get("title", name)),
+        kind=kind,
+        envs=envs,
+        seeds=tuple(seeds),
+        steps=steps,
+        rows=tuple(rows),
+        common=_strs(data.get("common"), f"{where}: common"),
+        env_overrides={str(k): _strs(v, f"{where}: env_overrides.{k}") for k, v in env_over.items()},
+        reference=reference,
+        description=str(data.get("description", "")),
+        source=where,
+    )
     _check_overrides(study)
     return study
 

@@ -16,8 +16,8 @@ from rich.console import Console
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
-from proas.inspect.rollout_log import read_rollouts
 from proas.inspect.view import inspection, select
+from proas.rollout_log import read_rollouts
 
 GRAPH_FILE = "graph.json"
 
@@ -95,7 +95,9 @@ def register(sub: Any) -> None:
     p.add_argument("--task", default=None, help="group id or task id (default: the most informative group, "
                    "one with both wins and failures)")
     p.add_argument("--trajectory", default=None, help="trajectory id, or its index in the group")
-    p.add_argument("--html", default=None, metavar="OUT.html", help="write a self-contained page with the reference graph")
+    p.add_argument(
+        "--html", default=None, metavar="OUT.html", help="write a self-contained page with the reference graph"
+    )
     p.add_argument("--graph", default=None, help="reference graph file (default: the run's checkpoint)")
     p.add_argument("--max-nodes", type=_positive, default=300, help="cap on the graph states drawn (default 300)")
     p.add_argument("--observations", action="store_true", help="show each step's observation in the step table "

@@ -22,8 +22,8 @@ from importlib import resources
 from itertools import pairwise
 from typing import Any
 
-from proas.inspect.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 from proas.inspect.view import KIND_NOTE, abbreviate, glyph, short_state, step_note
+from proas.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 
 __all__ = ["DEFAULT_MAX_NODES", "arg_elements", "cytoscape_js", "path_states", "render_html"]
 
@@ -52,7 +52,9 @@ def _distance_colour(d: float, dmax: float) -> str:
     return to_hex(colormaps["RdYlGn"](1.0 - (d / dmax if dmax > 0 else 0.0) * 0.9))
 
 
-def arg_elements(graph, task_type: str | None, group: Sequence[LoggedTrajectory], max_nodes: int = DEFAULT_MAX_NODES) -> dict[str, Any]:
+def arg_elements(
+    graph, task_type: str | None, group: Sequence[LoggedTrajectory], max_nodes: int = DEFAULT_MAX_NODES
+) -> dict[str, Any]:
     """Cytoscape elements for the subgraph of ``task_type`` and the group's paths.
 
     Returns ``{"nodes", "edges", "paths", "type_nodes", "shown_arg_nodes", "capped"}``: node
@@ -155,7 +157,10 @@ def _step_classes(s: LoggedStep) -> str:
 def _strip(t: LoggedTrajectory) -> str:
     cells = []
     for s in t.steps:
-        tip = f"t={s.t}: {s.action} | Rea {s.rea} PA {s.pa} FD {s.fd:g} | base {_num(s.base_advantage)} → {_num(s.advantage)}"
+        tip = (
+            f"t={s.t}: {s.action} | Rea {s.rea} PA {s.pa} FD {s.fd:g} | "
+            f"base {_num(s.base_advantage)} → {_num(s.advantage)}"
+        )
         note = step_note(s)
         if note:
             tip += f" | {note}"
@@ -174,7 +179,9 @@ def _overview(log: RolloutLog, current_group: str) -> str:
             f"<td>{sum(len(t) for t in members) / len(members):.1f}</td><td>{kinds.count('masked')}</td>"
             f"<td>{kinds.count('up')}</td><td>{kinds.count('down')}</td></tr>"
         )
-    head = "".join(f"<th>{h}</th>" for h in ("group", "task", "type", "G", "success", "mean steps", "masked", "APR ↑", "APR ↓"))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("group", "task", "type", "G", "success", "mean steps", "masked", "APR ↑", "APR ↓")
+    )
     return f'<table id="overview"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -200,12 +207,16 @@ def _detail(t: LoggedTrajectory) -> str:
             f'<tr class="row-{s.kind}"><td>{s.t}</td>'
             f'<td class="obs" title="{_e(obs)}">{_e(abbreviate(obs, 90))}</td>'
             f"<td>{_e(s.action)}{' <em>(error)</em>' if s.error else ''}</td>"
-            f"<td class=\"state\">{_e(short_state(s.next_state, t.task_type))}</td>"
-            f"<td>{s.rea}</td><td>{s.pa}</td><td>{s.fd:g}</td><td>{'✓' if s.uniform else ''}</td><td>{_num(s.base_advantage)}</td>"
+            f'<td class="state">{_e(short_state(s.next_state, t.task_type))}</td>'
+            f"<td>{s.rea}</td><td>{s.pa}</td><td>{s.fd:g}</td>"
+            f"<td>{'✓' if s.uniform else ''}</td><td>{_num(s.base_advantage)}</td>"
             f'<td class="adv {_step_classes(s)}">{_num(s.advantage)}</td>'
             f'<td class="note {_step_classes(s)}">{_e(step_note(s))}</td></tr>'
         )
-    head = "".join(f"<th>{h}</th>" for h in ("t", "observation", "action", "next state", "Rea", "PA", "FD", "U", "base", "shaped", "note"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("t", "observation", "action", "next state", "Rea", "PA", "FD", "U", "base", "shaped", "note")
+    )
     title = (f"trajectory {_e(t.trajectory)}: {'won' if t.success else 'failed'}, R = {t.reward:g}, "
              f"A<sub>i</sub> = {_num(t.traj_advantage)}, {len(t)} steps")
     return (f'<div class="traj-detail" data-traj="{_e(t.trajectory)}" hidden><h3>{title}</h3>'
@@ -227,7 +238,7 @@ tr.traj-row{cursor:pointer} tr.traj-row:hover td{background:#f6f8fa} tr.traj-row
 #cy{width:100%;height:620px;border:1px solid #d0d7de;border-radius:6px;background:#fff}
 #nodeinfo{font-family:monospace;font-size:12px;min-height:2.5em;margin:.4em 0;white-space:pre-wrap}
 .legend span{margin-right:1.2em} .muted{color:#57606a}
-"""
+"""  # noqa: E501 (page content, written out as is)
 
 _JS = r"""
 (function () {
@@ -306,7 +317,7 @@ _JS = r"""
   select(data.selected);
   api.ready = true;
 })();
-"""
+"""  # noqa: E501 (page content, written out as is)
 
 
 def render_html(

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from proas.errors import ProasError
-from proas.inspect.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
+from proas.rollout_log import LoggedStep, LoggedTrajectory, RolloutLog
 from proas.termtext import printable, safe_text
 
 __all__ = [
@@ -124,7 +124,9 @@ def select(
     if trajectory.isdigit() and int(trajectory) < len(group):
         return group, group[int(trajectory)]
     ids = printable(", ".join(t.trajectory for t in group[:10]), newlines=False)
-    raise ProasError(f"step {log.step}: no trajectory {trajectory!r} in task {group[0].group!r}; its trajectories: {ids}")
+    raise ProasError(
+        f"step {log.step}: no trajectory {trajectory!r} in task {group[0].group!r}; its trajectories: {ids}"
+    )
 
 
 def informative_group(groups: dict[str, list[LoggedTrajectory]]) -> list[LoggedTrajectory]:
@@ -188,7 +190,9 @@ def credit_strip(traj: LoggedTrajectory, width: int | None = None) -> Text:
     return text
 
 
-def group_table(group: Sequence[LoggedTrajectory], selected: LoggedTrajectory | None = None, strip_width: int = 60) -> Table:
+def group_table(
+    group: Sequence[LoggedTrajectory], selected: LoggedTrajectory | None = None, strip_width: int = 60
+) -> Table:
     """The trajectories of one task side by side: one row each, steps aligned by ``t``."""
     first = group[0]
     title = safe_text(f"task {first.task_id} ({first.task_type or 'no type'}), group {first.group}", newlines=False)
@@ -206,7 +210,9 @@ def group_table(group: Sequence[LoggedTrajectory], selected: LoggedTrajectory | 
             safe_text(t.trajectory, newlines=False),
             "✓" if t.success else "✗",
             f"{t.reward:g}",
-            Text(_fmt(t.traj_advantage), style="green" if t.traj_advantage > 0 else "red" if t.traj_advantage < 0 else ""),
+            Text(
+                _fmt(t.traj_advantage), style="green" if t.traj_advantage > 0 else "red" if t.traj_advantage < 0 else ""
+            ),
             str(len(t)),
             credit_strip(t, strip_width),
         )

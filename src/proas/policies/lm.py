@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import warnings
 import inspect
 import re
+import warnings
 from dataclasses import replace
 from typing import Any, Sequence
 
@@ -164,10 +164,21 @@ def local_tokenizer(vocab_size: int = 1024):
     tokenizer`` trains one on an env's own text instead. The corpus must not change: runs of
     ``model_config`` models rebuild this tokenizer when loaded.
     """
-    corpus = [build_prompt(Context("household", "put some apple on table", "You see a table 1.", [("o", "go to table 1")],
-                                   ["go to table 1", "take apple 1 from table 1"], [], 1)),
-              "<think> I should go to the table. </think><action>go to table 1</action>",
-              "search[red shoes] click[buy now] open close take put move heat cool clean examine use"]
+    corpus = [
+        build_prompt(
+            Context(
+                "household",
+                "put some apple on table",
+                "You see a table 1.",
+                [("o", "go to table 1")],
+                ["go to table 1", "take apple 1 from table 1"],
+                [],
+                1,
+            )
+        ),
+        "<think> I should go to the table. </think><action>go to table 1</action>",
+        "search[red shoes] click[buy now] open close take put move heat cool clean examine use",
+    ]
     return train_tokenizer(corpus * 4, vocab_size)
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    lm = sub.add_parser("lm", help="lm policy tools: export a run's model, train an env tokenizer, make a from-scratch model",
-                        description="Tools around the lm policy's Hugging Face models.")
+    lm = sub.add_parser(
+        "lm",
+        help="lm policy tools: export a run's model, train an env tokenizer, make a from-scratch model",
+        description="Tools around the lm policy's Hugging Face models.",
+    )
     lsub = lm.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
     lsub.required = True
     e = lsub.add_parser("export", help="write the lm of a run (an SFT run's best checkpoint) as a Hugging Face "

@@ -2,9 +2,10 @@
 randomly initialised model directory that carries it (``proas lm tokenizer`` / ``proas lm new-model``).
 
 A general-purpose tokenizer (Qwen's 151k tokens, with its huge embedding tables) or the tiny
-local fallback spends many tokens on an env's prompts; a byte-level BPE trained on the env's training text (the prompts the
-policy sees while the oracle walks the training tasks: task, observations, history, admissible
-actions, instructions, and the responses of every candidate action) encodes the same prompts in
+local fallback spends many tokens on an env's prompts; a byte-level BPE trained on the env's
+training text (the prompts the policy sees while the oracle walks the training tasks: task,
+observations, history, admissible actions, instructions, and the responses of every candidate
+action) encodes the same prompts in
 far fewer tokens. Only training tasks are used, never validation ones.
 """
 

@@ -86,12 +86,15 @@ def esr_probe(policy: Policy, make_env: Callable[[], Env], task_ids: Sequence[st
 
 def summarise_esr(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean ESR per K over tasks, with the standard error of the mean."""
+
+    def se(x: np.ndarray) -> float:
+        return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+
     out = []
     for k in sorted({r["k"] for r in rows}):
         sel = [r for r in rows if r["k"] == k]
         c = np.array([r["esr_clean"] for r in sel])
         i = np.array([r["esr_injected"] for r in sel])
-        se = (lambda x: float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0)
         out.append({"k": k, "tasks": len(sel), "esr_clean": float(c.mean()), "esr_injected": float(i.mean()),
                     "drop": float(c.mean() - i.mean()), "se_clean": se(c), "se_injected": se(i)})
     return out

@@ -3,7 +3,7 @@ successful trajectories and of non-advancing steps (``PA = 0``) in failed ones.
 
 Sources, in order of preference:
 
-0. ``RUN_DIR/rollouts/step_N.jsonl.gz`` (``proas.inspect.rollout_log``): every logged RL step's
+0. ``RUN_DIR/rollouts/step_N.jsonl.gz`` (``proas.rollout_log``): every logged RL step's
    batch with each step's ``rea`` and ``pa`` as the trainer's credit computed them (source
    ``rollout_log``);
 1. ``RUN_DIR/metrics.jsonl``: the trainer records ``train/unreasonable_in_success`` and
@@ -50,7 +50,7 @@ def shares(trajs: list[Trajectory], graph: ReferenceGraph) -> dict[str, Any]:
 def stats_from_rollout_logs(run_dir: Path) -> list[dict[str, Any]]:
     """One row per logged RL step, from the steps' logged ``rea`` / ``pa``."""
     try:
-        from proas.inspect.rollout_log import list_rollout_steps, read_rollouts
+        from proas.rollout_log import list_rollout_steps, read_rollouts
     except ImportError:  # an installation without the inspector
         return []
     rows = []

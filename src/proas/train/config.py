@@ -11,10 +11,10 @@ default. The command line overrides it with dotted keys, the convention of verl 
 are ``ProasError`` with one line naming the key. The resolved config is written to the run
 directory as ``config.yaml``; ``--resume`` reads it back from there.
 
-Defaults follow verl-agent's GRPO ALFWorld script (reference/verl-notes.md §1.6) where the
-``lm`` policy is concerned (16 tasks x 8 per step, 150 steps, clip 0.2, dual clip 3.0,
-invalid-action penalty 0.1, validation on 128 tasks every 10 steps); the
-``scorer`` policy's learning rate and width are ours, chosen so the household job learns on two
+Defaults follow verl-agent's GRPO ALFWorld script (docs/training.md, "Settings against verl-agent's
+scripts") where the ``lm`` policy is concerned (16 tasks x 8 per step, 150 steps, clip 0.2, dual
+clip 3.0, invalid-action penalty 0.1, validation on 128 tasks every 10 steps); the ``scorer``
+policy's learning rate and width are ours, chosen so the household job learns on two
 CPU cores in minutes.
 """
 
@@ -369,8 +369,10 @@ def _validate(cfg: Config) -> None:
         raise ProasError("config: policy.scorer.hash_bits must be in [4, 24]")
     lm = cfg.policy.lm
     if cfg.policy.kind == "lm" and not (lm.model_path or lm.model_config or lm.init_from):
-        raise ProasError("config: policy=lm needs policy.lm.model_path=<local dir>, "
-                         "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b or policy.lm.init_from=<run or model dir>")
+        raise ProasError(
+            "config: policy=lm needs policy.lm.model_path=<local dir>, "
+            "policy.lm.model_config=tiny|qwen2.5-1.5b|qwen2.5-7b or policy.lm.init_from=<run or model dir>"
+        )
     if lm.init_from and (lm.model_path or lm.model_config):
         raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
 

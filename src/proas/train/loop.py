@@ -41,8 +41,8 @@ from proas.credit.estimators import takes_group_stats
 from proas.envs.base import Env
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
-from proas.inspect.rollout_log import write_rollouts
 from proas.policies.base import Policy
+from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
 from proas.train.config import Config, config_from_yaml, config_to_yaml

@@ -14,10 +14,8 @@ See docs/household.md.
 
 from proas.envs.household.env import (
     MAX_STEPS,
-    VALID_COUNTS,
     WIN_REWARD,
     HouseholdEnv,
-    fixed_valid_ids,
     game_file,
     load_task,
     make_household_env,
@@ -25,7 +23,14 @@ from proas.envs.household.env import (
     oracle_trajectory,
     task_ids,
 )
-from proas.envs.household.generator import GENERATOR_VERSION, SPLIT_SIZES, TASK_TYPES, parse_task_id
+from proas.envs.household.generator import (
+    GENERATOR_VERSION,
+    SPLIT_SIZES,
+    TASK_TYPES,
+    VALID_COUNTS,
+    fixed_valid_ids,
+    parse_task_id,
+)
 
 __all__ = [
     "GENERATOR_VERSION",

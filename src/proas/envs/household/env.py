@@ -153,7 +153,7 @@ def task_ids(split: str) -> list[str]:
     if split.startswith(OFFICIAL_PREFIX):
         return official_task_ids(split[len(OFFICIAL_PREFIX) :])
     if split == "valid":
-        return fixed_valid_ids()
+        return generator.fixed_valid_ids()
     if split not in generator.SPLIT_SIZES:
         raise ProasError(f"unknown household split {split!r}; choose train, valid_seen, valid_unseen or valid")
     return [
@@ -161,15 +161,6 @@ def task_ids(split: str) -> list[str]:
         for short in generator.TASK_TYPES
         for i in range(generator.SPLIT_SIZES[split][short])
     ]
-
-
-#: the fixed validation set's per-type counts: ALFWorld valid_seen as used in the paper
-VALID_COUNTS = {"pick": 33, "look": 12, "clean": 25, "heat": 12, "cool": 24, "pick2": 22}
-
-
-def fixed_valid_ids() -> list[str]:
-    """The 128 fixed validation tasks: the first N of each type of the valid_seen pool."""
-    return [generator.make_task_id("valid_seen", short, i) for short, n in VALID_COUNTS.items() for i in range(n)]
 
 
 class _RealEngine:
@@ -235,7 +226,9 @@ class HouseholdEnv:
         game, traj, walkthrough = _parsed(task_id)
         if task_id.startswith(OFFICIAL_PREFIX) or not walkthrough:
             p = traj["pddl_params"]
-            return solve(Sim(game), traj["task_type"], p["object_target"], p.get("parent_target", ""), p.get("toggle_target", ""))
+            return solve(
+                Sim(game), traj["task_type"], p["object_target"], p.get("parent_target", ""), p.get("toggle_target", "")
+            )
         return list(walkthrough)
 
     def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
@@ -243,7 +236,9 @@ class HouseholdEnv:
         self.task_id = task_id
         self.task_type = traj["task_type"]
         p = traj["pddl_params"]
-        self.roles = TaskRoles.from_params(self.task_type, p["object_target"], p.get("parent_target", ""), p.get("toggle_target", ""))
+        self.roles = TaskRoles.from_params(
+            self.task_type, p["object_target"], p.get("parent_target", ""), p.get("toggle_target", "")
+        )
         self._sim = Sim(game)  # tracks the state for the abstraction with both backends
         obs = self._sim.reset()
         admissible = self._sim.admissible()
@@ -381,7 +376,16 @@ def oracle_trajectory(env: HouseholdEnv, task_id: str, group: str | None = None)
         state, anchor = info["abstract_state"], info["anchor"]
         obs, reward, done, info = env.step(action)
         total += reward
-        steps.append(Step(state=state, action=action, next_state=info["abstract_state"], error=info["error"], anchor=anchor, reward=reward))
+        steps.append(
+            Step(
+                state=state,
+                action=action,
+                next_state=info["abstract_state"],
+                error=info["error"],
+                anchor=anchor,
+                reward=reward,
+            )
+        )
     return Trajectory(
         group=group or task_id,
         trajectory=f"{task_id}/oracle",

@@ -157,12 +157,23 @@ def parse_task_id(task_id: str) -> tuple[str, str, int]:
         )
     split, short, idx = parts[0], parts[1], int(parts[2])
     if idx >= SPLIT_SIZES[split][short]:
-        raise ProasError(f"task id {task_id!r}: index out of range (the {split} pool has {SPLIT_SIZES[split][short]} {short} tasks)")
+        raise ProasError(
+            f"task id {task_id!r}: index out of range (the {split} pool has {SPLIT_SIZES[split][short]} {short} tasks)"
+        )
     return split, short, idx
 
 
 def make_task_id(split: str, short: str, index: int) -> str:
     return f"{split}-{short}-{index:04d}"
+
+
+#: the fixed validation set's per-type counts: ALFWorld valid_seen as used in the paper
+VALID_COUNTS = {"pick": 33, "look": 12, "clean": 25, "heat": 12, "cool": 24, "pick2": 22}
+
+
+def fixed_valid_ids() -> list[str]:
+    """The 128 fixed validation tasks: the first N of each type of the valid_seen pool."""
+    return [make_task_id("valid_seen", short, i) for short, n in VALID_COUNTS.items() for i in range(n)]
 
 
 def _can_contain(constants, rclass: str, oclass: str) -> bool:
@@ -300,7 +311,11 @@ def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_
         return True
 
     def holders_of(oclass: str, exclude_class: str = "") -> list[str]:
-        return [r for r in chosen if _can_contain(constants, receptacle_class(r), oclass) and receptacle_class(r) != exclude_class]
+        return [
+            r
+            for r in chosen
+            if _can_contain(constants, receptacle_class(r), oclass) and receptacle_class(r) != exclude_class
+        ]
 
     # task objects: never already in a receptacle of the target class (the goal would hold at once)
     n_targets = rng.choice((2, 2, 3)) if short == "pick2" else rng.choice((1, 1, 1, 2))
@@ -343,10 +358,17 @@ def to_pddl(spec: TaskSpec) -> str:
     constants, goal_library = _alfworld()
     oclass = {oid: oid.split("|")[0] for oid, _, _ in spec.objects}
     rclass = {rid: receptacle_class(rid) for rid, _ in spec.receptacles}
-    otypes = sorted(set(oclass.values()) | set(_DOMAIN_TYPES["otype"]) | {spec.obj} | ({spec.toggle} if spec.toggle else set()))
+    otypes = sorted(
+        set(oclass.values()) | set(_DOMAIN_TYPES["otype"]) | {spec.obj} | ({spec.toggle} if spec.toggle else set())
+    )
     rtypes = sorted(set(rclass.values()) | set(_DOMAIN_TYPES["rtype"]) | ({spec.recep} if spec.recep else set()))
     locs = sorted({loc for _, loc in spec.receptacles} | {spec.start})
-    lines = [f"(define (problem plan_{spec.task_id})", "    (:domain alfred)", "    (:objects", "        agent1 - agent"]
+    lines = [
+        f"(define (problem plan_{spec.task_id})",
+        "    (:domain alfred)",
+        "    (:objects",
+        "        agent1 - agent",
+    ]
     lines += [f"        {t}Type - otype" for t in otypes]
     lines += [f"        {t}Type - rtype" for t in rtypes]
     lines += [f"        {mangle(o)} - object" for o, _, _ in sorted(spec.objects)]
@@ -370,7 +392,13 @@ def to_pddl(spec: TaskSpec) -> str:
             lines.append(f"        (pickupable {m})")
         if c in constants.MOVABLE_RECEPTACLES_SET:
             lines.append(f"        (isReceptacleObject {m})")
-        for ability, pred in (("Cleanable", "cleanable"), ("Heatable", "heatable"), ("Coolable", "coolable"), ("Toggleable", "toggleable"), ("Sliceable", "sliceable")):
+        for ability, pred in (
+            ("Cleanable", "cleanable"),
+            ("Heatable", "heatable"),
+            ("Coolable", "coolable"),
+            ("Toggleable", "toggleable"),
+            ("Sliceable", "sliceable"),
+        ):
             if c in acts[ability]:
                 lines.append(f"        ({pred} {m})")
     for rt in rtypes:
@@ -378,7 +406,9 @@ def to_pddl(spec: TaskSpec) -> str:
             if _can_contain(constants, rt, ot):
                 lines.append(f"        (canContain {rt}Type {ot}Type)")
     lines.append("        )")
-    goal = goal_library.gdict[spec.task_type]["pddl"].format(obj=spec.obj, recep=spec.recep, toggle=spec.toggle, mrecep="")
+    goal = goal_library.gdict[spec.task_type]["pddl"].format(
+        obj=spec.obj, recep=spec.recep, toggle=spec.toggle, mrecep=""
+    )
     return "\n".join(lines) + "\n" + goal.replace("#", "-")
 
 
@@ -421,16 +451,16 @@ def game_data(spec: TaskSpec, walkthrough: list[str] | None = None) -> dict[str,
 
 def fingerprint_ids() -> list[str]:
     """The tasks whose fingerprints are shipped: the fixed validation set and a sample of others."""
-    from proas.envs.household.env import fixed_valid_ids
-
-    return fixed_valid_ids() + [f"{split}-{short}-{i:04d}" for split in ("train", "valid_unseen") for short in TASK_TYPES for i in range(3)]
+    return fixed_valid_ids() + [
+        f"{split}-{short}-{i:04d}" for split in ("train", "valid_unseen") for short in TASK_TYPES for i in range(3)
+    ]
 
 
 def write_fingerprints(path: str | Path) -> None:
     """Record the fingerprints of ``fingerprint_ids()`` (run after a deliberate generator change)."""
-    from proas.fileio import atomic_write_json
-
     import alfworld.info
+
+    from proas.fileio import atomic_write_json
 
     atomic_write_json(
         path,
@@ -447,4 +477,8 @@ def write_fingerprints(path: str | Path) -> None:
 if __name__ == "__main__":  # pragma: no cover
     import sys
 
-    write_fingerprints(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "data" / "household" / "fingerprints.json")
+    write_fingerprints(
+        sys.argv[1]
+        if len(sys.argv) > 1
+        else Path(__file__).resolve().parents[2] / "data" / "household" / "fingerprints.json"
+    )

@@ -89,7 +89,9 @@ def solve(sim: Sim, task_type: str, obj: str, recep: str = "", toggle: str = "")
     """
     g = sim.game
     otype, rtype, ttype = (f"{x.lower()}type" if x else "" for x in (obj, recep, toggle))
-    objs = [o for o in g.objects if g.otype.get(o) == otype and g.is_("pickupable", o) and (sim.where(o) or o in sim.held())]
+    objs = [
+        o for o in g.objects if g.otype.get(o) == otype and g.is_("pickupable", o) and (sim.where(o) or o in sim.held())
+    ]
     targets = [r for r in g.receptacles if g.rtype.get(r) == rtype and r in g.rloc]
     candidates = []
     if task_type == "pick_two_obj_and_place":
@@ -100,7 +102,9 @@ def solve(sim: Sim, task_type: str, obj: str, recep: str = "", toggle: str = "")
                 for o in rest:
                     candidates.append(lambda p, o=o, t=t: (p.fetch(o), p.place(o, t)))
             for o1, o2 in permutations(rest, 2):
-                candidates.append(lambda p, o1=o1, o2=o2, t=t: (p.fetch(o1), p.place(o1, t), p.fetch(o2), p.place(o2, t)))
+                candidates.append(
+                    lambda p, o1=o1, o2=o2, t=t: (p.fetch(o1), p.place(o1, t), p.fetch(o2), p.place(o2, t))
+                )
     elif task_type == "look_at_obj_in_light":
         lamps = [(o, r) for o in g.objects if g.otype.get(o) == ttype for r in sim.where(o) if r in g.rloc]
 

@@ -124,7 +124,16 @@ class Game:
                 game.otype[fact[1]] = fact[2]
             elif pred == "cancontain":
                 game.can_contain.add((fact[1], fact[2]))
-            elif pred in ("openable", "pickupable", "cleanable", "heatable", "coolable", "toggleable", "sliceable", "isreceptacleobject"):
+            elif pred in (
+                "openable",
+                "pickupable",
+                "cleanable",
+                "heatable",
+                "coolable",
+                "toggleable",
+                "sliceable",
+                "isreceptacleobject",
+            ):
                 game.static.setdefault(pred, set()).add(fact[1])
         for loc in game.recs_at:
             game.recs_at[loc].sort()
@@ -170,7 +179,21 @@ class Sim:
         self.facts: dict[str, set[tuple[str, ...]]] = {}
         for fact in g.problem.init:
             self.facts.setdefault(fact[0], set()).add(fact[1:])
-        for pred in ("opened", "holds", "holdsany", "isclean", "ishot", "iscool", "ison", "istoggled", "issliced", "inreceptacle", "objectatlocation", "not_inreceptacle", "atlocation"):
+        for pred in (
+            "opened",
+            "holds",
+            "holdsany",
+            "isclean",
+            "ishot",
+            "iscool",
+            "ison",
+            "istoggled",
+            "issliced",
+            "inreceptacle",
+            "objectatlocation",
+            "not_inreceptacle",
+            "atlocation",
+        ):
             self.facts.setdefault(pred, set())
         self.won = holds(g.problem.goal, self.facts)
         self.moves = 0
@@ -403,9 +426,17 @@ class Sim:
                 if (o, r) in f["not_inreceptacle"]
             ]
             return (
-                "You are facing the " + _listing([g.name(r) for r in here]) + ". Next to it, you see " + _listing(loose) + "."
+                "You are facing the "
+                + _listing([g.name(r) for r in here])
+                + ". Next to it, you see "
+                + _listing(loose)
+                + "."
             )
         # the intro derives this with no variables bound (every receptacle of the room); the
         # look action binds the agent's location, where no receptacle stands: "nothing"
         every = [] if action else sorted(g.rloc)
-        return "You are in the middle of a room. Looking quickly around you, you see " + _listing([f"a {g.name(r)}" for r in every]) + "."
+        return (
+            "You are in the middle of a room. Looking quickly around you, you see "
+            + _listing([f"a {g.name(r)}" for r in every])
+            + "."
+        )

@@ -86,7 +86,9 @@ def _asin(rng: random.Random, taken: set[str]) -> str:
             return asin
 
 
-def _make_product(rng: random.Random, category: str, t: ProductType, brand: str, taken: set[str]) -> tuple[dict, dict, list]:
+def _make_product(
+    rng: random.Random, category: str, t: ProductType, brand: str, taken: set[str]
+) -> tuple[dict, dict, list]:
     asin = _asin(rng, taken)
     adjective = rng.choice(ADJECTIVES[category])
     phrase = rng.choice(t.phrases)
@@ -178,7 +180,9 @@ def _gzip_json(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def write_catalog(out_dir: str | Path = DATA_DIR, seed: int = DEFAULT_SEED, per_type: int = PRODUCTS_PER_TYPE) -> dict[str, Path]:
+def write_catalog(
+    out_dir: str | Path = DATA_DIR, seed: int = DEFAULT_SEED, per_type: int = PRODUCTS_PER_TYPE
+) -> dict[str, Path]:
     """Generate and write the three files (gzip JSON) into ``out_dir``; returns their paths."""
     out_dir = Path(out_dir)
     items, attrs, human = generate_catalog(seed, per_type)

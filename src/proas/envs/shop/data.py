@@ -182,7 +182,9 @@ def _price_clause(price: float, rng: random.Random) -> tuple[float, str]:
     return NO_PRICE_UPPER, ""
 
 
-def synthetic_goals(products: list[Mapping[str, Any]], prices: Mapping[str, float], rng: random.Random) -> list[dict[str, Any]]:
+def synthetic_goals(
+    products: list[Mapping[str, Any]], prices: Mapping[str, float], rng: random.Random
+) -> list[dict[str, Any]]:
     """WebShop's ``get_synthetic_goals``: one goal per combination of a product's option values."""
     goals: list[dict[str, Any]] = []
     counts: dict[str, int] = defaultdict(int)
@@ -216,7 +218,9 @@ def synthetic_goals(products: list[Mapping[str, Any]], prices: Mapping[str, floa
     return goals
 
 
-def human_goals(products: list[Mapping[str, Any]], prices: Mapping[str, float], rng: random.Random) -> list[dict[str, Any]]:
+def human_goals(
+    products: list[Mapping[str, Any]], prices: Mapping[str, float], rng: random.Random
+) -> list[dict[str, Any]]:
     """WebShop's ``get_human_goals``: one goal per human instruction with attributes."""
     goals: list[dict[str, Any]] = []
     for p in products:

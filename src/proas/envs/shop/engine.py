@@ -120,7 +120,11 @@ class ShopCatalog:
         if not goals:
             raise ProasError(f"{paths['items']}: the data yields no goals")
         random.Random(seed).shuffle(goals)
-        stored = {p["name"]: p["title_nouns"] for p in raw if isinstance(p, Mapping) and isinstance(p.get("title_nouns"), list)}
+        stored = {
+            p["name"]: p["title_nouns"]
+            for p in raw
+            if isinstance(p, Mapping) and isinstance(p.get("title_nouns"), list)
+        }
         index = cached_index(key_files + (num_products,), products)
         catalog = cls(products, prices, goals, index, TitleNouns(nouns, stored), source=str(paths["items"]),
                       source_sha256=sha256_file(paths["items"]), seed=seed)

@@ -432,8 +432,19 @@ class ShopEnv:
     def _save(self) -> dict[str, Any] | None:
         if self._goal_idx is None:
             return None
-        return {k: (set(v) if isinstance(v, set) else dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-                for k, v in self.__dict__.items() if k not in ("catalog", "_splits")}
+        return {
+            k: (
+                set(v)
+                if isinstance(v, set)
+                else dict(v)
+                if isinstance(v, dict)
+                else list(v)
+                if isinstance(v, list)
+                else v
+            )
+            for k, v in self.__dict__.items()
+            if k not in ("catalog", "_splits")
+        }
 
     def _restore(self, saved: dict[str, Any] | None) -> None:
         if saved is None:

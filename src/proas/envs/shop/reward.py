@@ -91,7 +91,9 @@ def split_breadcrumb(product_category: str) -> set[str]:
 def type_reward(purchased: Mapping[str, Any], goal: Mapping[str, Any], nouns: NounFn) -> dict[str, Any]:
     """``get_type_reward``: 1, 0.5, 0.1 or 0 from query, breadcrumb and title-noun agreement."""
     query_match = purchased["query"] == goal["query"]
-    category_match = len(split_breadcrumb(purchased["product_category"]) & split_breadcrumb(goal["product_category"])) >= 2
+    category_match = (
+        len(split_breadcrumb(purchased["product_category"]) & split_breadcrumb(goal["product_category"])) >= 2
+    )
     bought = [n.lower() for n in nouns(purchased["name"])]
     wanted = [n.lower() for n in nouns(goal["name"])]
     if not wanted:

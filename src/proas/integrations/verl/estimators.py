@@ -77,7 +77,9 @@ def _make_estimator(base: str) -> Callable[..., tuple[Any, Any]]:
             )
         n = response_mask.shape[0]
         group = data.non_tensor_batch.get(credit.columns.group)
-        if len(data) != n or (index is not None and (group is None or not np.array_equal(np.asarray(index), np.asarray(group)))):
+        if len(data) != n or (
+            index is not None and (group is None or not np.array_equal(np.asarray(index), np.asarray(group)))
+        ):
             raise ProasError(
                 f"{name}: the rows verl passed ({n}) are not the bound batch's rows ({len(data)}); "
                 f"bind the batch that compute_advantage receives"

@@ -37,7 +37,6 @@ from proas.credit import (
 )
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
-from proas.types import Step, Trajectory
 from proas.integrations.verl.rows import (
     RowLayout,
     StepColumns,
@@ -46,6 +45,7 @@ from proas.integrations.verl.rows import (
     response_mask_of,
     rows_to_trajectories,
 )
+from proas.types import Step, Trajectory
 
 __all__ = ["ProASCredit", "CHECKPOINT_SUBDIR", "VERL_TRACKER_FILE"]
 
@@ -284,7 +284,9 @@ class ProASCredit:
         # copies of a step carry the same value in verl; average in case they do not
         count = np.bincount(layout.row_to_step, minlength=batch.n_steps)
         step_value = np.bincount(layout.row_to_step, weights=row_base, minlength=batch.n_steps) / np.maximum(count, 1)
-        traj = np.bincount(batch.traj_of_step, weights=step_value, minlength=batch.n_traj) / np.maximum(batch.lengths, 1)
+        traj = np.bincount(batch.traj_of_step, weights=step_value, minlength=batch.n_traj) / np.maximum(
+            batch.lengths, 1
+        )
         base = BaseAdvantage(
             traj=traj, step=step_value - traj[batch.traj_of_step], uniform=np.ones(batch.n_steps, dtype=bool)
         )

@@ -1,4 +1,7 @@
-"""The per-step rollout log that ``proas inspect`` reads.
+"""The per-step rollout log: the format of ``RUN_DIR/rollouts/step_N.jsonl.gz``, writer and reader.
+
+The trainer (``proas.train``) writes it and ``proas inspect`` and the probes read it, so it stands
+on the floor below both, next to the data model it serialises (``proas.types``).
 
 The trainer calls ``write_rollouts`` once per RL step, after ``compute_credit``; it writes
 ``RUN_DIR/rollouts/step_{N:06d}.jsonl.gz`` atomically (a run killed mid-write leaves the
@@ -98,7 +101,10 @@ def write_rollouts(
                 )
             obs_i = observations[i] if observations is not None else None
             if obs_i is not None and len(obs_i) != len(traj.steps):
-                raise ValueError(f"write_rollouts: trajectory {traj.trajectory!r}: {len(obs_i)} observations for {len(traj.steps)} steps")
+                raise ValueError(
+                    f"write_rollouts: trajectory {traj.trajectory!r}: "
+                    f"{len(obs_i)} observations for {len(traj.steps)} steps"
+                )
             rec = traj.to_json()
             rec["task_id"] = str(traj.extra.get("task_id", traj.group))
             rec["step"] = int(step)
@@ -215,7 +221,9 @@ def read_rollouts(run_dir: str | os.PathLike, step: int | None = None) -> Rollou
         raise ProasError(f"{run}: no such run directory")
     steps = list_rollout_steps(run)
     if not steps:
-        raise ProasError(f"{run / ROLLOUTS_DIR}: no rollout logs (step_NNNNNN.jsonl.gz); is this a proas run directory?")
+        raise ProasError(
+            f"{run / ROLLOUTS_DIR}: no rollout logs (step_NNNNNN.jsonl.gz); is this a proas run directory?"
+        )
     if step is None:
         step = steps[-1]
     elif step not in steps:
