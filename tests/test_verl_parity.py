@@ -289,7 +289,8 @@ def test_reshaped_dataproto_equals_compute_credit_on_the_same_trajectories(estim
 
     # the penalty of the invalid steps, as the hook reads it from is_action_valid (not rloo's or
     # REINFORCE++'s: proas's forms of them have no row-level term)
-    ref_options = dict(options, step_penalty=step_penalty_of(trajs)) if estimator in ("grpo", "dapo", "gigpo") else options
+    penalised = estimator in ("grpo", "dapo", "gigpo")
+    ref_options = dict(options, step_penalty=step_penalty_of(trajs)) if penalised else options
     ref = compute_credit(trajs, ReferenceGraph.from_trajectories(oracle), estimator=estimator,
                          estimator_options=ref_options, shaping="proas", evolve=True)
     mask = data.batch["response_mask"]
