@@ -114,13 +114,14 @@ def test_oracle_trajectory_records_states_actions_and_the_win():
 
     env = make_household_env("fast")
     traj = oracle_trajectory(env, "train-heat-0003")
-    assert traj.won and traj.reward == 10.0 and traj.task_type == "pick_heat_then_place_in_recep"
+    # the trainer's replay (proas.envs.replay): outcome 1.0, step rewards 0.0
+    assert traj.won and traj.reward == 1.0 and traj.task_type == "pick_heat_then_place_in_recep"
     assert [s.action for s in traj.steps] == env.oracle("train-heat-0003")
     assert traj.steps[0].state == "pick_heat_then_place_in_recep|at=start|hold=none|placed=0"
     assert traj.steps[-1].next_state == "pick_heat_then_place_in_recep|at=target|hold=none|placed=1"
-    # consecutive steps chain, no errors, reward only on the last step
+    # consecutive steps chain, no errors
     assert all(a.next_state == b.state for a, b in zip(traj.steps, traj.steps[1:]))
-    assert [s.reward for s in traj.steps] == [0.0] * 6 + [10.0] and not any(s.error for s in traj.steps)
+    assert [s.reward for s in traj.steps] == [0.0] * 7 and not any(s.error for s in traj.steps)
     assert Trajectory.from_json(traj.to_json()).steps[3].anchor == traj.steps[3].anchor
 
 

@@ -34,6 +34,7 @@ import torch
 
 from proas.baselines.common import env_name, validation_ids, write_checkpoint_dir
 from proas.envs.base import Env
+from proas.envs.replay import oracle_walk
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
@@ -91,21 +92,19 @@ def oracle_examples(env: Env, task_ids: Sequence[str], *, env_label: str,
     out: list[tuple[Context, str]] = []
     failed = 0
     for tid in task_ids:
-        obs, info = env.reset(tid)
-        task = task_text(obs, info)
-        history: list[tuple[str, str]] = []
         pairs = []
+        history: list[tuple[str, str]] = []
         won = False
-        for t, action in enumerate(env.oracle(tid)[:max_steps]):
-            pairs.append((Context(env_name=env_label, task=task, observation=obs, history=list(history),
-                                  admissible=info.get("admissible"),
-                                  invalid_candidates=list(info.get("invalid_candidates") or []), step=t), action))
-            nobs, _, done, info = env.step(action)
-            history.append((obs, action))
-            obs = nobs
-            won = bool(info.get("won"))
-            if done:
-                break
+        task = ""
+        for t, tr in enumerate(oracle_walk(env, tid, max_steps)):
+            if t == 0:
+                task = task_text(tr.obs, tr.info)
+            pairs.append((Context(env_name=env_label, task=task, observation=tr.obs, history=list(history),
+                                  admissible=tr.info.get("admissible"),
+                                  invalid_candidates=list(tr.info.get("invalid_candidates") or []), step=t),
+                          tr.action))
+            history.append((tr.obs, tr.action))
+            won = bool(tr.next_info.get("won"))
         if won:
             out.extend(pairs)
         else:

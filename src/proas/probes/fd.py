@@ -21,6 +21,7 @@ import numpy as np
 
 from proas.credit import CreditBatch, ReferenceGraph, annotate
 from proas.envs.base import Env
+from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
 from proas.policies.base import Policy
 from proas.probes.sampler import continue_episodes
@@ -32,23 +33,10 @@ __all__ = ["choose_points", "fd_bins", "fd_probe", "oracle_graph"]
 
 
 def oracle_graph(env: Env, task_ids: Sequence[str], max_steps: int) -> ReferenceGraph:
-    """The ARG of an RL run's default: the oracle replayed on the training tasks (the won
-    walkthroughs; a task whose oracle does not win within ``max_steps`` is left out)."""
-    from proas.types import Step
-
-    trajs = []
-    for tid in task_ids:
-        _, info = env.reset(tid)
-        steps, won = [], False
-        for action in env.oracle(tid)[:max_steps]:
-            _, _, done, nxt = env.step(action)
-            steps.append(Step(state=str(info["abstract_state"]), action=action,
-                              next_state=str(nxt["abstract_state"]), error=bool(nxt["error"])))
-            info, won = nxt, bool(nxt["won"])
-            if done:
-                break
-        if won:
-            trajs.append(Trajectory(group=tid, trajectory=tid, reward=1.0, steps=steps, won=True))
+    """The ARG of an RL run's default: the oracle replayed on the training tasks, as the
+    trainer does (``proas.envs.replay``: the won walkthroughs; a task whose oracle raises or
+    does not win within ``max_steps`` is left out)."""
+    trajs, _ = replay_oracles(env, task_ids, max_steps)
     if not trajs:
         raise ProasError("the oracle solved none of the training tasks; no reference graph")
     return ReferenceGraph.from_trajectories(trajs)

@@ -39,6 +39,7 @@ from rich.markup import escape
 from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
 from proas.credit.estimators import takes_group_stats
 from proas.envs.base import Env
+from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
 from proas.policies.base import Policy
@@ -49,9 +50,9 @@ from proas.train.config import Config, config_from_yaml, config_to_yaml
 from proas.train.critic import ValueModel
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
-from proas.types import Step, Trajectory
+from proas.types import Trajectory
 
-__all__ = ["Trainer", "build_policy", "make_env_factory", "oracle_trajectories", "val_result", "validate"]
+__all__ = ["Trainer", "build_policy", "make_env_factory", "val_result", "validate"]
 
 #: credit-core estimator name of each config estimator
 _CREDIT_NAME = {"ppo": "gae"}
@@ -100,37 +101,6 @@ def build_policy(cfg: Config, seed: int) -> Policy:
     from proas.policies.lm import LMPolicy
 
     return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature)
-
-
-def oracle_trajectories(env: Env, task_ids: list[str], max_steps: int) -> tuple[list[Trajectory], int, str]:
-    """Replay the env's oracle on ``task_ids``; return the won trajectories, the number of
-    failures and the first failure's description."""
-    out, failed, first = [], 0, ""
-    for tid in task_ids:
-        try:
-            obs, info = env.reset(tid)
-            steps = []
-            won = False
-            for action in env.oracle(tid)[:max_steps]:
-                _, _, done, nxt = env.step(action)
-                steps.append(Step(state=str(info["abstract_state"]), action=action,
-                                  next_state=str(nxt["abstract_state"]), error=bool(nxt["error"]),
-                                  anchor=str(info.get("anchor", "")), reward=0.0))
-                info = nxt
-                won = bool(nxt["won"])
-                if done:
-                    break
-        except Exception as exc:  # noqa: BLE001 - a broken task must not stop graph building
-            failed += 1
-            first = first or f"{tid}: {type(exc).__name__}: {exc}"
-            continue
-        if won:
-            out.append(Trajectory(group=f"oracle-{tid}", trajectory=f"oracle-{tid}", reward=1.0,
-                                  steps=steps, task_type=info.get("task_type"), won=True))
-        else:
-            failed += 1
-            first = first or f"{tid}: the walkthrough did not win"
-    return out, failed, first
 
 
 # ----------------------------------------------------------------------------- validation
@@ -272,12 +242,13 @@ class Trainer:
             # the slowest part of starting a run (about 25 s for household's 3553 tasks)
             self._log(f"reference graph: replaying the oracle on {len(ids)} training tasks ...")
             t0 = time.perf_counter()
-            trajs, failed, first = oracle_trajectories(self.envs[0], ids, int(self.envs[0].max_steps))
+            trajs, failed = replay_oracles(self.envs[0], ids, int(self.envs[0].max_steps))
             if not trajs:
+                first = f"{failed[0].task_id}: {failed[0].failure}" if failed else ""
                 raise ProasError(f"env {self.env_name!r}: the oracle solved none of {len(ids)} "
                                  f"training tasks ({first}); cannot build the reference graph")
             graph = ReferenceGraph.from_trajectories(trajs)
-            graph.meta.update({"built_from": len(trajs), "oracle_failed": failed})
+            graph.meta.update({"built_from": len(trajs), "oracle_failed": len(failed)})
             self._log(f"reference graph: {graph.num_nodes} states, {graph.num_edges} edges from {len(trajs)} "
                       f"walkthroughs ({time.perf_counter() - t0:.0f}s)")
         if g.prune > 0:

@@ -28,6 +28,7 @@ from proas.envs.household import generator
 from proas.envs.household.abstraction import TaskRoles, abstract_state
 from proas.envs.household.oracle import solve
 from proas.envs.household.sim import NOTHING, Game, Sim
+from proas.envs.replay import replay_oracle
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 
@@ -360,40 +361,13 @@ class HouseholdEnv:
         }
 
 
-def oracle_trajectory(env: HouseholdEnv, task_id: str, group: str | None = None) -> "Trajectory":
-    """Play the oracle's walkthrough in ``env`` and record it as a ``proas.types.Trajectory``.
-
-    The expert trajectories from which the initial reference graph is built and the SFT
-    baseline is trained: abstract states before/after each action, the raw observation as the
-    anchor, the step reward (10.0 on the winning step).
-    """
-    from proas.types import Step, Trajectory
-
-    obs, info = env.reset(task_id)
-    steps = []
-    total = 0.0
-    for action in env.oracle(task_id):
-        state, anchor = info["abstract_state"], info["anchor"]
-        obs, reward, done, info = env.step(action)
-        total += reward
-        steps.append(
-            Step(
-                state=state,
-                action=action,
-                next_state=info["abstract_state"],
-                error=info["error"],
-                anchor=anchor,
-                reward=reward,
-            )
-        )
-    return Trajectory(
-        group=group or task_id,
-        trajectory=f"{task_id}/oracle",
-        reward=total,
-        steps=steps,
-        task_type=info["task_type"],
-        won=bool(info["won"]),
-    )
+def oracle_trajectory(env: HouseholdEnv, task_id: str) -> Trajectory:
+    """The oracle's won walkthrough of ``task_id`` in ``env``, as the trainer's reference graph
+    records it (``proas.envs.replay.replay_oracle``); ``ProasError`` when it does not win."""
+    replay = replay_oracle(env, task_id)
+    if replay.trajectory is None:
+        raise ProasError(f"{task_id}: the oracle replay failed: {replay.failure}")
+    return replay.trajectory
 
 
 def make_household_env(backend: str = "fast", **kwargs: Any) -> HouseholdEnv:

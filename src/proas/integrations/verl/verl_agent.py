@@ -23,10 +23,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from proas.credit import ReferenceGraph
 from proas.envs.base import Env
+from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
 from proas.integrations.verl.envs import ProasEnvManager, step_columns
 from proas.integrations.verl.hook import ProASCredit
-from proas.types import Step, Trajectory
+from proas.types import Trajectory
 
 __all__ = [
     "ENV_NAMES",
@@ -185,28 +186,9 @@ def proas_settings(config: Any) -> dict[str, Any]:
 
 def oracle_trajectories(env: Env, task_ids: Sequence[str]) -> tuple[list[Trajectory], list[str]]:
     """The oracle's won walkthroughs on ``task_ids`` (one trajectory each) and the ids it did not
-    win. Same steps as the in-repo trainer's graph (``proas.train.loop.oracle_trajectories``)."""
-    won, failed = [], []
-    for tid in task_ids:
-        try:
-            _, info = env.reset(tid)
-            steps, done = [], False
-            for action in env.oracle(tid)[: int(env.max_steps)]:
-                _, _, done, nxt = env.step(action)
-                steps.append(Step(str(info["abstract_state"]), action, str(nxt["abstract_state"]),
-                                  error=bool(nxt["error"]), anchor=str(info.get("anchor", ""))))
-                info = nxt
-                if done:
-                    break
-        except Exception:  # noqa: BLE001 - one broken task must not stop the graph
-            failed.append(tid)
-            continue
-        if info.get("won"):
-            won.append(Trajectory(f"oracle-{tid}", f"oracle-{tid}", 1.0, steps,
-                                  task_type=info.get("task_type"), won=True))
-        else:
-            failed.append(tid)
-    return won, failed
+    win: the in-repo trainer's replay (``proas.envs.replay.replay_oracles``), so the same graph."""
+    won, failed = replay_oracles(env, task_ids)
+    return won, [r.task_id for r in failed]
 
 
 def build_graph(
