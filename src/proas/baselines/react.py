@@ -26,6 +26,7 @@ from typing import Any
 
 from proas.baselines.react_format import format_observation, parse_reply, system_prompt
 from proas.envs.base import Env
+from proas.envs.replay import env_step
 from proas.errors import ProasError
 from proas.policies.base import task_text
 from proas.types import Step, Trajectory
@@ -133,11 +134,8 @@ def run_react(client: ChatClient, env: Env, task_ids: Sequence[str], *, env_name
             nobs, _, done, ninfo = env.step(action)
             won = bool(ninfo.get("won"))
             score = float(ninfo.get("score", 0.0))
-            steps.append(Step(state=str(info.get("abstract_state", "")), action=action,
-                              next_state=str(ninfo.get("abstract_state", "")),
-                              error=bool(ninfo.get("error")) or malformed, anchor=str(info.get("anchor", obs)),
-                              reward=success_reward if won else 0.0,
-                              extra={"reply": reply, "thought": thought, "malformed": malformed}))
+            steps.append(env_step(info, action, ninfo, reward=success_reward if won else 0.0, malformed=malformed,
+                                  obs=obs, extra={"reply": reply, "thought": thought, "malformed": malformed}))
             messages.append({"role": "assistant", "content": reply})
             messages.append({"role": "user", "content": format_observation(nobs, ninfo.get("admissible"))})
             obs, info = nobs, ninfo

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from proas.envs.base import Env
+from proas.envs.replay import env_step
 from proas.policies.base import Context, Policy, task_text
 from proas.types import Step, Trajectory
 
@@ -139,18 +140,16 @@ def rollout(
                 stats.exception_messages.append(f"{s.slot.task_id} step {turn}: {s.exception}")
                 continue
             stats.env_steps += 1
-            error = bool(info.get("error", False)) or dec.malformed
             won = bool(info.get("won", False))
             reward = success_reward if won else 0.0
-            s.errors += int(error)
             s.steps.append(
-                Step(
-                    state=str(prev_info.get("abstract_state", "")),
-                    action=dec.action,
-                    next_state=str(info.get("abstract_state", "")),
-                    error=error,
-                    anchor=str(prev_info.get("anchor", s.obs)),
+                env_step(
+                    prev_info,
+                    dec.action,
+                    info,
                     reward=reward,
+                    malformed=dec.malformed,
+                    obs=s.obs,
                     extra={
                         "context": ctx,
                         "policy": dec.data,
@@ -161,6 +160,7 @@ def rollout(
                     },
                 )
             )
+            s.errors += int(s.steps[-1].error)
             s.history.append((s.obs, dec.action))
             s.obs, s.info = obs, info
             s.score = float(info.get("score", 0.0))
