@@ -186,11 +186,8 @@ class Trainer:
         self.step = 0
         self.best_sr = -1.0
         self.history: list[dict[str, Any]] = []
-        self.graph: ReferenceGraph | None = None
-        if resume:
-            self._resume()
-        else:
-            self.graph = self._initial_graph()
+        # set here, never None after: a resumed run's graph is its checkpoint's
+        self.graph: ReferenceGraph = self._resume() if resume else self._initial_graph()
 
     # ---- task sets and graph
     def _load_task_sets(self) -> None:
@@ -344,12 +341,11 @@ class Trainer:
         if self.critic is not None:
             with torch.no_grad():
                 values = self.critic([s.extra["context"] for t in trajs for s in t.steps]).double().numpy()
-            k = 0
-            for t in trajs:
-                for s in t.steps:
-                    s.value = float(values[k])
-                    k += 1
-        assert self.graph is not None
+            # written into the steps on purpose: the credit core reads V(s_t) from ``Step.value``
+            # (``compute_credit`` takes trajectories, no separate values), and the rollout log
+            # keeps each step's value with it (``Trajectory.to_json``)
+            for s, v in zip((s for t in trajs for s in t.steps), values, strict=True):
+                s.value = float(v)
         return compute_credit(trajs, self.graph, estimator=name, shaping=a.shaping, estimator_options=opts,
                               seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve, rea=a.graph.rea)
 
@@ -441,7 +437,6 @@ class Trainer:
         else:
             t2 = time.perf_counter()
         t3 = time.perf_counter()
-        assert self.graph is not None
         rec.update({"graph/nodes": float(self.graph.num_nodes), "graph/edges": float(self.graph.num_edges)})
         rec.update({"time/rollout": t1 - t0, "time/credit": t2 - t1, "time/update": t3 - t2})
         self.step = k
@@ -486,7 +481,8 @@ class Trainer:
         meta = {"step": step, **{k: v for k, v in metrics.items() if k.startswith("val/")}}
         ckpt.replace_checkpoint(self.run_dir / "best", dict(self.state(), step=step), meta, self.graph)
 
-    def _resume(self) -> None:
+    def _resume(self) -> ReferenceGraph:
+        """Restore the latest checkpoint's state into ``self``; return its reference graph."""
         latest = ckpt.latest_checkpoint(self.run_dir)
         if latest is None:
             # killed before the first checkpoint: start over, unless steps were logged (and their
@@ -495,9 +491,9 @@ class Trainer:
             if any(k > 0 for k in logged):
                 raise ProasError(f"{self.run_dir}: metrics reach step {max(logged)} but no checkpoint is left "
                                  f"to resume from ({ckpt.CHECKPOINTS}/ is empty)")
-            self.graph = self._initial_graph()
+            graph = self._initial_graph()
             ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", -1)
-            return
+            return graph
         state = ckpt.load_state(latest)
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -511,8 +507,9 @@ class Trainer:
         self.best_sr = float(state["best_sr"])
         self._log(f"resuming from {escape(str(latest))} (step {self.step})")
         graph_file = latest / ckpt.GRAPH_FILE
-        self.graph = ReferenceGraph.load(graph_file) if graph_file.exists() else ReferenceGraph()
+        graph = ReferenceGraph.load(graph_file) if graph_file.exists() else ReferenceGraph()
         self.history = ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
+        return graph
 
     def _log(self, msg: str) -> None:
         if self.console is not None:
