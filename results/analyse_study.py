@@ -113,7 +113,8 @@ def prune_check() -> None:
     from proas.credit import CreditBatch, annotate
     from proas.tasksets import default_root
     from proas.train.config import build_config
-    from proas.train.loop import Trainer, oracle_trajectories
+    from proas.envs.replay import replay_oracles
+    from proas.train.loop import Trainer
 
     print("\n## Incomplete ARG: 40% of the oracle ARG's state-action pairs pruned\n")
     print("Sizes as nodes / transitions (state pairs) / state-action pairs / edges; the last three columns: the "
@@ -127,7 +128,7 @@ def prune_check() -> None:
             t = Trainer(cfg, Path(tempfile.mkdtemp()))
             graph = t.graph
             ids = sorted({task for step in t.schedule.steps for task in step})
-            oracle, _, _ = oracle_trajectories(t.envs[0], ids, int(t.envs[0].max_steps))
+            oracle, _ = replay_oracles(t.envs[0], ids, int(t.envs[0].max_steps))
             batch = CreditBatch.from_trajectories(oracle)
 
             def size(g) -> str:
