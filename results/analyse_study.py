@@ -111,9 +111,9 @@ def prune_check() -> None:
     import tempfile
 
     from proas.credit import CreditBatch, annotate
+    from proas.envs.replay import replay_oracles
     from proas.tasksets import default_root
     from proas.train.config import build_config
-    from proas.envs.replay import replay_oracles
     from proas.train.loop import Trainer
 
     print("\n## Incomplete ARG: 40% of the oracle ARG's state-action pairs pruned\n")
