@@ -554,4 +554,8 @@ def broadcast_to_tokens(row_values: np.ndarray, response_mask: Any) -> Any:
     if np.shape(row_values) != (n,):
         raise ValueError(f"expected {n} row values, got shape {np.shape(row_values)}")
     vals = torch.as_tensor(np.asarray(row_values, dtype=np.float32), device=response_mask.device)
-    return vals[:, None] * response_mask.to(torch.float32)
+    # float32 * an integer or bool mask is float32 (torch's type promotion) and the same numbers
+    # as converting the mask first, without a second (bs, response_length) tensor
+    if response_mask.dtype.is_floating_point and response_mask.dtype != torch.float32:
+        response_mask = response_mask.to(torch.float32)
+    return vals[:, None] * response_mask
