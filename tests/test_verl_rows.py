@@ -539,3 +539,12 @@ def test_rows_to_batch_takes_the_object_path_for_odd_types_and_bad_rows():
     dup["abstract_state"][-1] = "elsewhere"
     with pytest.raises(ProasError, match="different states"):
         rows_to_batch(dup)
+    short = dict(rows, anchor_obs=rows["anchor_obs"][:-1])
+    with pytest.raises(ProasError, match="anchor_obs"):
+        rows_to_batch(short)
+    flag = {k: v.copy() for k, v in rows.items()}
+    flag["is_action_valid"][2] = None
+    with pytest.raises(TypeError):
+        rows_to_trajectories(flag)
+    with pytest.raises(TypeError):
+        rows_to_batch(flag)

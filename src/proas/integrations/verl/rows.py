@@ -381,11 +381,27 @@ def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLay
     n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
     get = lambda name: _column(non_tensor, name, n_rows)  # noqa: E731
     has = lambda name: name is not None and name in non_tensor  # noqa: E731
-    traj_code, traj_ids = _codes(_texts(get(cols.trajectory)))
+    # every column read (and the flags converted) in rows_to_trajectories' order, so that a
+    # column of the wrong length or a bad flag fails with the same error as there
+    group_col, traj_col = get(cols.group), get(cols.trajectory)
+    state_col, next_col = get(cols.state), get(cols.next_state)
+    outcome_col = get(cols.episode_reward)
+    action_col = get(cols.action) if cols.action is not None else None
+    step_col = get(cols.step) if cols.step is not None else None
+    if cols.error is not None:
+        error_rows = _bools(get(cols.error))
+    elif has(cols.valid):
+        error_rows = ~_bools(get(cols.valid))
+    else:
+        error_rows = None
+    anchor_col = get(cols.anchor) if has(cols.anchor) else None
+    reward_col = get(cols.step_reward) if has(cols.step_reward) else None
+    won_col = get(cols.won) if has(cols.won) else None
+    traj_code, traj_ids = _codes(_texts(traj_col))
     first_row = _first(traj_code)
     n_traj = len(traj_ids)
     rows = np.arange(n_rows, dtype=np.int64)
-    if cols.step is None:  # row order within the trajectory
+    if step_col is None:  # row order within the trajectory
         by_traj = np.argsort(traj_code, kind="stable")
         starts = np.zeros(n_traj + 1, dtype=np.int64)
         np.cumsum(np.bincount(traj_code, minlength=n_traj), out=starts[1:])
@@ -393,7 +409,7 @@ def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLay
         step_no[by_traj] = rows - starts[traj_code[by_traj]]
     else:
         try:
-            step_no = np.asarray(get(cols.step).tolist(), dtype=np.int64)
+            step_no = np.asarray(step_col.tolist(), dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
             raise _Irregular from None
         if step_no.shape != (n_rows,) or (step_no < 0).any():
@@ -415,32 +431,27 @@ def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLay
     t = np.arange(n_steps, dtype=np.int64) - offsets[traj_of_step]
     if not np.array_equal(t, step_no[canon]):  # step numbers with gaps
         raise _Irregular
-    state, next_state = _texts(get(cols.state)), _texts(get(cols.next_state))
+    state, next_state = _texts(state_col), _texts(next_col)
     dup, dup_of = order[~first_copy], canon[step_of_sorted[~first_copy]]
     if (state[dup] != state[dup_of]).any() or (next_state[dup] != next_state[dup_of]).any():
         raise _Irregular  # two copies of a step disagree
-    group = _texts(get(cols.group))
+    group = _texts(group_col)
     if (group != group[first_row][traj_code]).any():
         raise _Irregular  # a trajectory in several groups
-    outcome = _floats(get(cols.episode_reward))
+    outcome = _floats(outcome_col)
     if not np.isfinite(outcome).all() or (outcome != outcome[first_row][traj_code]).any():
         raise _Irregular
     reward = outcome[first_row]
     group_code, group_ids = _codes(group[first_row])
-    if cols.error is not None:
-        error = _bools(get(cols.error))[canon]
-    elif has(cols.valid):
-        error = ~_bools(get(cols.valid))[canon]
-    else:
-        error = np.zeros(n_steps, dtype=bool)
+    error = error_rows[canon] if error_rows is not None else np.zeros(n_steps, dtype=bool)
     state_code, states = _codes(np.concatenate([state[canon], next_state[canon]]))
-    if cols.action is not None:
-        action, actions = _codes(_texts(get(cols.action))[canon])
+    if action_col is not None:
+        action, actions = _codes(_texts(action_col)[canon])
     else:
         action, actions = np.zeros(n_steps, dtype=np.int64), ([""] if n_steps else [])
-    anchor = _codes(_texts(get(cols.anchor))[canon] if has(cols.anchor) else state[canon])[0]
-    if has(cols.step_reward):
-        step_reward = _floats(get(cols.step_reward)[canon])
+    anchor = _codes(_texts(anchor_col)[canon] if anchor_col is not None else state[canon])[0]
+    if reward_col is not None:
+        step_reward = _floats(reward_col[canon])
         if not np.isfinite(step_reward).all():
             raise _Irregular
         reward_on_last = np.zeros(n_traj, dtype=bool)
@@ -448,8 +459,8 @@ def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLay
         step_reward = np.zeros(n_steps, dtype=np.float64)
         reward_on_last = lengths > 0
         step_reward[offsets[1:][reward_on_last] - 1] = reward[reward_on_last]
-    if has(cols.won):
-        won = get(cols.won)[first_row]
+    if won_col is not None:
+        won = won_col[first_row]
         success = np.fromiter((_as_bool(v) for v in won.tolist()), dtype=bool, count=n_traj)
     else:
         success = reward > 0
