@@ -6,18 +6,21 @@ end-to-end checks on real verl ``DataProto`` objects in the verl venv (.ci/verl_
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from proas.credit import ReferenceGraph, compute_credit
+from proas.credit import CreditBatch, ReferenceGraph, compute_credit
 from proas.errors import ProasError
 from proas.integrations.verl import (
     ProASCredit,
     StepColumns,
     broadcast_to_tokens,
+    rows_to_batch,
     rows_to_trajectories,
     step_values_to_rows,
     trajectories_to_rows,
@@ -442,3 +445,106 @@ def test_corrupt_or_missing_checkpoints_are_clear_errors_and_leave_the_graph(tmp
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("five")
     with pytest.raises(ProasError, match="expected a step number"):
         credit.resume(tmp_path)
+
+
+# ---------------------------------------------------------------------- the array path
+def _object_batch(rows, cols=None):
+    """The object path the hook used before ``rows_to_batch``: Step objects, then arrays."""
+    layout = rows_to_trajectories(rows, cols)
+    return layout, CreditBatch.from_trajectories(layout.trajectories)
+
+
+def _assert_same_batch(new, old):
+    for f in dataclasses.fields(CreditBatch):
+        a, b = getattr(new.batch, f.name), getattr(old[1], f.name)
+        if isinstance(b, list):
+            assert a == b and [type(x) for x in a] == [type(x) for x in b], f.name
+        else:
+            assert a.dtype == b.dtype, f.name
+            np.testing.assert_array_equal(a, b, err_msg=f.name)
+    np.testing.assert_array_equal(new.row_to_step, old[0].row_to_step)
+    np.testing.assert_array_equal(new.offsets, old[0].offsets)
+    assert new.n_duplicate_rows == old[0].n_duplicate_rows
+    assert [t.to_json() for t in new.trajectories] == [t.to_json() for t in old[0].trajectories]
+
+
+def _padded_shuffled_rows(rng, trajs, cols=None):
+    rows = trajectories_to_rows(trajs, cols)
+    n = len(rows["uid"])
+    # verl-agent pads with copies of random rows (adjust_batch), then reorders (_balance_batch)
+    pick = rng.permutation(np.concatenate([np.arange(n), rng.integers(0, n, size=int(rng.integers(0, n + 1)))]))
+    return {k: v[pick] for k, v in rows.items()}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rows_to_batch_equals_the_object_path_on_padded_shuffled_batches(seed):
+    rng = np.random.default_rng(seed)
+    trajs = random_batch(rng, n_groups=int(rng.integers(1, 5)), group_size=int(rng.integers(1, 6)))
+    if seed % 2:  # the won column, and steps without an env reward on some trajectories
+        for tr in trajs[::2]:
+            tr.won = bool(rng.random() < 0.5)
+    rows = _padded_shuffled_rows(rng, trajs)
+    if seed % 3 == 0:  # no step-reward and no anchor column: the credit layer's defaults
+        rows.pop("rewards")
+        rows.pop("anchor_obs")
+    _assert_same_batch(rows_to_batch(rows), _object_batch(rows))
+    # and the graph evolved from the arrays is the graph evolved from the trajectories
+    g_new, g_old = ReferenceGraph.from_trajectories(trajs[:1]), ReferenceGraph.from_trajectories(trajs[:1])
+    assert g_new.add_batch(rows_to_batch(rows).batch) == g_old.add_trajectories(_object_batch(rows)[0].trajectories)
+    assert g_new.to_json() == g_old.to_json()
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
+@pytest.mark.parametrize("evolve", [True, False])
+def test_hook_array_path_equals_compute_credit_on_padded_shuffled_batches(estimator, evolve):
+    for seed in range(4):
+        rng = np.random.default_rng(100 + seed)
+        trajs = random_batch(rng, n_groups=3, group_size=4)
+        rows = _padded_shuffled_rows(rng, trajs)
+        graph = ReferenceGraph.from_trajectories(trajs[:1])
+        credit = ProASCredit(graph.copy(), estimator=estimator, evolve=evolve, shaping="random", seed=seed)
+        got = credit.step_advantages(rows)
+        layout = rows_to_trajectories(rows)
+        step_valid = np.ones(layout.n_steps, dtype=bool)
+        step_valid[layout.row_to_step] = rows["is_action_valid"].astype(bool)
+        ref_graph = graph.copy()
+        ref = compute_credit(
+            layout.trajectories, ref_graph, estimator=estimator, shaping="random", seed=seed, evolve=evolve,
+            estimator_options={"step_penalty": 0.1 * (~step_valid)},
+        )
+        np.testing.assert_array_equal(got, ref.advantage[layout.row_to_step])
+        assert credit.graph.to_json() == ref_graph.to_json()
+
+
+def test_rows_to_batch_takes_the_object_path_for_odd_types_and_bad_rows():
+    rows = trajectories_to_rows(hand_batch())
+    cols = StepColumns(step=None, action=None, anchor=None)
+    odd = dict(rows)
+    odd["traj_uid"] = np.array([t.encode() for t in rows["traj_uid"]], dtype=object)  # bytes
+    odd["step_index"] = np.array([str(t) for t in rows["step_index"]], dtype=object)
+    odd["is_action_valid"] = np.array([int(v) for v in rows["is_action_valid"]], dtype=object)
+    odd["episode_rewards"] = np.array([str(v) for v in rows["episode_rewards"]], dtype=object)
+    for case, c in [(rows, cols), (odd, None), (odd, cols)]:
+        _assert_same_batch(rows_to_batch(case, c), _object_batch(case, c))
+    # the same errors, worded by the object path
+    for column, value in [("uid", "h"), ("episode_rewards", 7.0), ("step_index", 9),
+                          ("episode_rewards", np.nan), ("rewards", None), ("step_index", -1)]:
+        bad = {k: v.copy() for k, v in rows.items()}
+        bad[column][1] = value
+        with pytest.raises(ProasError) as old:
+            rows_to_trajectories(bad)
+        with pytest.raises(ProasError, match=re.escape(str(old.value))):
+            rows_to_batch(bad)
+    dup = {k: np.concatenate([v, v[:1]]) for k, v in rows.items()}
+    dup["abstract_state"][-1] = "elsewhere"
+    with pytest.raises(ProasError, match="different states"):
+        rows_to_batch(dup)
+    short = dict(rows, anchor_obs=rows["anchor_obs"][:-1])
+    with pytest.raises(ProasError, match="anchor_obs"):
+        rows_to_batch(short)
+    flag = {k: v.copy() for k, v in rows.items()}
+    flag["is_action_valid"][2] = None
+    with pytest.raises(TypeError):
+        rows_to_trajectories(flag)
+    with pytest.raises(TypeError):
+        rows_to_batch(flag)

@@ -63,29 +63,39 @@ def clean_path(steps: Sequence[Step]) -> tuple[list[str], list[str | None]]:
     the edge ``nodes[k] -> nodes[k+1]``, or is ``None`` where the log jumps (a kept step starts
     from a state other than where the previous kept step ended; no edge is made there).
     """
-    nodes: list[str] = []
-    actions: list[str | None] = []
-    where: dict[str, int] = {}
+    return _clean(
+        [s.state for s in steps], [s.next_state for s in steps], [s.action for s in steps], [s.error for s in steps]
+    )
 
-    def visit(state: str, action: str | None) -> None:
-        if state in where:  # a loop: cut back to the first visit
-            k = where[state]
+
+def _clean(
+    state: Sequence[Any], next_state: Sequence[Any], action: Sequence[Any], error: Sequence[bool]
+) -> tuple[list[Any], list[Any]]:
+    """``clean_path`` on parallel per-step sequences of any hashable labels (texts, or codes
+    that are equal exactly when the texts are, as in a ``CreditBatch``)."""
+    nodes: list[Any] = []
+    actions: list[Any] = []
+    where: dict[Any, int] = {}
+
+    def visit(node: Any, act: Any) -> None:
+        if node in where:  # a loop: cut back to the first visit
+            k = where[node]
             for dropped in nodes[k + 1 :]:
                 del where[dropped]
             del nodes[k + 1 :]
             del actions[k:]
             return
         if nodes:
-            actions.append(action)
-        where[state] = len(nodes)
-        nodes.append(state)
+            actions.append(act)
+        where[node] = len(nodes)
+        nodes.append(node)
 
-    for step in steps:
-        if step.error:
+    for s, ns, a, err in zip(state, next_state, action, error):
+        if err:
             continue
-        if not nodes or step.state != nodes[-1]:
-            visit(step.state, None)
-        visit(step.next_state, step.action)
+        if not nodes or s != nodes[-1]:
+            visit(s, None)
+        visit(ns, a)
     return nodes, actions
 
 
@@ -270,6 +280,25 @@ class ReferenceGraph:
         for traj in trajectories:
             if traj.success and traj.steps:
                 self.add_path(*clean_path(traj.steps))
+        return len(self._edges) - before
+
+    def add_batch(self, batch: Any) -> int:
+        """``add_trajectories`` on a ``proas.credit.CreditBatch``: the same graph, from its arrays.
+
+        Each successful trajectory's path is cleaned on state / action codes (equal exactly when
+        the texts are) and merged in batch order, so the result equals ``add_trajectories`` on
+        the trajectories the batch was made from; returns the number of new edges.
+        """
+        before = len(self._edges)
+        off = batch.offsets.tolist()
+        # plain lists: the cleaning loop indexes per step, and list items are cheaper than numpy's
+        state, next_state = batch.state.tolist(), batch.next_state.tolist()
+        action, error = batch.action.tolist(), batch.error.tolist()
+        states, actions = batch.states, batch.actions
+        for i in np.flatnonzero(batch.success & (batch.lengths > 0)).tolist():
+            lo, hi = off[i], off[i + 1]
+            nodes, acts = _clean(state[lo:hi], next_state[lo:hi], action[lo:hi], error[lo:hi])
+            self.add_path([states[c] for c in nodes], [None if c is None else actions[c] for c in acts])
         return len(self._edges) - before
 
     def add_path(self, nodes: Sequence[str], actions: Sequence[str | None]) -> None:

@@ -7,8 +7,9 @@
   for ``algorithm.adv_estimator``, with what verl's estimator interface lets them see.
 - ``ProasEnvManager`` / ``step_columns`` (``envs``): proas environments behind verl-agent's
   env-manager contract, and the ProAS columns a rollout loop copies into each step's rows.
-- ``StepColumns``, ``rows_to_trajectories``, ``trajectories_to_rows``, ``broadcast_to_tokens``
-  (``rows``): the conversion between verl's step rows and proas's trajectories.
+- ``StepColumns``, ``rows_to_batch``, ``rows_to_trajectories``, ``trajectories_to_rows``,
+  ``broadcast_to_tokens`` (``rows``): the conversion between verl's step rows and proas's
+  credit arrays (the hook's path) or trajectories.
 
 verl itself is imported only by ``register_estimators`` and ``compute_advantage``; the rest
 works on any object with verl's ``batch`` / ``non_tensor_batch`` layout. Recipe: docs/verl.md.
@@ -32,10 +33,12 @@ from proas.integrations.verl.hook import (
     first_response_values,
 )
 from proas.integrations.verl.rows import (
+    BatchLayout,
     RowLayout,
     StepColumns,
     broadcast_to_tokens,
     response_mask_of,
+    rows_to_batch,
     rows_to_trajectories,
     step_values_to_rows,
     trajectories_to_rows,
@@ -43,6 +46,7 @@ from proas.integrations.verl.rows import (
 
 __all__ = [
     "BASES",
+    "BatchLayout",
     "CHECKPOINT_SUBDIR",
     "ERROR_COLUMN",
     "ESTIMATOR_NAMES",
@@ -61,6 +65,7 @@ __all__ = [
     "project_action",
     "register_estimators",
     "response_mask_of",
+    "rows_to_batch",
     "rows_to_trajectories",
     "step_columns",
     "step_values_to_rows",

@@ -3,10 +3,11 @@
 One object per training run, held by the driver (the process that runs ``fit``). After verl's
 ``compute_advantage`` it reshapes the batch's ``advantages`` in place:
 
-1. the step rows become proas trajectories (``rows.rows_to_trajectories``);
-2. ``proas.credit.compute_credit`` runs the base estimator, merges the batch's successful
-   trajectories into the graph (the evolving ARG; off with ``evolve=False``), annotates every
-   step against the graph and applies the shaping;
+1. the step rows become the credit layer's flat arrays (``rows.rows_to_batch``: the
+   ``CreditBatch`` of their trajectories, without a Python object per step);
+2. the batch's successful trajectories are merged into the graph (the evolving ARG; off with
+   ``evolve=False``), then ``proas.credit.credit_arrays`` runs the base estimator, annotates every
+   step against the graph and applies the shaping: what ``compute_credit`` does on trajectories;
 3. every response token of a step row gets its step's advantage, times ``response_mask``.
 
 The graph is saved with each trainer checkpoint (``save_checkpoint(global_step_dir)``) and
@@ -31,19 +32,19 @@ from proas.credit import (
     CreditResult,
     ReferenceGraph,
     annotate,
-    compute_credit,
+    credit_arrays,
     get_estimator,
     shape,
 )
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.integrations.verl.rows import (
-    RowLayout,
+    BatchLayout,
     StepColumns,
     _as_bool,
     broadcast_to_tokens,
     response_mask_of,
-    rows_to_trajectories,
+    rows_to_batch,
 )
 from proas.types import Step, Trajectory
 
@@ -171,7 +172,7 @@ class ProASCredit:
         #: number of batches reshaped so far (restored on resume)
         self.batches_seen = 0
         #: the last batch's layout and credit, for inspection and logging
-        self.last_layout: RowLayout | None = None
+        self.last_layout: BatchLayout | None = None
         self.last_result: CreditResult | None = None
 
     # ------------------------------------------------------------------ config
@@ -232,7 +233,9 @@ class ProASCredit:
         ``row_base`` is verl's advantage per row, needed (only) with ``base="verl"``. Copies of
         a step (batch padding) get the same value.
         """
-        layout = rows_to_trajectories(non_tensor_batch, self.columns)
+        # arrays from the columns straight to the credit kernels: a Step object per row cost
+        # more than all the credit arithmetic (docs/verl.md, "Cost")
+        layout = rows_to_batch(non_tensor_batch, self.columns)
         try:
             if self.base == "verl":
                 if row_base is None:
@@ -243,15 +246,16 @@ class ProASCredit:
                 penalty = self._step_penalty(non_tensor_batch, layout)
                 if penalty is not None:
                     options["step_penalty"] = penalty
-                result = compute_credit(
-                    layout.trajectories,
+                if self.evolve:
+                    self.graph.add_batch(layout.batch)
+                result = credit_arrays(
+                    layout.batch,
                     self.graph,
                     estimator=self.estimator,
                     shaping=self.shaping,
                     estimator_options=options,
                     shaping_options=self.shaping_options,
                     seed=self.seed + self.batches_seen,
-                    evolve=self.evolve,
                     rea=self.rea,
                 )
         except (TypeError, ValueError) as exc:  # bad estimator/shaping options
@@ -260,7 +264,7 @@ class ProASCredit:
         self.last_layout, self.last_result = layout, result
         return result.advantage[layout.row_to_step]
 
-    def _step_penalty(self, non_tensor_batch: Mapping[str, Any], layout: RowLayout) -> np.ndarray | None:
+    def _step_penalty(self, non_tensor_batch: Mapping[str, Any], layout: BatchLayout) -> np.ndarray | None:
         """``(S,)`` verl-agent's invalid-action penalty of every step, or ``None`` when it does
         not apply (coefficient 0, no validity column, or an estimator without ``step_penalty``)."""
         name = self.columns.valid
@@ -268,16 +272,16 @@ class ProASCredit:
             return None
         if not takes_step_penalty(self.estimator):
             return None
-        valid = np.asarray([_truthy(v) for v in non_tensor_batch[name]], dtype=bool)
+        valid = _flags(non_tensor_batch[name])
         # copies of a step carry the same flag; any row of a step gives the step's
         step_valid = np.ones(layout.n_steps, dtype=bool)
         step_valid[layout.row_to_step] = valid
         return self.invalid_action_penalty * (~step_valid).astype(np.float64)
 
-    def _reshape_verl_base(self, layout: RowLayout, row_base: np.ndarray) -> CreditResult:
+    def _reshape_verl_base(self, layout: BatchLayout, row_base: np.ndarray) -> CreditResult:
         """ProAS on verl's own per-row advantage: ``A_i`` = the trajectory's mean step value,
         ``B_{i,t}`` = the step's value minus ``A_i``, every step credited uniformly."""
-        batch = CreditBatch.from_trajectories(layout.trajectories)
+        batch = layout.batch
         n_rows = len(layout.row_to_step)
         if row_base.shape != (n_rows,):
             raise ProasError(f"expected one verl advantage per row ({n_rows}), got shape {row_base.shape}")
@@ -296,7 +300,7 @@ class ProASCredit:
         if opts:
             raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
         if self.evolve:
-            self.graph.add_trajectories(layout.trajectories)
+            self.graph.add_batch(batch)
         ann = annotate(batch, self.graph, self.rea)
         rng = np.random.default_rng(self.seed + self.batches_seen)
         shaped = shape(self.shaping, base, ann, batch, epsilon=epsilon, rng=rng)
@@ -426,6 +430,14 @@ def _truthy(value: Any) -> bool:
     # verl-agent stores numpy bools in object arrays; a None (a finished env's row that was not
     # dropped) counts as valid, as verl-agent's own default of all-ones when the info lacks it
     return True if value is None else _as_bool(value)
+
+
+def _flags(column: Any) -> np.ndarray:
+    """``_truthy`` of every entry; a column of plain bools (verl-agent's) converts in C."""
+    values = np.asarray(column, dtype=object).tolist()
+    if set(map(type, values)) <= {bool, np.bool_}:
+        return np.asarray(values, dtype=bool)
+    return np.asarray([_truthy(v) for v in values], dtype=bool)
 
 
 def first_response_values(token_values: Any, response_mask: Any) -> np.ndarray:

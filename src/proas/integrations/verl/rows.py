@@ -13,16 +13,20 @@ torch tensors, so it is testable without verl installed.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from proas.credit.batch import CreditBatch
 from proas.errors import ProasError
 from proas.types import Step, Trajectory
 
 __all__ = [
     "StepColumns",
     "RowLayout",
+    "BatchLayout",
+    "rows_to_batch",
     "rows_to_trajectories",
     "trajectories_to_rows",
     "step_values_to_rows",
@@ -138,6 +142,23 @@ def _as_bool(value: Any) -> bool:
     return bool(int(value))
 
 
+def _check_required(non_tensor: Mapping[str, Any], cols: StepColumns) -> None:
+    required = [cols.group, cols.trajectory, cols.state, cols.next_state, cols.episode_reward]
+    if cols.step is not None:
+        required.append(cols.step)
+    if cols.error is not None:
+        required.append(cols.error)
+    if cols.action is not None:
+        required.append(cols.action)
+    missing = [name for name in required if name not in non_tensor]
+    if missing:
+        raise ProasError(
+            f"non_tensor_batch lacks column(s) {missing} that ProAS needs "
+            f"(present: {sorted(non_tensor)}); add them in the env manager or rename them "
+            f"with StepColumns (docs/verl.md)"
+        )
+
+
 def rows_to_trajectories(
     non_tensor: Mapping[str, Any], columns: StepColumns | None = None
 ) -> RowLayout:
@@ -156,20 +177,7 @@ def rows_to_trajectories(
             step disagree on the state they record.
     """
     cols = columns or StepColumns()
-    required = [cols.group, cols.trajectory, cols.state, cols.next_state, cols.episode_reward]
-    if cols.step is not None:
-        required.append(cols.step)
-    if cols.error is not None:
-        required.append(cols.error)
-    if cols.action is not None:
-        required.append(cols.action)
-    missing = [name for name in required if name not in non_tensor]
-    if missing:
-        raise ProasError(
-            f"non_tensor_batch lacks column(s) {missing} that ProAS needs "
-            f"(present: {sorted(non_tensor)}); add them in the env manager or rename them "
-            f"with StepColumns (docs/verl.md)"
-        )
+    _check_required(non_tensor, cols)
     n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
     get = lambda name: _column(non_tensor, name, n_rows)  # noqa: E731
     group, traj = get(cols.group), get(cols.trajectory)
@@ -276,6 +284,196 @@ def rows_to_trajectories(
     )
 
 
+@dataclass
+class BatchLayout:
+    """The step rows as a ``CreditBatch``, and where each row's step lives in it.
+
+    The array twin of :class:`RowLayout`: ``batch`` equals
+    ``CreditBatch.from_trajectories(rows_to_trajectories(...).trajectories)`` and
+    ``row_to_step`` / ``offsets`` / ``n_duplicate_rows`` equal the ``RowLayout``'s, without a
+    ``Step`` object per row. ``trajectories`` is built from the rows only when asked for
+    (inspection, logging, tests), never on the reshape path.
+    """
+
+    batch: CreditBatch
+    row_to_step: np.ndarray  # (n_rows,) int64
+    n_duplicate_rows: int
+    _rows: Mapping[str, Any]
+    _columns: StepColumns
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.batch.offsets
+
+    @property
+    def n_steps(self) -> int:
+        return self.batch.n_steps
+
+    @cached_property
+    def trajectories(self) -> list[Trajectory]:
+        return rows_to_trajectories(self._rows, self._columns).trajectories
+
+
+class _Irregular(Exception):
+    """The rows are malformed or of unusual types: the object path decides (and words the error)."""
+
+
+def _texts(col: np.ndarray) -> np.ndarray:
+    # verl-agent's text columns hold str already; only other types pay _as_text per entry
+    values = col.tolist()
+    if set(map(type, values)) <= {str}:
+        return col
+    out = np.empty(len(values), dtype=object)
+    out[:] = [_as_text(v) for v in values]
+    return out
+
+
+def _bools(col: np.ndarray) -> np.ndarray:
+    values = col.tolist()
+    if set(map(type, values)) <= {bool, np.bool_}:
+        return np.asarray(values, dtype=bool)
+    return np.fromiter((_as_bool(v) for v in values), dtype=bool, count=len(values))
+
+
+def _floats(col: np.ndarray) -> np.ndarray:
+    try:
+        return np.asarray(col, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _Irregular from None
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """``(codes, vocab)`` of an object array of texts, codes in first-seen order: the same codes
+    as ``CreditBatch``'s interning. A dict is the fastest interner of Python strings here (an
+    object sort with ``np.unique`` is four times slower)."""
+    table: dict[str, int] = {}
+    codes = np.fromiter((table.setdefault(v, len(table)) for v in values.tolist()), dtype=np.int64, count=len(values))
+    return codes, list(table)
+
+
+def _first(codes: np.ndarray) -> np.ndarray:
+    """Position of the first occurrence of each code of ``_codes`` (an integer sort, in C)."""
+    return np.unique(codes, return_index=True)[1]
+
+
+def rows_to_batch(non_tensor: Mapping[str, Any], columns: StepColumns | None = None) -> BatchLayout:
+    """Step rows -> ``CreditBatch`` arrays directly: what ``rows_to_trajectories`` followed by
+    ``CreditBatch.from_trajectories`` gives, in numpy instead of one ``Step`` per row.
+
+    Same trajectory and step order, the same codes, the same row -> step map and the same
+    errors: rows that fail a check here (or hold types the array path does not convert) go
+    through :func:`rows_to_trajectories`, which raises its own error or, for odd but valid
+    types, gives the batch.
+    """
+    cols = columns or StepColumns()
+    _check_required(non_tensor, cols)
+    try:
+        return _rows_to_batch(non_tensor, cols)
+    except _Irregular:
+        layout = rows_to_trajectories(non_tensor, cols)
+        return BatchLayout(
+            CreditBatch.from_trajectories(layout.trajectories), layout.row_to_step,
+            layout.n_duplicate_rows, dict(non_tensor), cols,
+        )
+
+
+def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLayout:
+    n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
+    get = lambda name: _column(non_tensor, name, n_rows)  # noqa: E731
+    has = lambda name: name is not None and name in non_tensor  # noqa: E731
+    # every column read (and the flags converted) in rows_to_trajectories' order, so that a
+    # column of the wrong length or a bad flag fails with the same error as there
+    group_col, traj_col = get(cols.group), get(cols.trajectory)
+    state_col, next_col = get(cols.state), get(cols.next_state)
+    outcome_col = get(cols.episode_reward)
+    action_col = get(cols.action) if cols.action is not None else None
+    step_col = get(cols.step) if cols.step is not None else None
+    if cols.error is not None:
+        error_rows = _bools(get(cols.error))
+    elif has(cols.valid):
+        error_rows = ~_bools(get(cols.valid))
+    else:
+        error_rows = None
+    anchor_col = get(cols.anchor) if has(cols.anchor) else None
+    reward_col = get(cols.step_reward) if has(cols.step_reward) else None
+    won_col = get(cols.won) if has(cols.won) else None
+    traj_code, traj_ids = _codes(_texts(traj_col))
+    first_row = _first(traj_code)
+    n_traj = len(traj_ids)
+    rows = np.arange(n_rows, dtype=np.int64)
+    if step_col is None:  # row order within the trajectory
+        by_traj = np.argsort(traj_code, kind="stable")
+        starts = np.zeros(n_traj + 1, dtype=np.int64)
+        np.cumsum(np.bincount(traj_code, minlength=n_traj), out=starts[1:])
+        step_no = np.empty(n_rows, dtype=np.int64)
+        step_no[by_traj] = rows - starts[traj_code[by_traj]]
+    else:
+        try:
+            step_no = np.asarray(step_col.tolist(), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            raise _Irregular from None
+        if step_no.shape != (n_rows,) or (step_no < 0).any():
+            raise _Irregular
+    # rows by (trajectory, step, row): the first row of each run is the step's first-seen copy
+    order = np.lexsort((rows, step_no, traj_code))
+    ts, tt = traj_code[order], step_no[order]
+    first_copy = np.ones(n_rows, dtype=bool)
+    first_copy[1:] = (ts[1:] != ts[:-1]) | (tt[1:] != tt[:-1])
+    step_of_sorted = np.cumsum(first_copy) - 1
+    canon = order[first_copy]  # (S,) the row that stands for each step, in flat step order
+    row_to_step = np.empty(n_rows, dtype=np.int64)
+    row_to_step[order] = step_of_sorted
+    n_steps = len(canon)
+    traj_of_step = traj_code[canon]
+    lengths = np.bincount(traj_of_step, minlength=n_traj).astype(np.int64)
+    offsets = np.zeros(n_traj + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    t = np.arange(n_steps, dtype=np.int64) - offsets[traj_of_step]
+    if not np.array_equal(t, step_no[canon]):  # step numbers with gaps
+        raise _Irregular
+    state, next_state = _texts(state_col), _texts(next_col)
+    dup, dup_of = order[~first_copy], canon[step_of_sorted[~first_copy]]
+    if (state[dup] != state[dup_of]).any() or (next_state[dup] != next_state[dup_of]).any():
+        raise _Irregular  # two copies of a step disagree
+    group = _texts(group_col)
+    if (group != group[first_row][traj_code]).any():
+        raise _Irregular  # a trajectory in several groups
+    outcome = _floats(outcome_col)
+    if not np.isfinite(outcome).all() or (outcome != outcome[first_row][traj_code]).any():
+        raise _Irregular
+    reward = outcome[first_row]
+    group_code, group_ids = _codes(group[first_row])
+    error = error_rows[canon] if error_rows is not None else np.zeros(n_steps, dtype=bool)
+    state_code, states = _codes(np.concatenate([state[canon], next_state[canon]]))
+    if action_col is not None:
+        action, actions = _codes(_texts(action_col)[canon])
+    else:
+        action, actions = np.zeros(n_steps, dtype=np.int64), ([""] if n_steps else [])
+    anchor = _codes(_texts(anchor_col)[canon] if anchor_col is not None else state[canon])[0]
+    if reward_col is not None:
+        step_reward = _floats(reward_col[canon])
+        if not np.isfinite(step_reward).all():
+            raise _Irregular
+        reward_on_last = np.zeros(n_traj, dtype=bool)
+    else:  # the credit layer's convention: the outcome on the last step
+        step_reward = np.zeros(n_steps, dtype=np.float64)
+        reward_on_last = lengths > 0
+        step_reward[offsets[1:][reward_on_last] - 1] = reward[reward_on_last]
+    if won_col is not None:
+        won = won_col[first_row]
+        success = np.fromiter((_as_bool(v) for v in won.tolist()), dtype=bool, count=n_traj)
+    else:
+        success = reward > 0
+    batch = CreditBatch(
+        offsets=offsets, traj_of_step=traj_of_step, t=t, lengths=lengths, group=group_code,
+        group_ids=group_ids, traj_ids=traj_ids, reward=reward, success=success, states=states,
+        state=state_code[:n_steps], next_state=state_code[n_steps:], actions=actions, action=action,
+        error=error, anchor=anchor, step_reward=step_reward, value=np.full(n_steps, np.nan),
+        reward_on_last=reward_on_last,
+    )
+    return BatchLayout(batch, row_to_step, n_rows - n_steps, dict(non_tensor), cols)
+
+
 def trajectories_to_rows(
     trajectories: Sequence[Trajectory], columns: StepColumns | None = None
 ) -> dict[str, np.ndarray]:
@@ -367,4 +565,8 @@ def broadcast_to_tokens(row_values: np.ndarray, response_mask: Any) -> Any:
     if np.shape(row_values) != (n,):
         raise ValueError(f"expected {n} row values, got shape {np.shape(row_values)}")
     vals = torch.as_tensor(np.asarray(row_values, dtype=np.float32), device=response_mask.device)
-    return vals[:, None] * response_mask.to(torch.float32)
+    # float32 * an integer or bool mask is float32 (torch's type promotion) and the same numbers
+    # as converting the mask first, without a second (bs, response_length) tensor
+    if response_mask.dtype.is_floating_point and response_mask.dtype != torch.float32:
+        response_mask = response_mask.to(torch.float32)
+    return vals[:, None] * response_mask
