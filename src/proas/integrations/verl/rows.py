@@ -142,6 +142,56 @@ def _as_bool(value: Any) -> bool:
     return bool(int(value))
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The step columns of a batch, read once, ``(bs,)`` object arrays (``error`` bool, or
+    None when the batch has neither an error nor a validity column; the optional columns None
+    when absent)."""
+
+    n_rows: int
+    group: np.ndarray
+    traj: np.ndarray
+    state: np.ndarray
+    next_state: np.ndarray
+    outcome: np.ndarray
+    action: np.ndarray | None
+    step: np.ndarray | None
+    error: np.ndarray | None
+    anchor: np.ndarray | None
+    step_reward: np.ndarray | None
+    won: np.ndarray | None
+
+
+def _read_columns(non_tensor: Mapping[str, Any], cols: StepColumns) -> _Columns:
+    """Read every column ProAS uses, in one order for both the object and the array path, so a
+    column of the wrong length or a bad flag fails with the same error on either."""
+    n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
+
+    def get(name: str) -> np.ndarray:
+        return _column(non_tensor, name, n_rows)
+
+    def present(name: str | None) -> bool:
+        return name is not None and name in non_tensor
+
+    group, traj = get(cols.group), get(cols.trajectory)
+    state, next_state = get(cols.state), get(cols.next_state)
+    outcome = get(cols.episode_reward)
+    action = get(cols.action) if cols.action is not None else None
+    step = get(cols.step) if cols.step is not None else None
+    if cols.error is not None:
+        error = _bools(get(cols.error))
+    elif present(cols.valid):
+        error = ~_bools(get(cols.valid))
+    else:
+        error = None
+    return _Columns(
+        n_rows, group, traj, state, next_state, outcome, action, step, error,
+        anchor=get(cols.anchor) if present(cols.anchor) else None,
+        step_reward=get(cols.step_reward) if present(cols.step_reward) else None,
+        won=get(cols.won) if present(cols.won) else None,
+    )
+
+
 def _check_required(non_tensor: Mapping[str, Any], cols: StepColumns) -> None:
     required = [cols.group, cols.trajectory, cols.state, cols.next_state, cols.episode_reward]
     if cols.step is not None:
@@ -178,26 +228,11 @@ def rows_to_trajectories(
     """
     cols = columns or StepColumns()
     _check_required(non_tensor, cols)
-    n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
-    get = lambda name: _column(non_tensor, name, n_rows)  # noqa: E731
-    group, traj = get(cols.group), get(cols.trajectory)
-    state, next_state = get(cols.state), get(cols.next_state)
-    outcome = get(cols.episode_reward)
-    action = get(cols.action) if cols.action is not None else None
-    step_no = get(cols.step) if cols.step is not None else None
-    if cols.error is not None:
-        error = np.array([_as_bool(v) for v in get(cols.error)], dtype=bool)
-    elif cols.valid is not None and cols.valid in non_tensor:
-        error = np.array([not _as_bool(v) for v in get(cols.valid)], dtype=bool)
-    else:
-        error = np.zeros(n_rows, dtype=bool)
-    anchor = get(cols.anchor) if cols.anchor is not None and cols.anchor in non_tensor else None
-    step_reward = (
-        get(cols.step_reward)
-        if cols.step_reward is not None and cols.step_reward in non_tensor
-        else None
-    )
-    won = get(cols.won) if cols.won is not None and cols.won in non_tensor else None
+    c = _read_columns(non_tensor, cols)
+    n_rows = c.n_rows
+    group, traj, state, next_state, outcome = c.group, c.traj, c.state, c.next_state, c.outcome
+    action, step_no, anchor, step_reward, won = c.action, c.step, c.anchor, c.step_reward, c.won
+    error = c.error if c.error is not None else np.zeros(n_rows, dtype=bool)
 
     # rows of each trajectory, trajectories in first-seen order
     rows_of: dict[str, list[int]] = {}
@@ -378,25 +413,11 @@ def rows_to_batch(non_tensor: Mapping[str, Any], columns: StepColumns | None = N
 
 
 def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLayout:
-    n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
-    get = lambda name: _column(non_tensor, name, n_rows)  # noqa: E731
-    has = lambda name: name is not None and name in non_tensor  # noqa: E731
-    # every column read (and the flags converted) in rows_to_trajectories' order, so that a
-    # column of the wrong length or a bad flag fails with the same error as there
-    group_col, traj_col = get(cols.group), get(cols.trajectory)
-    state_col, next_col = get(cols.state), get(cols.next_state)
-    outcome_col = get(cols.episode_reward)
-    action_col = get(cols.action) if cols.action is not None else None
-    step_col = get(cols.step) if cols.step is not None else None
-    if cols.error is not None:
-        error_rows = _bools(get(cols.error))
-    elif has(cols.valid):
-        error_rows = ~_bools(get(cols.valid))
-    else:
-        error_rows = None
-    anchor_col = get(cols.anchor) if has(cols.anchor) else None
-    reward_col = get(cols.step_reward) if has(cols.step_reward) else None
-    won_col = get(cols.won) if has(cols.won) else None
+    c = _read_columns(non_tensor, cols)
+    n_rows = c.n_rows
+    group_col, traj_col, state_col, next_col, outcome_col = c.group, c.traj, c.state, c.next_state, c.outcome
+    action_col, step_col, error_rows = c.action, c.step, c.error
+    anchor_col, reward_col, won_col = c.anchor, c.step_reward, c.won
     traj_code, traj_ids = _codes(_texts(traj_col))
     first_row = _first(traj_code)
     n_traj = len(traj_ids)
