@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from proas.credit.annotate import REA_RULES, annotate
+from proas.credit.annotate import annotate
 from proas.credit.batch import CreditBatch
 from proas.credit.estimators import get_estimator
 from proas.credit.graph import ReferenceGraph
@@ -103,8 +103,6 @@ def credit_arrays(
     rea: str = "transition",
 ) -> CreditResult:
     """Annotate, estimate and shape a ``CreditBatch`` (no graph evolution)."""
-    if rea not in REA_RULES:
-        raise ValueError(f"unknown reasonableness rule {rea!r}; choose one of: {', '.join(REA_RULES)}")
     if shaping not in SHAPINGS:
         raise ValueError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
     estimate = get_estimator(estimator)
