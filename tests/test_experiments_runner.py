@@ -171,7 +171,13 @@ def test_a_run_made_from_another_checkout_counts_as_this_studys_run(tmp_path):
 
 
 def test_shipped_studies_cover_the_papers_tables():
-    assert shipped_studies() == ["ablation_arg", "ablation_rea", "ablation_shaping", "main", "main_warm"]
+    assert shipped_studies() == ["ablation_arg", "ablation_rea", "ablation_shaping", "lm_warm", "main", "main_warm"]
+    # the lm study: hidden SFT candidates, then GRPO +- ProAS from the chosen start
+    lm = load_study("lm_warm")
+    assert [r.id for r in lm.rows if not r.hidden] == ["grpo_lm", "grpo_proas_lm"]
+    assert all(r.sft and "policy.lm.model_path={out}/models/{env}" in r.overrides for r in lm.rows if r.hidden)
+    assert all("policy.lm.init_from={out}/lm_start/{env}" in r.overrides for r in lm.rows if not r.hidden)
+    assert "policy=lm" in lm.common and "policy.lm.mode=score" in lm.common
     # the warm-start table: every RL row starts from its seed's SFT run
     warm = load_study("main_warm")
     assert warm.row("sft_start").sft == ("--epochs", "1", "--max-tasks", "80")

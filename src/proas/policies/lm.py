@@ -257,6 +257,7 @@ class LMPolicy(Policy):
         #: score mode: decisions per batched scoring pass while acting
         self.micro_batch_size = micro_batch_size
         self._warned_truncation = False
+        self._resp_cache: dict[str, list[int]] = {}
         self.tokenizer = tokenizer
         self.device = device
         self.max_new_tokens = max_new_tokens
@@ -494,8 +495,7 @@ class LMPolicy(Policy):
         least one token of its own.
         """
         cands = candidate_actions(ctx, "lm (mode=score)")
-        end = [self.stop_ids[0]]
-        resp = [self.tokenizer(score_response(a), add_special_tokens=False)["input_ids"] + end for a in cands]
+        resp = [self._response_ids(a) for a in cands]
         shared = min(len(r) for r in resp) - 1
         for k in range(shared):
             if any(r[k] != resp[0][k] for r in resp[1:]):
@@ -503,6 +503,18 @@ class LMPolicy(Policy):
                 break
         prompt, trimmed = self.fit_prompt(ctx, reserve=shared)
         return cands, prompt + resp[0][:shared], [r[shared:] for r in resp], trimmed
+
+    def _response_ids(self, action: str) -> list[int]:
+        """The token ids of ``action``'s scored response plus the end-of-turn token, memoised:
+        an env repeats its candidate actions across steps, and tokenizing each one anew every
+        decision was most of score mode's CPU time."""
+        ids = self._resp_cache.get(action)
+        if ids is None:
+            if len(self._resp_cache) >= 100_000:
+                self._resp_cache.clear()
+            ids = self.tokenizer(score_response(action), add_special_tokens=False)["input_ids"] + [self.stop_ids[0]]
+            self._resp_cache[action] = ids
+        return ids
 
     def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
                         module: nn.Module | None = None) -> list[torch.Tensor]:
