@@ -1,0 +1,308 @@
+"""Static-cache decoding for the ``lm`` policy (``policy.lm.decode=static``).
+
+Plain ``generate`` re-plans every step on the host: it grows a dynamic KV cache, rebuilds the
+attention mask and launches each layer's kernels one by one, so at small per-token work (one
+token per row) the GPU mostly waits for Python. This decoder preallocates the KV buffers once
+(``(rows, kv_heads, max_len, head_dim)`` per layer), fills them with a prefill pass over the
+left-padded prompts, and runs the one-token forward of every later step on fixed input, position,
+mask and cache-slot buffers. Because nothing in that forward changes shape or address, on CUDA it
+is captured once as a CUDA graph per batch bucket and replayed; on CPU the same step runs eagerly.
+
+A batch is padded up to a power-of-two *bucket* of rows, so a rollout whose batch shrinks as
+episodes end reuses a handful of graphs; the KV buffers of every bucket are views of one buffer
+sized for the largest. Pad rows hold a one-token prompt and are ignored. Sampling (full
+vocabulary at the temperature, as ``generate`` with ``top_p=1, top_k=0``) and the temperature-1
+log-prob of each drawn token run eagerly on the step's ``(rows, vocab)`` logits.
+
+The attention mask is built here, not by the model: left padding and the cache's unused slots are
+masked with an additive ``(rows, 1, query, max_len)`` mask passed as the model's per-layer-type
+mask mapping (``{"full_attention": mask}``), which Hugging Face models take as given. Positions
+are explicit (a row's position counts its own tokens), as ``generate`` computes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["StaticDecoder", "bucket_rows", "static_unsupported"]
+
+
+def bucket_rows(n: int) -> int:
+    """The bucket of a batch of ``n`` rows: the smallest power of two ``>= n``."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _base_model(model: nn.Module) -> nn.Module:
+    """The transformers model under a peft wrapper (the model itself otherwise)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    """The forward keyword of the KV cache: ``cache`` in recent transformers, ``past_key_values``
+    before (the model's own signature says which)."""
+    params = inspect.signature(_base_model(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _logits_kwarg(model: nn.Module) -> dict[str, int]:
+    params = inspect.signature(_base_model(model).forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return {name: 1}
+    return {}
+
+
+def static_unsupported(model: nn.Module) -> str | None:
+    """Why ``model`` cannot decode with this decoder, or None when it can.
+
+    It needs a decoder whose every layer is full attention (sliding-window layers keep a rolling
+    cache), sdpa or eager attention (both take an additive 4-D mask; flash-attention kernels take
+    none) and a forward with ``position_ids`` and a mask mapping, as Hugging Face causal LMs have.
+    """
+    base = _base_model(model)
+    cfg = getattr(base, "config", None)
+    if cfg is None:
+        return "the model has no Hugging Face config"
+    cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+    types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    if types != {"full_attention"}:
+        return f"its layers are {sorted(types)}, not all full attention"
+    impl = getattr(cfg, "_attn_implementation", None) or "eager"
+    if impl not in ("sdpa", "eager"):
+        return f"attention implementation {impl!r} (sdpa or eager needed)"
+    if "position_ids" not in inspect.signature(base.forward).parameters:
+        return "its forward takes no position_ids"
+    return None
+
+
+class _SlotCache:
+    """The KV cache the model writes into: per-layer ``(rows, heads, max_len, dim)`` views of the
+    shared buffers, written at the slots in ``self.slots`` (a device tensor set before each
+    forward, so a captured graph reads the step's slot from memory).
+
+    It implements the one cache method a Hugging Face attention layer calls, ``update``; the
+    model never asks it for a length because positions and the mask are passed in.
+    """
+
+    def __init__(self, store: "_Store", rows: int):
+        self.store = store
+        self.rows = rows
+        self.slots = torch.zeros(1, dtype=torch.long, device=store.device)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        keys, values = self.store.layer(layer_idx, key_states, value_states)
+        keys, values = keys[: self.rows], values[: self.rows]
+        keys.index_copy_(2, self.slots, key_states)
+        values.index_copy_(2, self.slots, value_states)
+        return keys, values
+
+
+class _Store:
+    """KV buffers for ``rows`` rows and ``max_len`` slots, allocated per layer on first use."""
+
+    def __init__(self, rows: int, max_len: int, device: torch.device):
+        self.rows = rows
+        self.max_len = max_len
+        self.device = device
+        self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def layer(self, idx: int, key_states: torch.Tensor, value_states: torch.Tensor):
+        if idx not in self.layers:
+            b, h, _, dk = key_states.shape
+            self.layers[idx] = (
+                torch.zeros((self.rows, h, self.max_len, dk), dtype=key_states.dtype, device=self.device),
+                torch.zeros((self.rows, h, self.max_len, value_states.shape[-1]), dtype=value_states.dtype,
+                            device=self.device),
+            )
+        return self.layers[idx]
+
+
+class _Bucket:
+    """Static buffers of one bucket's one-token step and, on CUDA, its captured graph."""
+
+    def __init__(self, store: _Store, rows: int, dtype: torch.dtype):
+        dev = store.device
+        self.rows = rows
+        self.cache = _SlotCache(store, rows)
+        self.slot = self.cache.slots  # the step's cache slot: the captured graph reads this tensor
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=dev)
+        self.pos = torch.zeros((rows, 1), dtype=torch.long, device=dev)
+        self.mask = torch.zeros((rows, 1, 1, store.max_len), dtype=dtype, device=dev)
+        self.graph: Any = None
+        self.logits: torch.Tensor | None = None  # the graph's output buffer, (rows, vocab)
+
+
+class StaticDecoder:
+    """Batched sampling from a causal LM with preallocated KV buffers (see the module docstring).
+
+    ``max_len`` bounds prompt plus response tokens. ``graphs``: capture the one-token step as a
+    CUDA graph per bucket (default: on CUDA); ``False`` runs the same step eagerly.
+    ``prefill_chunk`` bounds the prompt tokens per prefill pass, so its mask and activations stay
+    ``(rows, chunk, ...)`` however long the prompts.
+    """
+
+    def __init__(self, model: nn.Module, max_len: int, pad_id: int, *, graphs: bool | None = None,
+                 prefill_chunk: int = 512):
+        self.model = model
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self.prefill_chunk = prefill_chunk
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.graphs = self.device.type == "cuda" if graphs is None else graphs
+        self._cache_kw = _cache_kwarg(model)
+        self._keep = _logits_kwarg(model)
+        self._store: _Store | None = None
+        self._buckets: dict[int, _Bucket] = {}
+        self._params: tuple = ()
+        #: seconds spent capturing graphs (the first batch of each bucket), for benchmarks
+        self.capture_s = 0.0
+
+    # ---- the forward passes
+    def _forward(self, cache: _SlotCache, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask={"full_attention": mask}, use_cache=True,
+                         **{self._cache_kw: cache}, **self._keep)
+        return out.logits[:, -1]
+
+    def _bucket(self, rows: int) -> _Bucket:
+        params = tuple(p.data_ptr() for p in self.model.parameters())
+        if params != self._params:  # weights moved (not updated in place): graphs point at old memory
+            self._buckets.clear()
+            self._params = params
+        if self._store is None or self._store.rows < rows:
+            self._store = _Store(rows, self.max_len, self.device)
+            self._buckets.clear()
+        if rows not in self._buckets:
+            b = _Bucket(self._store, rows, self.dtype)
+            if self.graphs:
+                self._capture(b)
+            self._buckets[rows] = b
+        return self._buckets[rows]
+
+    def _capture(self, b: _Bucket) -> None:
+        """Record ``b``'s one-token step as a CUDA graph: two eager warm-up steps on a side stream
+        (they allocate the KV buffers and let kernels pick their algorithms; the garbage they
+        write at slot 0 is overwritten by the next prefill), then the capture."""
+        t0 = time.perf_counter()
+        step = functools.partial(self._forward, b.cache, b.ids, b.pos, b.mask)
+        b.slot.zero_()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            b.logits = step()
+        b.graph = graph
+        torch.cuda.synchronize()
+        self.capture_s += time.perf_counter() - t0
+
+    def _step(self, b: _Bucket) -> torch.Tensor:
+        if b.graph is not None:
+            b.graph.replay()
+            return b.logits
+        return self._forward(b.cache, b.ids, b.pos, b.mask)
+
+    def _prefill(self, b: _Bucket, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Write the prompts' keys and values at slots ``0..width-1``; the last position's logits.
+
+        Query ``q`` attends to key ``k`` when ``k <= q`` and ``k`` is a real token; a pad query
+        also attends to itself, so that no row of the softmax is empty.
+        """
+        rows, width = ids.shape
+        neg = torch.finfo(self.dtype).min
+        keys = torch.arange(self.max_len, device=self.device)
+        key_ok = torch.zeros((rows, self.max_len), dtype=torch.bool, device=self.device)
+        key_ok[:, :width] = valid
+        logits = None
+        for a in range(0, width, self.prefill_chunk):
+            e = min(width, a + self.prefill_chunk)
+            q = torch.arange(a, e, device=self.device)
+            allowed = (key_ok[:, None, :] & (keys[None, None, :] <= q[None, :, None])) | (keys == q[:, None])[None]
+            mask = torch.full(allowed.shape, neg, dtype=self.dtype, device=self.device)
+            mask = mask.masked_fill_(allowed, 0.0)[:, None]  # (rows, 1, chunk, max_len)
+            b.cache.slots = q
+            logits = self._forward(b.cache, ids[:, a:e], pos[:, a:e], mask)
+        b.cache.slots = b.slot
+        return logits
+
+    # ---- sampling
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
+                 stop_ids: Sequence[int], rows: int | None = None, min_new_tokens: int = 0
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens, logp)``, both ``(len(prompts), n)`` on the CPU, ``n <= max_new_tokens``.
+
+        ``tokens[i]`` is row ``i``'s response up to and including its first stop id (later
+        entries are unspecified); ``logp[i, t]`` is the temperature-1 log-probability of
+        ``tokens[i, t]``. ``temperature`` 0 is greedy. Decoding ends when every row has stopped
+        or after ``max_new_tokens``. ``rows`` overrides the bucket (at least ``len(prompts)``);
+        ``min_new_tokens``: stop ids cannot be drawn before that many tokens (``generate``'s
+        ``min_new_tokens``: their logits are set to -inf for the draw; ``logp`` stays the raw
+        model's).
+        """
+        n = len(prompts)
+        width = max(len(p) for p in prompts)
+        if width + max_new_tokens > self.max_len:
+            raise ValueError(f"{width} prompt + {max_new_tokens} new tokens exceed the cache's {self.max_len} slots")
+        rows = bucket_rows(n) if rows is None else rows
+        if rows < n:
+            raise ValueError(f"rows={rows} is fewer than the {n} prompts")
+        b = self._bucket(rows)
+        dev = self.device
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        valid = torch.zeros((rows, width), dtype=torch.bool)
+        valid[n:, -1] = True  # a pad row: a one-token prompt
+        for i, p in enumerate(prompts):  # left padding, as generate's
+            ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+            valid[i, width - len(p):] = True
+        ids, valid = ids.to(dev), valid.to(dev)
+        pos = (valid.long().cumsum(-1) - 1).clamp(min=0)
+        logits = self._prefill(b, ids, valid, pos)
+
+        neg = torch.finfo(self.dtype).min
+        b.mask.fill_(neg)
+        b.mask[:, 0, 0, :width] = torch.where(valid, 0.0, neg).to(self.dtype)
+        next_pos = pos[:, -1:] + 1
+        stops = torch.as_tensor(list(stop_ids), dtype=torch.long, device=dev)
+        tokens = torch.zeros((rows, max_new_tokens), dtype=torch.long, device=dev)
+        logp = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=dev)
+        done = torch.zeros(rows, dtype=torch.bool, device=dev)
+        done[n:] = True
+        steps = 0
+        for t in range(max_new_tokens):
+            lg = logits.float()
+            draw = lg
+            if t < min_new_tokens and len(stop_ids):
+                draw = lg.index_fill(-1, stops, float("-inf"))
+            if temperature > 0:
+                tok = torch.multinomial(torch.softmax(draw / temperature, dim=-1), 1).squeeze(-1)
+            else:
+                tok = draw.argmax(-1)
+            tokens[:, t] = tok
+            logp[:, t] = lg.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(lg, dim=-1)
+            steps = t + 1
+            if len(stop_ids):
+                done |= torch.isin(tok, stops)
+                if bool(done.all()):
+                    break
+            if t + 1 == max_new_tokens:
+                break
+            slot = width + t
+            b.ids.copy_(tok[:, None])
+            b.pos.copy_(next_pos)
+            next_pos += 1
+            b.mask[:, 0, 0, slot] = 0.0
+            b.slot.fill_(slot)
+            logits = self._step(b)
+        return tokens[:n, :steps].cpu(), logp[:n, :steps].cpu()
+
