@@ -42,9 +42,8 @@ from torch import nn
 from proas.errors import ProasError
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
-__all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS",
-           "load_tokenizer", "score_response",
-           "train_tokenizer"]
+__all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer",
+           "MODEL_CONFIGS", "load_tokenizer", "score_response", "train_tokenizer"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see the module docstring)
