@@ -128,6 +128,20 @@ def test_shrinking_batches_reuse_the_buffers_correctly():
     assert torch.allclose(again[1], first[1], atol=1e-4)
 
 
+def test_cache_length_buckets_follow_the_widest_prompt():
+    p = policy()
+    ids = prompts(p)
+    dec = StaticDecoder(p.module, p.max_prompt_tokens + p.max_new_tokens, p.tokenizer.pad_token_id, length_step=16)
+    for sub in (ids[:1], ids, ids[2:], ids[:1]):
+        tok, logp = dec.generate(sub, 12, 0.0, p.stop_ids)
+        hf = p.generate_ids(sub, 0, decode="hf")
+        assert tok.tolist() == hf[0].tolist()
+        assert torch.allclose(logp, hf[1], atol=1e-4)
+    width = max(len(x) for x in ids)
+    assert (4, -(-(width + 12) // 16) * 16) in dec._buckets
+    assert len({length for _, length in dec._buckets}) == 3  # three widths, three lengths
+
+
 def test_sampled_static_log_probs_equal_evaluate():
     p = policy(decode="static")
     torch.manual_seed(0)
@@ -226,7 +240,7 @@ def test_graph_replay_equals_eager_static_and_hf_greedy():
     g = graph.generate(ids, 12, 0.0, p.stop_ids)
     assert g[0].tolist() == hf[0].tolist()
     assert torch.allclose(g[1], hf[1], atol=1e-4)
-    assert set(graph._buckets) == {1, 2, 4}
+    assert {rows for rows, _ in graph._buckets} == {1, 2, 4}
     assert all(b.graph is not None for b in graph._buckets.values())
 
 

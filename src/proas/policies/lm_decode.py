@@ -8,14 +8,15 @@ left-padded prompts, and runs the one-token forward of every later step on fixed
 mask and cache-slot buffers. Because nothing in that forward changes shape or address, on CUDA it
 is captured once as a CUDA graph per batch bucket and replayed; on CPU the same step runs eagerly.
 
-A batch is padded up to a power-of-two *bucket* of rows, so a rollout whose batch shrinks as
+A batch is padded up to a power-of-two *bucket* of rows, and its cache length (widest prompt plus
+the response budget) rounded up to a multiple of 256 slots, so a rollout whose batch shrinks as
 episodes end reuses a handful of graphs; the KV buffers of every bucket are views of one buffer
 sized for the largest. Pad rows hold a one-token prompt and are ignored. Sampling (full
 vocabulary at the temperature, as ``generate`` with ``top_p=1, top_k=0``) and the temperature-1
 log-prob of each drawn token run eagerly on the step's ``(rows, vocab)`` logits.
 
 The attention mask is built here, not by the model: left padding and the cache's unused slots are
-masked with an additive ``(rows, 1, query, max_len)`` mask passed as the model's per-layer-type
+masked with an additive ``(rows, 1, query, length)`` mask passed as the model's per-layer-type
 mask mapping (``{"full_attention": mask}``), which Hugging Face models take as given. Positions
 are explicit (a row's position counts its own tokens), as ``generate`` computes them.
 """
@@ -83,7 +84,7 @@ def static_unsupported(model: nn.Module) -> str | None:
 
 
 class _SlotCache:
-    """The KV cache the model writes into: per-layer ``(rows, heads, max_len, dim)`` views of the
+    """The KV cache the model writes into: per-layer ``(rows, heads, length, dim)`` views of the
     shared buffers, written at the slots in ``self.slots`` (a device tensor set before each
     forward, so a captured graph reads the step's slot from memory).
 
@@ -91,14 +92,15 @@ class _SlotCache:
     model never asks it for a length because positions and the mask are passed in.
     """
 
-    def __init__(self, store: "_Store", rows: int):
+    def __init__(self, store: "_Store", rows: int, length: int):
         self.store = store
         self.rows = rows
+        self.length = length
         self.slots = torch.zeros(1, dtype=torch.long, device=store.device)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         keys, values = self.store.layer(layer_idx, key_states, value_states)
-        keys, values = keys[: self.rows], values[: self.rows]
+        keys, values = keys[: self.rows, :, : self.length], values[: self.rows, :, : self.length]
         keys.index_copy_(2, self.slots, key_states)
         values.index_copy_(2, self.slots, value_states)
         return keys, values
@@ -127,14 +129,15 @@ class _Store:
 class _Bucket:
     """Static buffers of one bucket's one-token step and, on CUDA, its captured graph."""
 
-    def __init__(self, store: _Store, rows: int, dtype: torch.dtype):
+    def __init__(self, store: _Store, rows: int, length: int, dtype: torch.dtype):
         dev = store.device
         self.rows = rows
-        self.cache = _SlotCache(store, rows)
+        self.length = length
+        self.cache = _SlotCache(store, rows, length)
         self.slot = self.cache.slots  # the step's cache slot: the captured graph reads this tensor
         self.ids = torch.zeros((rows, 1), dtype=torch.long, device=dev)
         self.pos = torch.zeros((rows, 1), dtype=torch.long, device=dev)
-        self.mask = torch.zeros((rows, 1, 1, store.max_len), dtype=dtype, device=dev)
+        self.mask = torch.zeros((rows, 1, 1, length), dtype=dtype, device=dev)
         self.graph: Any = None
         self.logits: torch.Tensor | None = None  # the graph's output buffer, (rows, vocab)
 
@@ -142,26 +145,31 @@ class _Bucket:
 class StaticDecoder:
     """Batched sampling from a causal LM with preallocated KV buffers (see the module docstring).
 
-    ``max_len`` bounds prompt plus response tokens. ``graphs``: capture the one-token step as a
-    CUDA graph per bucket (default: on CUDA); ``False`` runs the same step eagerly.
+    ``max_len`` bounds prompt plus response tokens. A batch attends over the slots it can fill
+    (its widest prompt plus ``max_new_tokens``) rounded up to a multiple of ``length_step``, not
+    over all ``max_len``: attention reads every slot it is given each step. ``graphs``: capture
+    the one-token step as a CUDA graph per (rows, length) bucket (default: on CUDA), all in one
+    memory pool (they never run at once); ``False`` runs the same step eagerly.
     ``prefill_chunk`` bounds the prompt tokens per prefill pass, so its mask and activations stay
     ``(rows, chunk, ...)`` however long the prompts.
     """
 
     def __init__(self, model: nn.Module, max_len: int, pad_id: int, *, graphs: bool | None = None,
-                 prefill_chunk: int = 512):
+                 prefill_chunk: int = 512, length_step: int = 256):
         self.model = model
         self.max_len = max_len
         self.pad_id = pad_id
         self.prefill_chunk = prefill_chunk
+        self.length_step = length_step
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         self._cache_kw = _cache_kwarg(model)
         self._keep = _logits_kwarg(model)
         self._store: _Store | None = None
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[tuple[int, int], _Bucket] = {}
         self._params: tuple = ()
+        self._pool: Any = None
         #: seconds spent capturing graphs (the first batch of each bucket), for benchmarks
         self.capture_s = 0.0
 
@@ -171,7 +179,7 @@ class StaticDecoder:
                          **{self._cache_kw: cache}, **self._keep)
         return out.logits[:, -1]
 
-    def _bucket(self, rows: int) -> _Bucket:
+    def _bucket(self, rows: int, length: int) -> _Bucket:
         params = tuple(p.data_ptr() for p in self.model.parameters())
         if params != self._params:  # weights moved (not updated in place): graphs point at old memory
             self._buckets.clear()
@@ -179,12 +187,12 @@ class StaticDecoder:
         if self._store is None or self._store.rows < rows:
             self._store = _Store(rows, self.max_len, self.device)
             self._buckets.clear()
-        if rows not in self._buckets:
-            b = _Bucket(self._store, rows, self.dtype)
+        if (rows, length) not in self._buckets:
+            b = _Bucket(self._store, rows, length, self.dtype)
             if self.graphs:
                 self._capture(b)
-            self._buckets[rows] = b
-        return self._buckets[rows]
+            self._buckets[rows, length] = b
+        return self._buckets[rows, length]
 
     def _capture(self, b: _Bucket) -> None:
         """Record ``b``'s one-token step as a CUDA graph: two eager warm-up steps on a side stream
@@ -199,8 +207,12 @@ class StaticDecoder:
             for _ in range(2):
                 step()
         torch.cuda.current_stream().wait_stream(stream)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # a graph's output is read right after its own replay, before any other graph runs, so
+        # one pool for all of them is safe
+        with torch.cuda.graph(graph, pool=self._pool):
             b.logits = step()
         b.graph = graph
         torch.cuda.synchronize()
@@ -220,8 +232,8 @@ class StaticDecoder:
         """
         rows, width = ids.shape
         neg = torch.finfo(self.dtype).min
-        keys = torch.arange(self.max_len, device=self.device)
-        key_ok = torch.zeros((rows, self.max_len), dtype=torch.bool, device=self.device)
+        keys = torch.arange(b.length, device=self.device)
+        key_ok = torch.zeros((rows, b.length), dtype=torch.bool, device=self.device)
         key_ok[:, :width] = valid
         logits = None
         for a in range(0, width, self.prefill_chunk):
@@ -229,7 +241,7 @@ class StaticDecoder:
             q = torch.arange(a, e, device=self.device)
             allowed = (key_ok[:, None, :] & (keys[None, None, :] <= q[None, :, None])) | (keys == q[:, None])[None]
             mask = torch.full(allowed.shape, neg, dtype=self.dtype, device=self.device)
-            mask = mask.masked_fill_(allowed, 0.0)[:, None]  # (rows, 1, chunk, max_len)
+            mask = mask.masked_fill_(allowed, 0.0)[:, None]  # (rows, 1, chunk, length)
             b.cache.slots = q
             logits = self._forward(b.cache, ids[:, a:e], pos[:, a:e], mask)
         b.cache.slots = b.slot
@@ -257,7 +269,8 @@ class StaticDecoder:
         rows = bucket_rows(n) if rows is None else rows
         if rows < n:
             raise ValueError(f"rows={rows} is fewer than the {n} prompts")
-        b = self._bucket(rows)
+        step = self.length_step
+        b = self._bucket(rows, min(self.max_len, -(-(width + max_new_tokens) // step) * step))
         dev = self.device
         ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
         valid = torch.zeros((rows, width), dtype=torch.bool)
