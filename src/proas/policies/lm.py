@@ -12,6 +12,8 @@ Models come from a local directory (``model_path``; nothing is downloaded) or, f
 timing, from a named architecture with random weights (``model_config``: ``tiny``,
 ``qwen2.5-1.5b``, ``qwen2.5-7b``) and a small byte-level BPE tokenizer built on the spot.
 Log-probs are per response token at temperature 1. LoRA via peft is optional; bf16 on a GPU.
+Generation runs through Hugging Face ``generate`` (``decode="hf"``) or a static-cache decoder
+with CUDA graphs (``decode="static"``, ``proas.policies.lm_decode``) that gives the same outputs.
 
 ``mode="score"`` (GLAM, Carta et al. 2023) does not generate: it chooses among the env's
 candidate actions (admissible plus invalid candidates, as the ``scorer`` policy does). Each

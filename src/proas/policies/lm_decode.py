@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -64,8 +65,10 @@ def static_unsupported(model: nn.Module) -> str | None:
     """Why ``model`` cannot decode with this decoder, or None when it can.
 
     It needs a decoder whose every layer is full attention (sliding-window layers keep a rolling
-    cache), sdpa or eager attention (both take an additive 4-D mask; flash-attention kernels take
-    none) and a forward with ``position_ids`` and a mask mapping, as Hugging Face causal LMs have.
+    cache), a RoPE whose frequencies do not depend on the positions seen (captured graphs cannot
+    branch on them), sdpa or eager attention (both take an additive 4-D mask; flash-attention
+    kernels take none) and a forward with ``position_ids`` and a mask mapping, as Hugging Face
+    causal LMs have.
     """
     base = _base_model(model)
     cfg = getattr(base, "config", None)
@@ -75,6 +78,10 @@ def static_unsupported(model: nn.Module) -> str | None:
     types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
     if types != {"full_attention"}:
         return f"its layers are {sorted(types)}, not all full attention"
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope_type = str(rope.get("rope_type", rope.get("type", "default"))) if isinstance(rope, dict) else "default"
+    if "dynamic" in rope_type or rope_type == "longrope":
+        return f"its RoPE ({rope_type}) recomputes frequencies from the positions on the host"
     impl = getattr(cfg, "_attn_implementation", None) or "eager"
     if impl not in ("sdpa", "eager"):
         return f"attention implementation {impl!r} (sdpa or eager needed)"
@@ -190,7 +197,13 @@ class StaticDecoder:
         if (rows, length) not in self._buckets:
             b = _Bucket(self._store, rows, length, self.dtype)
             if self.graphs:
-                self._capture(b)
+                try:
+                    self._capture(b)
+                except RuntimeError as exc:  # a host sync or other uncapturable op in the forward
+                    warnings.warn(f"lm decode: the one-token step cannot be captured as a CUDA graph "
+                                  f"({str(exc).splitlines()[0]}); it runs eagerly", RuntimeWarning, stacklevel=2)
+                    self.graphs = False
+                    b.graph, b.logits = None, None
             self._buckets[rows, length] = b
         return self._buckets[rows, length]
 
