@@ -200,6 +200,37 @@ def test_eager_attention_decodes_statically():
     assert torch.allclose(st[1], hf[1], atol=1e-4)
 
 
+def test_step_attention_equals_the_library_sdpa_with_repeated_heads():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = 3, True, False
+    q, k, v = torch.randn(4, 6, 1, 8), torch.randn(4, 2, 10, 8), torch.randn(4, 2, 10, 8)
+    mask = torch.where(torch.rand(4, 1, 1, 10) < 0.3, torch.finfo(torch.float32).min, 0.0)
+    mask[..., 0] = 0.0
+    ours, _ = lm_decode.step_attention(module, q, k, v, mask, scaling=0.3)
+    ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.3)
+    assert ours.shape == ref.shape == (4, 1, 6, 8)
+    assert torch.allclose(ours, ref, atol=1e-6)
+
+
+def test_static_steps_use_step_attention_and_restore_the_config(monkeypatch):
+    p = policy(decode="static")
+    calls = []
+    real = lm_decode.step_attention
+    monkeypatch.setattr(lm_decode, "step_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(lm_decode.STEP_ATTENTION, lm_decode.step_attention)
+    try:
+        p.generate_ids(prompts(p), 0)
+    finally:
+        AttentionInterface.register(lm_decode.STEP_ATTENTION, real)
+    assert calls  # every layer of every one-token step
+    assert p.module.config._attn_implementation == "sdpa"
+
+
 def test_unsupported_model_falls_back_to_hf_with_a_warning(monkeypatch):
     monkeypatch.setattr(lm_decode, "static_unsupported", lambda model: "a reason")
     p = policy(decode="static")

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-__all__ = ["StaticDecoder", "bucket_rows", "static_unsupported"]
+__all__ = ["STEP_ATTENTION", "StaticDecoder", "bucket_rows", "static_unsupported", "step_attention"]
 
 
 def bucket_rows(n: int) -> int:
@@ -59,6 +59,34 @@ def _logits_kwarg(model: nn.Module) -> dict[str, int]:
         if name in params:
             return {name: 1}
     return {}
+
+
+#: the attention of the one-token step, registered with transformers' ``AttentionInterface``
+STEP_ATTENTION = "proas_step_sdpa"
+
+
+def step_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                   **kwargs) -> tuple[torch.Tensor, None]:
+    """sdpa for one query token per row that reads each key/value head once.
+
+    ``query`` ``(B, heads, 1, dim)``, ``key``/``value`` ``(B, kv_heads, slots, dim)``, the mask
+    ``(B, 1, 1, slots)``. The query heads that share a key/value head become that head's query
+    rows, ``(B, kv_heads, heads / kv_heads, dim)``, instead of the key/value heads being copied
+    ``heads / kv_heads`` times (what the library's sdpa path does whenever a mask is given, in
+    some releases), which would multiply the bytes a decode step moves. Anything else goes to
+    the library's sdpa. Returns ``(B, 1, heads, dim)``, as attention functions do.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    b, heads, q, dim = query.shape
+    kv_heads = key.shape[1]
+    if q != 1 or heads == kv_heads:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(query.reshape(b, kv_heads, heads // kv_heads, dim),
+                                                           key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(b, 1, heads, dim), None
 
 
 def static_unsupported(model: nn.Module) -> str | None:
@@ -172,6 +200,13 @@ class StaticDecoder:
         self.device, self.dtype = param.device, param.dtype
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         self._cache_kw = _cache_kwarg(model)
+        self._config = _base_model(model).config
+        # sdpa models take the one-token step through ``step_attention``; eager ones keep theirs
+        self._step_attn = getattr(self._config, "_attn_implementation", None) == "sdpa"
+        if self._step_attn:
+            from transformers import AttentionInterface
+
+            AttentionInterface.register(STEP_ATTENTION, step_attention)
         self._keep = _logits_kwarg(model)
         self._store: _Store | None = None
         self._buckets: dict[tuple[int, int], _Bucket] = {}
@@ -185,6 +220,19 @@ class StaticDecoder:
         out = self.model(input_ids=ids, position_ids=pos, attention_mask={"full_attention": mask}, use_cache=True,
                          **{self._cache_kw: cache}, **self._keep)
         return out.logits[:, -1]
+
+    def _forward_step(self, b: "_Bucket") -> torch.Tensor:
+        """The one-token forward of bucket ``b`` (what a graph captures), with ``step_attention``
+        for sdpa models: the config names the attention function, so it is switched for the
+        call and switched back."""
+        if not self._step_attn:
+            return self._forward(b.cache, b.ids, b.pos, b.mask)
+        impl = self._config._attn_implementation
+        self._config._attn_implementation = STEP_ATTENTION
+        try:
+            return self._forward(b.cache, b.ids, b.pos, b.mask)
+        finally:
+            self._config._attn_implementation = impl
 
     def _bucket(self, rows: int, length: int) -> _Bucket:
         params = tuple(p.data_ptr() for p in self.model.parameters())
@@ -212,7 +260,7 @@ class StaticDecoder:
         (they allocate the KV buffers and let kernels pick their algorithms; the garbage they
         write at slot 0 is overwritten by the next prefill), then the capture."""
         t0 = time.perf_counter()
-        step = functools.partial(self._forward, b.cache, b.ids, b.pos, b.mask)
+        step = functools.partial(self._forward_step, b)
         b.slot.zero_()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -235,7 +283,7 @@ class StaticDecoder:
         if b.graph is not None:
             b.graph.replay()
             return b.logits
-        return self._forward(b.cache, b.ids, b.pos, b.mask)
+        return self._forward_step(b)
 
     def _prefill(self, b: _Bucket, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Write the prompts' keys and values at slots ``0..width-1``; the last position's logits.
