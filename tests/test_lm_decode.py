@@ -98,6 +98,10 @@ def test_decoding_stops_when_every_row_has_stopped():
     p.stop_ids = sorted({r[2] for r in tok.tolist()})  # every row stops by its third token
     tok2, logp2 = p.generate_ids(ids, 0, decode="static")
     assert tok2.shape[1] <= 3 and logp2.shape == tok2.shape
+    # checked every 4 steps (the GPU default): at most 3 steps more, the same tokens before
+    every4 = StaticDecoder(p.module, p.max_prompt_tokens + 12, p.tokenizer.pad_token_id, check_every=4)
+    tok4, _ = every4.generate(ids, 12, 0.0, p.stop_ids)
+    assert tok4.shape[1] == 4 and tok4[:, : tok2.shape[1]].tolist() == tok2.tolist()
 
 
 def test_truncation_is_flagged_and_warned():

@@ -186,11 +186,12 @@ class StaticDecoder:
     the one-token step as a CUDA graph per (rows, length) bucket (default: on CUDA), all in one
     memory pool (they never run at once); ``False`` runs the same step eagerly.
     ``prefill_chunk`` bounds the prompt tokens per prefill pass, so its mask and activations stay
-    ``(rows, chunk, ...)`` however long the prompts.
+    ``(rows, chunk, ...)`` however long the prompts. Whether every row has stopped is read every
+    ``check_every`` steps (on the GPU each read waits for the queue to drain).
     """
 
     def __init__(self, model: nn.Module, max_len: int, pad_id: int, *, graphs: bool | None = None,
-                 prefill_chunk: int = 512, length_step: int = 256):
+                 prefill_chunk: int = 512, length_step: int = 256, check_every: int | None = None):
         self.model = model
         self.max_len = max_len
         self.pad_id = pad_id
@@ -198,6 +199,7 @@ class StaticDecoder:
         self.length_step = length_step
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
+        self.check_every = check_every or (4 if self.device.type == "cuda" else 1)
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         self._cache_kw = _cache_kwarg(model)
         self._config = _base_model(model).config
@@ -367,7 +369,9 @@ class StaticDecoder:
             steps = t + 1
             if len(stop_ids):
                 done |= torch.isin(tok, stops)
-                if bool(done.all()):
+                # reading the flag waits for the GPU; every few steps lets the host queue ahead
+                # (a row's tokens after its stop are never read)
+                if t % self.check_every == self.check_every - 1 and bool(done.all()):
                     break
             if t + 1 == max_new_tokens:
                 break
