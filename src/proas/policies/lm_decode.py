@@ -2,23 +2,26 @@
 
 Plain ``generate`` re-plans every step on the host: it grows a dynamic KV cache, rebuilds the
 attention mask and launches each layer's kernels one by one, so at small per-token work (one
-token per row) the GPU mostly waits for Python. This decoder preallocates the KV buffers once
-(``(rows, kv_heads, max_len, head_dim)`` per layer), fills them with a prefill pass over the
-left-padded prompts, and runs the one-token forward of every later step on fixed input, position,
+token per row) the GPU mostly waits for Python. This decoder allocates the KV buffers once
+(``(rows, kv_heads, slots, head_dim)`` per layer, reused by later calls), fills them with a
+prefill pass over the left-padded prompts, and runs the one-token forward of every later step on fixed input, position,
 mask and cache-slot buffers. Because nothing in that forward changes shape or address, on CUDA it
 is captured once as a CUDA graph per batch bucket and replayed; on CPU the same step runs eagerly.
 
 A batch is padded up to a power-of-two *bucket* of rows, and its cache length (widest prompt plus
 the response budget) rounded up to a multiple of 256 slots, so a rollout whose batch shrinks as
-episodes end reuses a handful of graphs; the KV buffers of every bucket are views of one buffer
-sized for the largest. Pad rows hold a one-token prompt and are ignored. Sampling (full
-vocabulary at the temperature, as ``generate`` with ``top_p=1, top_k=0``) and the temperature-1
-log-prob of each drawn token run eagerly on the step's ``(rows, vocab)`` logits.
+episodes end reuses a handful of graphs; the KV buffers of every bucket are views of one buffer,
+grown to the most rows and slots seen so far (a growth re-captures the graphs). Pad rows hold a
+one-token prompt and are ignored. Sampling (full vocabulary at the temperature, as ``generate``
+with ``top_p=1, top_k=0``) and the temperature-1 log-prob of each drawn token run eagerly on the
+step's ``(rows, vocab)`` logits.
 
 The attention mask is built here, not by the model: left padding and the cache's unused slots are
 masked with an additive ``(rows, 1, query, length)`` mask passed as the model's per-layer-type
 mask mapping (``{"full_attention": mask}``), which Hugging Face models take as given. Positions
-are explicit (a row's position counts its own tokens), as ``generate`` computes them.
+are explicit (a row's position counts its own tokens), as ``generate`` computes them. The
+one-token step of an sdpa model attends through ``step_attention``, which reads each key/value
+head once instead of copying it for every query head that shares it.
 """
 
 from __future__ import annotations
@@ -241,9 +244,14 @@ class StaticDecoder:
         if params != self._params:  # weights moved (not updated in place): graphs point at old memory
             self._buckets.clear()
             self._params = params
-        if self._store is None or self._store.rows < rows:
-            self._store = _Store(rows, self.max_len, self.device)
+        if self._store is None or self._store.rows < rows or self._store.max_len < length:
+            # grown to the largest batch and length seen, not allocated at max_len up front
+            old = self._store
+            self._store = None  # the old buffers go before the new ones are allocated
             self._buckets.clear()
+            self._store = _Store(max(rows, old.rows if old else 0), max(length, old.max_len if old else 0),
+                                 self.device)
+            del old
         if (rows, length) not in self._buckets:
             b = _Bucket(self._store, rows, length, self.dtype)
             if self.graphs:
