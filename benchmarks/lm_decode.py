@@ -18,7 +18,8 @@ exactly ``--new`` tokens. Each path is warmed up once (for ``static`` that call 
 CUDA graph of the batch's bucket; the capture time is printed, not counted), then timed over
 ``--repeats`` calls.
 
-Printed: the setup; per path the seconds per call (prefill included) and new tokens per second;
+Printed: the setup; per path the seconds per call (prefill included), new tokens per second and
+the peak GPU memory allocated while timed (model included);
 ``static`` with its step run eagerly (no graph), which separates the graph's share; the speed-up
 of ``static`` over ``hf``; and, greedy, the share of rows whose tokens agree between the paths
 (bf16 rounding can flip near-ties of a random model).
@@ -72,11 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     def timed(fn) -> tuple[float, torch.Tensor]:
         fn()  # warm-up
         sync()
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         for _ in range(args.repeats):
             torch.manual_seed(0)
             tok, _ = fn()
         sync()
+        peak[0] = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
         return (time.perf_counter() - t0) / args.repeats, tok
 
     def run(decode=None, decoder=None):
@@ -92,20 +96,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"every row writes exactly {args.new} new tokens: stop ids are blocked until then (min_new_tokens), "
           "as a random-weight model rarely writes one")
     rows = []
+    peak = [float("nan")]
     hf_s, hf_tok = timed(lambda: run("hf"))
-    rows.append(("hf generate", hf_s))
+    rows.append(("hf generate", hf_s, peak[0]))
     st_s, st_tok = timed(lambda: run("static"))
-    rows.append((f"static{' + CUDA graphs' if static.graphs else ' (eager step)'}", st_s))
+    rows.append((f"static{' + CUDA graphs' if static.graphs else ' (eager step)'}", st_s, peak[0]))
     if static.graphs and not args.no_eager:
         eager = StaticDecoder(policy.module, static.max_len, policy.tokenizer.pad_token_id, graphs=False)
-        rows.append(("static, eager step", timed(lambda: run(decoder=eager))[0]))
+        rows.append(("static, eager step", timed(lambda: run(decoder=eager))[0], peak[0]))
     for tok in (hf_tok, st_tok):
         if tok.shape != (args.batch, args.new):
             raise SystemExit(f"a path wrote {tuple(tok.shape)} tokens, not {(args.batch, args.new)}")
     new_tok = args.batch * args.new
-    print(f"{'path':<24}{'s/call':>10}{'new tok/s':>12}")
-    for name, s in rows:
-        print(f"{name:<24}{s:>10.3f}{new_tok / s:>12.0f}")
+    print(f"{'path':<24}{'s/call':>10}{'new tok/s':>12}{'peak GiB':>10}")
+    for name, s, mem in rows:
+        print(f"{name:<24}{s:>10.3f}{new_tok / s:>12.0f}{mem:>10.1f}")
     if static.graphs:
         print(f"graph capture (first call of the bucket, not timed): {static.capture_s:.2f}s")
     print(f"speed-up static / hf: {hf_s / st_s:.2f}x")
