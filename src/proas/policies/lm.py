@@ -471,6 +471,9 @@ class LMPolicy(Policy):
     def static_decoder(self):
         """The ``StaticDecoder`` of this policy's model (built on first use), or None when the
         model cannot use it (warned once; ``hf`` decoding is used instead)."""
+        max_len = self.max_prompt_tokens + self.max_new_tokens
+        if self._static and (self._static.model is not self.module or self._static.max_len < max_len):
+            self._static = None  # another model or larger budgets than it was built for
         if self._static is None:
             from proas.policies.lm_decode import StaticDecoder, static_unsupported
 
@@ -480,8 +483,7 @@ class LMPolicy(Policy):
                               "decoding with hf generate instead", RuntimeWarning, stacklevel=3)
                 self._static = False
             else:
-                self._static = StaticDecoder(self.module, self.max_prompt_tokens + self.max_new_tokens,
-                                             self.tokenizer.pad_token_id)
+                self._static = StaticDecoder(self.module, max_len, self.tokenizer.pad_token_id)
         return self._static or None
 
     # ---- the loss side
