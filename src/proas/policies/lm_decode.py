@@ -57,6 +57,8 @@ def _cache_kwarg(model: nn.Module) -> str:
 
 
 def _logits_kwarg(model: nn.Module) -> dict[str, int]:
+    """The forward keyword that keeps the last position's logits only (named differently before
+    transformers 4.50)."""
     params = inspect.signature(_base_model(model).forward).parameters
     for name in ("logits_to_keep", "num_logits_to_keep"):
         if name in params:
@@ -155,7 +157,7 @@ class _Store:
 
     def layer(self, idx: int, key_states: torch.Tensor, value_states: torch.Tensor):
         if idx not in self.layers:
-            b, h, _, dk = key_states.shape
+            _, h, _, dk = key_states.shape
             self.layers[idx] = (
                 torch.zeros((self.rows, h, self.max_len, dk), dtype=key_states.dtype, device=self.device),
                 torch.zeros((self.rows, h, self.max_len, value_states.shape[-1]), dtype=value_states.dtype,
