@@ -9,6 +9,9 @@ One GPU, the lm policy with a Qwen2.5-1.5B architecture (random weights: timing 
     python benchmarks/train_step.py --policy lm --device cuda --model-config qwen2.5-1.5b \
         --steps 2 --max-steps 5 --max-new-tokens 256
 
+Add ``--decode static`` (or the override ``policy.lm.decode=static``) for the static-cache
+decoder with CUDA graphs (``benchmarks/lm_decode.py`` times decoding alone).
+
 Printed figures: seconds per RL step of each phase and its share; env steps per second of the
 rollout against a reference measured in the same run (the same number of env steps driven by a
 uniformly random admissible action, i.e. the env's own cost), so the ratio is the policy's
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
+    ap.add_argument("--decode", choices=["hf", "static"], default="hf", help="lm generate-mode decoder")
     ap.add_argument("overrides", nargs="*", help="config overrides key=value")
     args = ap.parse_args(argv)
 
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         over.append(f"env.max_steps={args.max_steps}")
     if args.policy == "lm":
         over += ["policy=lm", f"policy.lm.device={args.device}", f"policy.lm.max_new_tokens={args.max_new_tokens}",
-                 f"policy.lm.lora_rank={args.lora}", "algo.minibatch_size=64"]
+                 f"policy.lm.lora_rank={args.lora}", f"policy.lm.decode={args.decode}", "algo.minibatch_size=64"]
         over.append(f"policy.lm.model_path={args.model_path}" if args.model_path
                     else f"policy.lm.model_config={args.model_config}")
     cfg = build_config(over + list(args.overrides))
@@ -91,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     upd = np.mean([r["time/update"] for r in rows])
     total = roll + cred + upd
     dev = cfg.policy.lm.device if args.policy == "lm" else "cpu"
-    print(f"proas train step: env={cfg.env.name} policy={args.policy} device={dev} "
+    decode = f" decode={cfg.policy.lm.decode}" if args.policy == "lm" else ""
+    print(f"proas train step: env={cfg.env.name} policy={args.policy}{decode} device={dev} "
           f"tasks={args.tasks}x{args.group} steps timed={len(rows)} (setup {setup:.1f}s)")
     print(f"{'phase':<10}{'s/step':>10}{'share':>9}")
     for name, v in [("rollout", roll), ("credit", cred), ("update", upd), ("total", total)]:

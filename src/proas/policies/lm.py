@@ -12,6 +12,8 @@ Models come from a local directory (``model_path``; nothing is downloaded) or, f
 timing, from a named architecture with random weights (``model_config``: ``tiny``,
 ``qwen2.5-1.5b``, ``qwen2.5-7b``) and a small byte-level BPE tokenizer built on the spot.
 Log-probs are per response token at temperature 1. LoRA via peft is optional; bf16 on a GPU.
+Generation runs through Hugging Face ``generate`` (``decode="hf"``) or a static-cache decoder
+with CUDA graphs (``decode="static"``, ``proas.policies.lm_decode``) that gives the same outputs.
 
 ``mode="score"`` (GLAM, Carta et al. 2023) does not generate: it chooses among the env's
 candidate actions (admissible plus invalid candidates, as the ``scorer`` policy does). Each
@@ -42,13 +44,16 @@ from torch import nn
 from proas.errors import ProasError
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
-__all__ = ["LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer", "MODEL_CONFIGS",
-           "load_tokenizer", "score_response",
-           "train_tokenizer"]
+__all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer",
+           "MODEL_CONFIGS", "load_tokenizer", "score_response", "train_tokenizer"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see the module docstring)
 MODES = ("generate", "score")
+
+#: generate mode's decoding: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache and,
+#: on CUDA, a CUDA graph per batch bucket: ``proas.policies.lm_decode``)
+DECODERS = ("hf", "static")
 
 #: the thought SFT teaches before the oracle action, and the one every scored candidate carries
 LM_THOUGHT = "I will take the next step towards the goal."
@@ -246,9 +251,15 @@ class LMPolicy(Policy):
 
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
-                 mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8):
+                 mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
+                 decode: str = "hf"):
         if mode not in MODES:
             raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
+        if decode not in DECODERS:
+            raise ProasError(f"policy.lm.decode={decode!r} is not one of {', '.join(DECODERS)}")
+        #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (``lm_decode``)
+        self.decode = decode
+        self._static: Any = None
         self.module = model
         self.mode = mode
         #: score mode: the temperature of the candidate softmax the losses use, the training
@@ -328,7 +339,7 @@ class LMPolicy(Policy):
         return cls(model, tokenizer, device=device, max_new_tokens=lm.max_new_tokens,
                    max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
                    lora=lm.lora_rank > 0, mode=lm.mode, temperature=temperature,
-                   micro_batch_size=lm.micro_batch_size)
+                   micro_batch_size=lm.micro_batch_size, decode=lm.decode)
 
     def reference_module(self) -> nn.Module:
         if self.lora:
@@ -394,25 +405,8 @@ class LMPolicy(Policy):
             return self._act_score(contexts, rng, temperature)
         fitted = [self.fit_prompt(c) for c in contexts]
         prompts = [p for p, _ in fitted]
-        width = max(len(p) for p in prompts)
+        seqs, logp_all = self.generate_ids(prompts, temperature)
         pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding, as generation needs
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-        self.module.eval()
-        out = self.module.generate(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=self.max_new_tokens,
-            do_sample=temperature > 0, temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0,
-            eos_token_id=self.stop_ids, pad_token_id=pad, return_dict_in_generate=True, output_logits=True,
-        )
-        gen = out.sequences[:, width:]
-        # raw logits (temperature 1), one (B, V) tensor per generated position; gathered one
-        # position at a time so that no (B, T, V) float copy is ever made
-        logp_all = torch.stack([torch.log_softmax(lg.float(), dim=-1).gather(-1, gen[:, t, None]).squeeze(-1)
-                                for t, lg in enumerate(out.logits)], dim=1).cpu()
-        seqs = gen.cpu()
         decisions = []
         for i, ctx in enumerate(contexts):
             resp: list[int] = []
@@ -437,6 +431,61 @@ class LMPolicy(Policy):
                                       data={"prompt": prompts[i], "response": resp, "truncated": truncated,
                                             "prompt_trimmed": fitted[i][1]}))
         return decisions
+
+    @torch.no_grad()
+    def generate_ids(self, prompts: Sequence[Sequence[int]], temperature: float, decode: str | None = None,
+                     min_new_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens, logp)``, ``(len(prompts), n)`` CPU tensors: each prompt's sampled
+        continuation (up to ``max_new_tokens``; a row is read up to its first stop id, later
+        entries are padding) and each token's log-probability at temperature 1.
+
+        ``decode`` (default ``self.decode``): ``hf`` runs ``model.generate``; ``static`` the
+        static-cache decoder (``lm_decode.StaticDecoder``; models it cannot run use ``hf``).
+        ``min_new_tokens`` forbids stop ids before that many tokens (``generate``'s meaning; for
+        timing random-weight models, which rarely stop on their own).
+        """
+        decode = self.decode if decode is None else decode
+        self.module.eval()
+        if decode == "static" and self.static_decoder() is not None:
+            return self.static_decoder().generate(prompts, self.max_new_tokens, temperature, self.stop_ids,
+                                                  min_new_tokens=min_new_tokens)
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding, as generation needs
+            ids[i, width - len(p):] = torch.tensor(list(p))
+            mask[i, width - len(p):] = 1
+        out = self.module.generate(
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=self.max_new_tokens,
+            do_sample=temperature > 0, temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0,
+            eos_token_id=self.stop_ids, pad_token_id=pad, return_dict_in_generate=True, output_logits=True,
+            min_new_tokens=min_new_tokens,
+        )
+        gen = out.sequences[:, width:]
+        # raw logits (temperature 1), one (B, V) tensor per generated position; gathered one
+        # position at a time so that no (B, T, V) float copy is ever made
+        logp_all = torch.stack([torch.log_softmax(lg.float(), dim=-1).gather(-1, gen[:, t, None]).squeeze(-1)
+                                for t, lg in enumerate(out.logits)], dim=1).cpu()
+        return gen.cpu(), logp_all
+
+    def static_decoder(self):
+        """The ``StaticDecoder`` of this policy's model (built on first use), or None when the
+        model cannot use it (warned once; ``hf`` decoding is used instead)."""
+        max_len = self.max_prompt_tokens + self.max_new_tokens
+        if self._static and (self._static.model is not self.module or self._static.max_len < max_len):
+            self._static = None  # another model or larger budgets than it was built for
+        if self._static is None:
+            from proas.policies.lm_decode import StaticDecoder, static_unsupported
+
+            why = static_unsupported(self.module)
+            if why:
+                warnings.warn(f"lm policy: policy.lm.decode=static does not support this model ({why}); "
+                              "decoding with hf generate instead", RuntimeWarning, stacklevel=3)
+                self._static = False
+            else:
+                self._static = StaticDecoder(self.module, max_len, self.tokenizer.pad_token_id)
+        return self._static or None
 
     # ---- the loss side
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:

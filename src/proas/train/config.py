@@ -156,6 +156,10 @@ class LMConfig:
     #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
     #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
     mode: str = "generate"
+    #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache
+    #: sized ``max_prompt_tokens + max_new_tokens``; on CUDA the one-token step is a CUDA graph
+    #: per power-of-two batch bucket; eager on CPU); same outputs, faster rollouts on a GPU
+    decode: str = "hf"
 
 
 @dataclass
@@ -312,6 +316,7 @@ def _validate(cfg: Config) -> None:
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
     choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
     choice("policy.lm.mode", cfg.policy.lm.mode, ("generate", "score"))
+    choice("policy.lm.decode", cfg.policy.lm.decode, ("hf", "static"))
     if cfg.algo.gigpo_mode is not None:
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
