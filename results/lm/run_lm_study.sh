@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lm study behind results/lm/ (README.md there), on one GPU machine.
 #
-#   bash results/lm/run_lm_study.sh start SECONDS   # install, launch, watch, pack
+#   bash results/lm/run_lm_study.sh install         # install the carried wheels, copy the code only
+#   bash results/lm/run_lm_study.sh start SECONDS   # install (unless done), launch, watch, pack
 #   bash results/lm/run_lm_study.sh watch SECONDS   # a later call on the same (warm) machine
 #
 # As results/run_device_study.sh: the pipeline runs detached (setsid) into /tmp/lmres, each call
@@ -16,17 +17,20 @@
 # Needs .whl/ as results/run_device_study.sh does: carry it.
 set -u
 MODE=${1:?start or watch}
-BUDGET=${2:?seconds to watch}
+BUDGET=${2:-0}
 export RES=/tmp/lmres
 OUT=${OUT:-/tmp/out}
 T0=$SECONDS
 export PYTHONPATH=/tmp/site:/tmp/code/pkgs:/tmp/code/src
 export JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
-if [ "$MODE" = start ]; then
+if [ "$MODE" = install ] || { [ "$MODE" = start ] && [ ! -d /tmp/code/src ]; }; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p /tmp/code "$RES" && cp -r src .whl/pkgs /tmp/code/ || exit 1
+  [ "$MODE" = install ] && exit 0
+fi
+if [ "$MODE" = start ]; then
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
   cat > /tmp/lmstudy.sh <<'EOS'
 cd /tmp/code
@@ -36,7 +40,7 @@ for env in $ENVS; do
   python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --out "$RES/tok/$env" \
     && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env" || exit 1
 done > "$RES/log_models.txt" 2>&1
-python3 -m proas experiment run lm_warm --rows sft_t40_e4 sft_t40_e12 sft_t200_e4 sft_t200_e12 --seeds 0 \
+python3 -m proas experiment run lm_warm --rows sft_t100_e8 sft_t100_e16 sft_t200_e6 sft_t200_e12 --seeds 0 \
   --jobs 8 --out "$RES" > "$RES/log_sft.txt" 2>&1
 python3 - "$RES" <<'EOP' > "$RES/log_choice.txt" 2>&1 || exit 1
 import json, os, pathlib, sys
