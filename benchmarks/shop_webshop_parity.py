@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from proas.envs.shop import make_shop_env
+from proas.envs.shop.env import ItemPage, ResultsPage, SearchPage, SubPage
 
 SUB_TEMPLATES = {
     "description": "description_page.html",
@@ -45,24 +46,26 @@ def webshop_text_and_clickables(html: str) -> tuple[str, list[str], bool]:
     return text, list(clickables), soup.find(id="search_input") is not None
 
 
-def render(templates, env) -> str:
-    common = {"session_id": "s", "instruction_text": env._goal["instruction_text"]}
-    if env.page == "search":
+def render(templates, env, instruction: str) -> str:
+    common = {"session_id": "s", "instruction_text": instruction}
+    page = env.page
+    if isinstance(page, SearchPage):
         return templates.get_template("search_page.html").render(**common)
-    if env.page == "results":
-        p = env.results_page
-        shown = env.top_n[(p - 1) * 10: p * 10]
+    if isinstance(page, ResultsPage):
         return templates.get_template("results_page.html").render(
-            products=shown, keywords=env.keywords, page=p, total=len(env.top_n), **common)
-    if env.page in ("item", "sub"):
-        kw = {"product_info": env.catalog.by_asin[env.asin], "keywords": env.keywords, "page": env.results_page,
-              "asin": env.asin, "options": env.options, **common}
-        if env.page == "item":
+            products=list(page.shown), keywords=list(page.keywords), page=page.number, total=len(page.top_n),
+            **common)
+    if isinstance(page, (ItemPage, SubPage)):
+        item = page if isinstance(page, ItemPage) else page.item
+        kw = {"product_info": env.catalog.by_asin[item.asin], "keywords": list(item.results.keywords),
+              "page": item.results.number, "asin": item.asin, "options": dict(item.options), **common}
+        if isinstance(page, ItemPage):
             return templates.get_template("item_page.html").render(show_attrs=False, **kw)
-        return templates.get_template(SUB_TEMPLATES[env.sub_page]).render(**kw)
+        return templates.get_template(SUB_TEMPLATES[page.name]).render(**kw)
     return templates.get_template("done_page.html").render(
-        session_id="s", reward=env.score, asin=env.asin, options=env.options, reward_info=None, goal_attrs=None,
-        purchased_attrs=None, goal=None, mturk_code=None, query=None, category=None, product_category=None)
+        session_id="s", reward=page.score, asin=page.item.asin, options=dict(page.item.options), reward_info=None,
+        goal_attrs=None, purchased_attrs=None, goal=None, mturk_code=None, query=None, category=None,
+        product_category=None)
 
 
 def main() -> int:
@@ -81,15 +84,15 @@ def main() -> int:
     states = mismatches = 0
     pages: set[str] = set()
 
-    def check() -> None:
+    def check(instruction: str) -> None:
         nonlocal states, mismatches
-        text, clickables, bar = webshop_text_and_clickables(render(templates, env))
+        text, clickables, bar = webshop_text_and_clickables(render(templates, env, instruction))
         states += 1
-        pages.add(env.page if env.page != "sub" else env.sub_page)
+        pages.add(env.page.name if isinstance(env.page, SubPage) else env.page.kind)
         if (text, clickables, bar) != (env.obs, list(env.clickables), env.has_search_bar):
             mismatches += 1
             if mismatches <= 3:
-                print(f"mismatch on {env.page}:\n  webshop: {text}\n  proas:   {env.obs}")
+                print(f"mismatch on {env.page.kind}:\n  webshop: {text}\n  proas:   {env.obs}")
 
     for tid in env.task_ids("valid")[: args.goals]:
         plan = env.oracle(tid)
@@ -107,11 +110,11 @@ def main() -> int:
             "click[reviews]",
             "click[< prev]",
         ]
-        env.reset(tid)
-        check()
+        _, info = env.reset(tid)
+        check(info["task"])
         for action in [plan[0], *tour, *plan[k + 1:]]:
             env.step(action)
-            check()
+            check(info["task"])
     print(f"{states} states over {args.goals} goals, pages {sorted(pages)}: {mismatches} mismatches")
     return 0 if mismatches == 0 else 1
 

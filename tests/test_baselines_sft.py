@@ -16,11 +16,11 @@ from proas.baselines.sft import (
 )
 from proas.cli import main as proas_main
 from proas.errors import ProasError
-from proas.policies.lm import project_action
+from proas.policies.lm import LMPolicy, project_action
 from proas.train.config import build_config
 from proas.train.evaluate import evaluate_checkpoint
-from proas.train.loop import build_policy
 from proas.train.run import train
+from proas.train.warm_start import build_policy
 
 torch.set_num_threads(1)
 
@@ -236,6 +236,12 @@ def test_an_rl_run_starts_from_the_sft_checkpoint_of_the_scorer(tmp_path):
         build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.init_from=x"])
     with pytest.raises(ProasError, match="policy.scorer.init_from"):
         build_policy(build_config(TOY + ["policy.scorer.init_from=" + str(tmp_path / "none")]), 0)
+
+
+def test_the_lm_policy_alone_leaves_reading_a_warm_start_run_to_the_trainer(tmp_path):
+    lm = build_config(LM_TOY + ["policy.lm.init_from=" + str(tmp_path / "sft")]).policy.lm
+    with pytest.raises(ProasError, match="names a proas run or checkpoint: build the policy with"):
+        LMPolicy.from_config(lm)  # no load_run: the policies floor cannot read a run
 
 
 def test_sft_of_a_score_mode_lm_learns_the_candidate_choice(tmp_path):

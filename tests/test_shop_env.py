@@ -1,12 +1,15 @@
 """ShopEnv on a tiny hand-made WebShop-schema catalog: exact page texts, clickables, transitions,
 no-ops, rewards, step limit, abstraction; and the protocol and oracle on the shipped catalog."""
 
+import dataclasses
 import json
 
 import pytest
 
 from proas.envs import check_env
+from proas.envs.base import SUCCESS_REWARD
 from proas.envs.shop import ShopCatalog, ShopEnv, make_shop_env, parse_action
+from proas.envs.shop.env import DonePage, ItemPage, ResultsPage, SearchPage, SubPage
 from proas.errors import ProasError
 
 SHIRT = "B000000001"
@@ -160,9 +163,10 @@ def test_last_option_click_wins_and_prev_from_item_clears_options(env, catalog):
     env.step(f"click[{SHIRT.lower()}]")
     env.step("click[blue | navy]")
     _, _, _, info = env.step("click[red]")
-    assert env.options == {"color": "red"} and info["abstract_state"] == "shop|item|match|opts=color"
+    assert isinstance(env.page, ItemPage) and env.page.options == {"color": "red"}
+    assert info["abstract_state"] == "shop|item|match|opts=color"
     obs, _, _, info = env.step("click[< prev]")
-    assert "Page 1 (Total results:" in obs and env.options == {}
+    assert "Page 1 (Total results:" in obs and isinstance(env.page, ResultsPage)  # options left behind
     env.step(f"click[{SHIRT.lower()}]")
     _, reward, _, info = env.step("click[buy now]")
     assert info["score"] == pytest.approx(0.5)  # (1 + 0 + 1) / 4
@@ -175,8 +179,33 @@ def test_back_to_search_resets(env, catalog):
     env.step(f"click[{SHIRT.lower()}]")
     env.step("click[red]")
     obs, _, _, info = env.step("click[back to search]")
-    assert obs == first and env.options == {} and env.visited == set()
+    assert obs == first and env.page == SearchPage()
     assert info["abstract_state"] == "shop|search"
+
+
+def test_pages_are_typed_states_holding_what_their_transitions_need(env, catalog):
+    env.reset(task_for(catalog, "red", "small"))
+    assert env.page == SearchPage()
+    env.step("search[acme]")
+    results = env.page
+    assert isinstance(results, ResultsPage) and (results.keywords, results.number) == (("acme",), 1)
+    assert SHIRT in [p["asin"] for p in results.shown]
+    env.step(f"click[{SHIRT.lower()}]")
+    env.step("click[red]")
+    item = env.page
+    assert item == ItemPage(results, SHIRT, {"color": "red"})  # < Prev searches results' keywords again
+    _, _, _, info = env.step("click[features]")
+    assert env.page == SubPage(item, "features") and info["page"] == "sub"
+    env.step("click[< prev]")
+    assert env.page == item  # the sub-page gives its item page back, options included
+    env.step("click[small]")
+    _, reward, done, info = env.step("click[buy now]")
+    bought = env.page
+    assert isinstance(bought, DonePage) and bought.item.options == {"color": "red", "size": "small"}
+    assert (bought.score, reward, done, info["reward_info"]) == (1.0, SUCCESS_REWARD, True, bought.reward_info)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bought.score = 0.0  # type: ignore[misc]  # the point of the test: pages are immutable
+    assert item.options == {"color": "red"}  # the purchase made a new page; the old one is unchanged
 
 
 @pytest.mark.parametrize("action", [
@@ -208,7 +237,8 @@ def test_search_works_from_any_page_and_regex_is_greedy(env, catalog):
     env.step("search[acme]")
     env.step(f"click[{SHIRT.lower()}]")
     obs, _, _, info = env.step("search[filler shirt]")
-    assert not info["error"] and env.keywords == ["filler", "shirt"] and env.page == "results"
+    assert not info["error"] and isinstance(env.page, ResultsPage)
+    assert (env.page.keywords, env.page.number, info["page"]) == (("filler", "shirt"), 1, "results")
     # WebShop's regex is greedy on the name too: the name runs to the last '[' -> not a search
     assert parse_action("search[filler [shirt]]") == ("search[filler ", "shirt]")
     assert env.step("search[filler [shirt]]")[3]["error"]

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from proas.envs.base import SUCCESS_REWARD
 from proas.envs.shop import make_shop_env
 from proas.envs.shop.nouns import TitleNouns, heuristic_nouns
 from proas.envs.shop.search import K1, Analyzer, B, SearchIndex, document_text
@@ -121,4 +122,4 @@ def test_human_goal_mode_on_the_shipped_catalog():
     env.reset("0")
     for a in plan:
         _, reward, done, info = env.step(a)
-    assert done and info["won"] and reward == 10.0
+    assert done and info["won"] and reward == SUCCESS_REWARD

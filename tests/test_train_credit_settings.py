@@ -11,7 +11,8 @@ from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.train import loop as loop_mod
 from proas.train.config import build_config
-from proas.train.loop import Trainer, build_policy
+from proas.train.loop import Trainer
+from proas.train.warm_start import build_policy
 from proas.types import Step, Trajectory
 
 torch.set_num_threads(1)

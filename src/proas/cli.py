@@ -23,7 +23,7 @@ COMMAND_MODULES = [
     "proas.inspect.cli",
     "proas.baselines.cli",
     "proas.probes.cli",
-    "proas.policies.lm_cli",
+    "proas.lm_cli",
     "proas.integrations.verl.cli",
 ]
 

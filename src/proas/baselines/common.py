@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proas.errors import ProasError
 from proas.train import checkpoint as ckpt
 from proas.train.evaluate import print_val_table
 from proas.train.loop import val_result
+from proas.train.warm_start import load_policy
 
 __all__ = [
     "env_name",
@@ -30,27 +30,6 @@ def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dic
     """
     ckpt.replace_checkpoint(directory, {"step": step, "config": config_yaml, "policy": policy_state},
                             {"step": step, **meta}, graph)
-
-
-def load_policy(target: str | Path):
-    """``(policy, cfg, checkpoint_dir, state)`` of a run directory (best, else latest checkpoint),
-    a checkpoint directory or a ``state.pt``: the same resolution as ``proas eval``."""
-    import torch
-
-    from proas.train.config import config_from_yaml
-    from proas.train.loop import build_policy
-
-    directory = ckpt.find_checkpoint(target)
-    state = ckpt.load_state(directory)
-    cfg = config_from_yaml(str(state.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
-    torch.set_num_threads(cfg.train.threads)
-    policy = build_policy(cfg, cfg.seed)
-    try:
-        policy.load_state_dict(state["policy"])
-    except (KeyError, RuntimeError) as exc:
-        raise ProasError(f"{directory / ckpt.STATE_FILE}: policy weights do not fit the config "
-                         f"({type(exc).__name__})") from None
-    return policy, cfg, directory, state
 
 
 def validation_ids(cfg, env) -> list[str]:

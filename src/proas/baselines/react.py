@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proas.baselines.react_format import format_observation, parse_reply, system_prompt
-from proas.envs.base import Env
+from proas.envs.base import SUCCESS_REWARD, Env
 from proas.envs.replay import env_step
 from proas.errors import ProasError
 from proas.policies.base import task_text
@@ -113,7 +113,7 @@ def api_key_from_env(var: str | None) -> str | None:
 
 
 def run_react(client: ChatClient, env: Env, task_ids: Sequence[str], *, env_name: str, max_steps: int,
-              temperature: float = 0.0, seed: int | None = None, success_reward: float = 10.0,
+              temperature: float = 0.0, seed: int | None = None, success_reward: float = SUCCESS_REWARD,
               on_episode: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
     """Play each task as one ReAct conversation; return the trajectories (``proas.types``).
 

@@ -40,7 +40,8 @@ from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
 from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml
-from proas.train.loop import build_policy, make_env_factory, validate, write_run_config
+from proas.train.loop import make_env_factory, validate, write_run_config
+from proas.train.warm_start import build_policy
 
 __all__ = [
     "LM_THOUGHT",

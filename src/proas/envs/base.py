@@ -23,6 +23,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+#: the step reward of a won episode, on the winning step (verl-agent's rule-based ``10 x won``),
+#: for every env; the trainer's outcome reward ``env.success_reward`` defaults to it
+SUCCESS_REWARD = 10.0
+
 REQUIRED_INFO_KEYS = ("won", "score", "error", "admissible", "abstract_state", "anchor", "task_type")
 
 

@@ -34,7 +34,9 @@ import functools
 import inspect
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -45,7 +47,7 @@ from proas.errors import ProasError
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
 __all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer",
-           "MODEL_CONFIGS", "load_tokenizer", "score_response", "train_tokenizer"]
+           "MODEL_CONFIGS", "is_hf_model_dir", "load_tokenizer", "score_response", "train_tokenizer"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see the module docstring)
@@ -244,6 +246,11 @@ class _AdapterOff(nn.Module):
             return model(**kwargs)
 
 
+def is_hf_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a Hugging Face model directory rather than a proas run or checkpoint."""
+    return (Path(path) / "config.json").is_file()
+
+
 class LMPolicy(Policy):
     """A causal LM that writes ``<think>…</think><action>…</action>`` answers."""
 
@@ -282,9 +289,12 @@ class LMPolicy(Policy):
 
     # ---- construction
     @classmethod
-    def from_config(cls, lm, seed: int = 0, temperature: float = 1.0) -> "LMPolicy":
+    def from_config(cls, lm, seed: int = 0, temperature: float = 1.0,
+                    load_run: Callable[[str], tuple[Any, Any]] | None = None) -> "LMPolicy":
         """Build from ``proas.train.config.LMConfig``; ``temperature`` is ``policy.temperature``
-        (the score mode's loss temperature)."""
+        (the score mode's loss temperature). ``load_run`` gives the ``(model, tokenizer)`` of the
+        proas run or checkpoint that ``init_from`` names (the trainer's ``build_policy`` passes
+        ``proas.train.warm_start.lm_from_run``; reading a run is the trainer's business)."""
         from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
         device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
@@ -297,15 +307,16 @@ class LMPolicy(Policy):
             if dtype is None:
                 raise ProasError(f"config: policy.lm.dtype={lm.dtype!r} is not auto, bf16, fp16 or fp32")
         torch.manual_seed(seed)
-        from proas.policies.warm_start import is_hf_model_dir, lm_from_run
-
         # ``init_from``: a Hugging Face directory loads like ``model_path``; a proas run or
         # checkpoint (an SFT run) rebuilds that run's policy and takes its (merged) weights
         model_path, key = lm.model_path, "model_path"
         if lm.init_from and is_hf_model_dir(lm.init_from):
             model_path, key = lm.init_from, "init_from"
         if lm.init_from and key != "init_from":
-            model, tokenizer = lm_from_run(lm.init_from)
+            if load_run is None:
+                raise ProasError(f"policy.lm.init_from={lm.init_from!r} names a proas run or checkpoint: build "
+                                 "the policy with proas.train.warm_start.build_policy, which loads it")
+            model, tokenizer = load_run(lm.init_from)
             model = model.to(dtype)
         elif model_path:
             try:

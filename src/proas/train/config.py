@@ -30,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from proas.credit.annotate import REA_RULES
 from proas.credit.estimators import GROUP_STATS
+from proas.envs.base import SUCCESS_REWARD
 from proas.errors import ProasError
 
 __all__ = [
@@ -89,8 +90,9 @@ class EnvConfig:
     #: ``invalid_action_penalty_coef`` on ``is_action_valid``), subtracted from that step's final
     #: advantage. Actions the env rejects are ProAS's unreasonable steps instead (docs/training.md)
     invalid_action_penalty: float = 0.1
-    #: outcome reward of a won episode (verl-agent: 10 x won)
-    success_reward: float = 10.0
+    #: outcome reward of a won episode (verl-agent: 10 x won); by default the envs' own win reward,
+    #: ``proas.envs.base.SUCCESS_REWARD``
+    success_reward: float = SUCCESS_REWARD
     #: keyword arguments for the env's constructor
     options: dict[str, Any] = field(default_factory=dict)
     fixed_train_set: FixedTrainSet = field(default_factory=FixedTrainSet)

@@ -50,9 +50,10 @@ from proas.train.config import Config, config_from_yaml, config_to_yaml
 from proas.train.critic import ValueModel
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
+from proas.train.warm_start import build_policy
 from proas.types import Trajectory
 
-__all__ = ["Trainer", "build_policy", "make_env_factory", "val_result", "validate"]
+__all__ = ["Trainer", "make_env_factory", "val_result", "validate"]
 
 #: credit-core estimator name of each config estimator
 _CREDIT_NAME = {"ppo": "gae"}
@@ -83,24 +84,6 @@ def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
             raise ProasError(f"config: env.options do not fit env {name!r} ({exc})") from None
 
     return make
-
-
-def build_policy(cfg: Config, seed: int) -> Policy:
-    """The configured policy, initialised from ``seed`` (and the model path for ``lm``)."""
-    if cfg.policy.kind == "scorer":
-        from proas.policies.scorer import ScorerPolicy
-
-        s = cfg.policy.scorer
-        policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed,
-                              optimizer=s.optimizer, history_length=s.history_length)
-        if s.init_from:  # a warm start (an SFT run): its weights, and so the KL reference's
-            from proas.policies.warm_start import scorer_init_state
-
-            policy.load_state_dict(scorer_init_state(s.init_from, s))
-        return policy
-    from proas.policies.lm import LMPolicy
-
-    return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature)
 
 
 # ----------------------------------------------------------------------------- validation

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from proas.envs.base import Env
+from proas.envs.base import SUCCESS_REWARD, Env
 from proas.envs.replay import env_step
 from proas.policies.base import Context, Policy, task_text
 from proas.types import Step, Trajectory
@@ -84,7 +84,7 @@ def rollout(
     *,
     temperature: float = 1.0,
     max_steps: int,
-    success_reward: float = 10.0,
+    success_reward: float = SUCCESS_REWARD,
     env_name: str = "",
     on_turn: Callable[[int], None] | None = None,
 ) -> tuple[list[Trajectory], RolloutStats]:

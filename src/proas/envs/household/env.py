@@ -10,7 +10,7 @@ Task ids: ``"<split>-<type>-<index>"`` for generated tasks (``generator.py``), o
 ``traj_data.json``. Generated games are written, for the real engine, under a cache directory
 (``$PROAS_HOUSEHOLD_CACHE``, default ``~/.cache/proas/household``), keyed by generator version.
 
-Reward is 10.0 on the step that wins (verl-agent's ALFWorld reward), else 0.0; ``score`` is
+Reward is ``SUCCESS_REWARD`` (10.0) on the step that wins (verl-agent's ALFWorld reward), else 0.0; ``score`` is
 1.0/0.0. An episode ends when won or after ``max_steps`` (50) steps.
 """
 
@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from proas.envs.base import SUCCESS_REWARD
 from proas.envs.household import generator
 from proas.envs.household.abstraction import TaskRoles, abstract_state
 from proas.envs.household.oracle import solve
@@ -35,7 +36,7 @@ from proas.fileio import atomic_write_json
 if TYPE_CHECKING:  # pragma: no cover
     from proas.types import Trajectory
 
-WIN_REWARD = 10.0
+WIN_REWARD = SUCCESS_REWARD  # the household package exports it under this name
 MAX_STEPS = 50
 OFFICIAL_PREFIX = "alfworld:"
 # the shapes of every command template in alfred.twl2; anything else is malformed text

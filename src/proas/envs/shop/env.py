@@ -11,9 +11,15 @@ Pages, clickables and transitions follow WebShop's ``SimServer``/``WebAgentTextE
   the current page and not ``search``; anything else is a no-op that returns the same page, flagged
   ``info["error"]``.
 
-The episode also ends after ``max_steps`` (15, as verl-agent). The step reward is 10.0 when the
-purchase scores exactly 1 (verl-agent's rule-based reward), else 0; ``info["score"]`` is WebShop's
-raw score of the purchase (0 until something is bought).
+The episode also ends after ``max_steps`` (15, as verl-agent). The step reward is
+``SUCCESS_REWARD`` (10.0, ``proas.envs.base``) when the purchase scores exactly 1 (verl-agent's
+rule-based reward), else 0; ``info["score"]`` is WebShop's raw score of the purchase (0 until
+something is bought).
+
+The state is a typed page (``SearchPage``, ``ResultsPage``, ``ItemPage``, ``SubPage``,
+``DonePage``), each holding what its transitions need (an item page its results page, for
+``< Prev``; a sub-page its item page, options included). A step replaces the page with a new one
+and never edits one, so a reference to the episode state is a snapshot.
 
 ``info["admissible"]``: the current page's clicks as ``click[...]`` (without WebShop's refused
 ``click[search]``), and on the search page two candidate queries read off the instruction (the
@@ -30,9 +36,12 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, NamedTuple
 
+from proas.envs.base import SUCCESS_REWARD
 from proas.envs.shop.engine import DEFAULT_GOAL_SEED, ShopCatalog
 from proas.envs.shop.reward import MATCH_THRESHOLD, goal_option_items, normalize_color, token_set_ratio
 from proas.errors import ProasError
@@ -68,6 +77,93 @@ def parse_action(action: str) -> tuple[str, str | None]:
     return m.group(1), m.group(2)
 
 
+# ====================================================================== page states
+Product = dict[str, Any]  # a catalog product (``ShopCatalog.by_asin``'s values)
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """The start page: the instruction and a search bar; nothing to click."""
+
+    kind: ClassVar[str] = "search"
+
+
+@dataclass(frozen=True)
+class ResultsPage:
+    """Results page ``number`` (from 1) of ``top_n``, the products ``keywords`` found."""
+
+    kind: ClassVar[str] = "results"
+    keywords: tuple[str, ...]
+    number: int
+    top_n: tuple[Product, ...]
+
+    @property
+    def shown(self) -> tuple[Product, ...]:
+        """The ``PRODUCT_WINDOW`` products this page lists."""
+        return self.top_n[(self.number - 1) * PRODUCT_WINDOW: self.number * PRODUCT_WINDOW]
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    """Product ``asin``, opened from ``results``; ``options``: option name -> the value last
+    clicked for it (the page does not show them)."""
+
+    kind: ClassVar[str] = "item"
+    results: ResultsPage
+    asin: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SubPage:
+    """The ``name`` sub-page (``description``, ``features`` or ``reviews``) of ``item``."""
+
+    kind: ClassVar[str] = "sub"
+    item: ItemPage
+    name: str
+
+
+@dataclass(frozen=True)
+class DonePage:
+    """The purchase of ``item`` (its product and options): WebShop's ``score`` and details."""
+
+    kind: ClassVar[str] = "done"
+    item: ItemPage
+    score: float
+    reward_info: dict[str, Any]
+
+
+Page = SearchPage | ResultsPage | ItemPage | SubPage | DonePage
+
+
+class Clickable(NamedTuple):
+    """What a page's clickable label does: a ``button``, a ``product`` link (``target``: its
+    asin) or an ``option`` value (``target``: the option's name)."""
+
+    kind: Literal["button", "product", "option"]
+    target: str = ""
+
+
+_BUTTON = Clickable("button")
+
+
+@dataclass(frozen=True)
+class _Episode:
+    """Everything one episode's future depends on. A step replaces it, so a saved reference is
+    a snapshot (``hint`` and ``oracle`` play on the env and put it back). ``rng`` (WebShop's
+    ``<r>`` searches draw from it) is the one mutable part; a snapshot may share it because
+    every ``reset`` makes a fresh one, so no other episode draws from it."""
+
+    goal_index: int
+    goal: dict[str, Any]
+    rng: random.Random
+    page: Page
+    obs: str
+    clickables: dict[str, Clickable]
+    steps: int = 0
+    done: bool = False
+
+
 class ShopEnv:
     """WebShop over a ``ShopCatalog``; task ids are goal indices (as strings) of its shuffle."""
 
@@ -82,9 +178,42 @@ class ShopEnv:
             f"with seed {VALID_DRAW_SEED} from index range [{VALID_RANGE[0]}, {VALID_RANGE[1]}), "
             f"train = indices >= {VALID_RANGE[0]} minus valid"
         )
-        self._rng = random.Random(0)
         self._splits: dict[str, list[str]] | None = None
-        self._goal_idx: int | None = None
+        self._episode: _Episode | None = None
+
+    # ================================================================== state
+    @property
+    def _ep(self) -> _Episode:
+        if self._episode is None:
+            raise ProasError("shop env: call reset(task_id) first")
+        return self._episode
+
+    @property
+    def page(self) -> Page:
+        """The current page."""
+        return self._ep.page
+
+    @property
+    def obs(self) -> str:
+        """The current page's text."""
+        return self._ep.obs
+
+    @property
+    def clickables(self) -> dict[str, Clickable]:
+        """The current page's clickable labels (lower case, in WebShop's order)."""
+        return self._ep.clickables
+
+    @property
+    def steps(self) -> int:
+        return self._ep.steps
+
+    @property
+    def done(self) -> bool:
+        return self._ep.done
+
+    @property
+    def has_search_bar(self) -> bool:
+        return isinstance(self._ep.page, SearchPage)
 
     # ================================================================== protocol
     def task_ids(self, split: str) -> list[str]:
@@ -135,147 +264,127 @@ class ShopEnv:
         return idx
 
     def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
-        self._goal_idx = self._index(task_id)
-        self._goal = self.catalog.goals[self._goal_idx]
-        self._rng = random.Random(self._goal_idx)
-        self.steps = 0
-        self.done = False
-        self.score = 0.0
-        self.reward_info: dict[str, Any] | None = None
-        self._to_search_page()
-        self._render()
+        idx = self._index(task_id)
+        goal = self.catalog.goals[idx]
+        page = SearchPage()
+        obs, clickables = self._render(page, goal)
+        self._episode = _Episode(idx, goal, random.Random(idx), page, obs, clickables)
         return self.obs, self._info(error=False)
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if self._goal_idx is None:
+        if self._episode is None:
             raise ProasError("shop env: call reset(task_id) before step()")
-        if self.done:
-            return self.obs, 0.0, True, self._info(error=True)
-        self.steps += 1
-        error = not self._apply(action)
-        if not error:
-            self._render()
-        if self.steps >= self.max_steps:
-            self.done = True
-        won = self.page == "done" and self.score == 1.0
-        reward = 10.0 if won else 0.0
-        return self.obs, reward, self.done, self._info(error=error)
+        ep = self._episode
+        if ep.done:
+            return ep.obs, 0.0, True, self._info(error=True)
+        page = self._next_page(action)
+        if page is not None:
+            obs, clickables = self._render(page, ep.goal)
+            ep = replace(ep, page=page, obs=obs, clickables=clickables)
+        steps = ep.steps + 1
+        done = isinstance(page, DonePage) or steps >= self.max_steps
+        self._episode = replace(ep, steps=steps, done=done)
+        return self.obs, SUCCESS_REWARD if self._won() else 0.0, done, self._info(error=page is None)
+
+    def _won(self) -> bool:
+        page = self._ep.page
+        return isinstance(page, DonePage) and page.score == 1.0
 
     # ================================================================== transitions
-    def _apply(self, action: str) -> bool:
-        """Perform ``action`` as WebShop's text env does; False for a no-op."""
-        if not isinstance(action, str):
-            return False
+    def _next_page(self, action: str) -> Page | None:
+        """The page ``action`` leads to, as in WebShop's text env; None for a no-op."""
+        if not isinstance(action, str):  # the type says str; a policy may hand over anything
+            return None
         name, arg = parse_action(action)
         if arg is not None:
             arg = arg.lower()
         if name == "search" and arg:
-            self._search(arg.split(" "), page=1)
-            return True
+            return self._search(tuple(arg.split(" ")), number=1)
         if name == "click" and arg is not None and arg in self.clickables and arg != "search":
-            self._click(arg)
-            return True
-        return False
+            return self._click(arg)
+        return None
 
-    def _to_search_page(self) -> None:
-        self.page = "search"
-        self.keywords: list[str] | None = None
-        self.results_page: int | None = None
-        self.asin: str | None = None
-        self.visited: set[str] = set()
-        self.options: dict[str, str] = {}
-        self.sub_page: str | None = None
+    def _search(self, keywords: tuple[str, ...], number: int) -> ResultsPage:
+        """A fresh search, as WebShop runs one for every results page it shows (so ``<r>``
+        draws again when paging)."""
+        return ResultsPage(keywords, number, tuple(self.catalog.search(keywords, self._ep.rng)))
 
-    def _search(self, keywords: list[str], page: int) -> None:
-        self.keywords = keywords
-        self.results_page = page
-        self.asin = None
-        self.options = {}
-        self.top_n = self.catalog.search(keywords, self._rng)
-        self.page = "results"
-
-    def _click(self, label: str) -> None:
-        kind, payload = self.clickables[label]
-        if label == "buy now":
-            self.score, self.reward_info = self.catalog.reward(self.asin, self._goal, self.options)  # type: ignore[arg-type]
-            self.page = "done"
-            self.done = True
-        elif label == "back to search":
-            self._to_search_page()
-        elif label == "next >" and self.page == "results":
-            self._search(self.keywords, self.results_page + 1)  # type: ignore[arg-type, operator]
-        elif label == "< prev" and self.page == "results":
-            self._search(self.keywords, self.results_page - 1)  # type: ignore[arg-type, operator]
-        elif label == "< prev" and self.page == "sub":
-            self.page = "item"
-        elif label == "< prev" and self.page == "item":
-            self._search(self.keywords, self.results_page)  # type: ignore[arg-type]
-        elif label in SUB_PAGES:
-            self.page, self.sub_page = "sub", label
-        elif kind == "product":
-            self.asin = payload
-            self.visited.add(payload)
-            self.page = "item"
-        elif kind == "option":
-            self.options[payload] = label
-            self.page = "item"
+    def _click(self, label: str) -> Page:
+        """The page a click on ``label``, a clickable of the current page, leads to."""
+        if label == "back to search":
+            return SearchPage()
+        page, target = self.page, self.clickables[label].target
+        if isinstance(page, ResultsPage):
+            if label == "next >":
+                return self._search(page.keywords, page.number + 1)
+            if label == "< prev":
+                return self._search(page.keywords, page.number - 1)
+            return ItemPage(page, target)
+        if isinstance(page, ItemPage):
+            if label == "buy now":
+                score, reward_info = self.catalog.reward(page.asin, self._ep.goal, page.options)
+                return DonePage(page, score, reward_info)
+            if label == "< prev":
+                return self._search(page.results.keywords, page.results.number)
+            if label in SUB_PAGES:
+                return SubPage(page, label)
+            # an option value; a later click on a value of the same option replaces it
+            return replace(page, options={**page.options, target: label})
+        if isinstance(page, SubPage):  # the only other button is "< prev"
+            return page.item
+        raise ProasError(f"shop env: {label!r} is not clickable on the {page.kind} page")
 
     # ================================================================== rendering
-    def _render(self) -> None:
-        """Build the page text and ``clickables`` (label -> (kind, payload)) in WebShop's order."""
-        instr = self._goal["instruction_text"]
-        head = ["Instruction:", instr]
-        clickables: dict[str, tuple[str, Any]] = {}
-        self.has_search_bar = False
-        if self.page == "search":
+    def _render(self, page: Page, goal: Mapping[str, Any]) -> tuple[str, dict[str, Clickable]]:
+        """The text of ``page`` and its clickables (label -> ``Clickable``), in WebShop's order."""
+        head = ["Instruction:", goal["instruction_text"]]
+        clickables: dict[str, Clickable] = {}
+        parts: list[Any]
+        if isinstance(page, SearchPage):
             parts = ["WebShop", *head, "Search"]
-            clickables["search"] = ("button", None)
-            self.has_search_bar = True
-        elif self.page == "results":
-            page = self.results_page
-            shown = self.top_n[(page - 1) * PRODUCT_WINDOW: page * PRODUCT_WINDOW]
-            parts = [*head, "Back to Search", f"Page {page} (Total results: {len(self.top_n)})"]
-            clickables["back to search"] = ("button", None)
-            if page > 1:
+            clickables["search"] = _BUTTON
+        elif isinstance(page, ResultsPage):
+            parts = [*head, "Back to Search", f"Page {page.number} (Total results: {len(page.top_n)})"]
+            clickables["back to search"] = _BUTTON
+            if page.number > 1:
                 parts.append("< Prev")
-                clickables["< prev"] = ("button", None)
+                clickables["< prev"] = _BUTTON
             parts.append("Next >")
-            clickables["next >"] = ("button", None)
-            for p in shown:
+            clickables["next >"] = _BUTTON
+            for p in page.shown:
                 parts += [p["asin"], p["Title"], p["Price"]]
-            for p in shown:
-                clickables[p["asin"].lower()] = ("product", p["asin"])
-            self.shown = [p["asin"] for p in shown]
-        elif self.page == "item":
-            product = self.catalog.by_asin[self.asin]
+            for p in page.shown:
+                clickables[p["asin"].lower()] = Clickable("product", p["asin"])
+        elif isinstance(page, ItemPage):
+            product = self.catalog.by_asin[page.asin]
             parts = [*head, "Back to Search", "< Prev"]
             for opt_name, values in product["options"].items():
                 parts += [opt_name, *values]
             parts += [product["Title"], f"Price: {product['Price']}", f"Rating: {product['Rating']}",
                       "Description", "Features", "Reviews", "Buy Now"]
             for label in ("back to search", "< prev", "description", "features", "reviews", "buy now"):
-                clickables[label] = ("button", None)
+                clickables[label] = _BUTTON
             for opt_name, values in product["options"].items():
                 for v in values:
-                    clickables[v] = ("option", opt_name)  # a later radio overrides an equal key, as in WebShop
-        elif self.page == "sub":
-            product = self.catalog.by_asin[self.asin]
+                    # a value equal to a label replaces it, as WebShop's later radio does
+                    clickables[v] = Clickable("option", opt_name)
+        elif isinstance(page, SubPage):
+            product = self.catalog.by_asin[page.item.asin]
             parts = [*head, "Back to Search", "< Prev"]
-            if self.sub_page == "description":
+            if page.name == "description":
                 parts.append(product["Description"])
-            elif self.sub_page == "features":
+            elif page.name == "features":
                 parts += list(product["BulletPoints"])
-            clickables["back to search"] = ("button", None)
-            clickables["< prev"] = ("button", None)
-        else:  # done
+            clickables["back to search"] = _BUTTON
+            clickables["< prev"] = _BUTTON
+        else:
             parts = ["Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
-                     "Purchased", "asin", self.asin, "options", _tojson(self.options),
+                     "Purchased", "asin", page.item.asin, "options", _tojson(dict(page.item.options)),
                      "attrs", "None", "category", "None", "query", "None", "product category", "None",
                      "Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
                      "product category", "query", "Goal", "None", "Reward", "Your score (min 0.0, max 1.0)",
-                     str(self.score), "Reward Details", "None"]
-        self.obs = SEP.join(s for s in (str(x).strip() for x in parts) if s)
-        self.clickables = clickables
+                     str(page.score), "Reward Details", "None"]
+        return SEP.join(s for s in (str(x).strip() for x in parts) if s), clickables
 
     # ================================================================== info
     def admissible(self) -> list[str]:
@@ -287,14 +396,15 @@ class ShopEnv:
 
     def instruction_queries(self) -> list[str]:
         """Two search queries read off the visible instruction (no goal knowledge)."""
-        text = _PRICE_CLAUSE.sub("", self._goal["instruction_text"]).strip().lower()
-        short = text.split(" with ")[0].strip() if isinstance(self._goal["goal_options"], dict) else text
+        goal = self._ep.goal
+        text = _PRICE_CLAUSE.sub("", goal["instruction_text"]).strip().lower()
+        short = text.split(" with ")[0].strip() if isinstance(goal["goal_options"], dict) else text
         return list(dict.fromkeys(q for q in (text, short) if q))
 
     def invalid_candidates(self) -> list[str]:
         """A few well-formed actions WebShop would refuse here (plus one malformed)."""
         out = []
-        if self.page == "search":
+        if self.has_search_bar:
             out.append("click[search]")
         for label in ("buy now", "next >", "< prev", "back to search", "description"):
             if label not in self.clickables:
@@ -303,12 +413,12 @@ class ShopEnv:
         return out[:4]
 
     def _matches(self, asin: str) -> bool:
-        return self.catalog.can_win_cached(self._goal_idx, asin)  # type: ignore[arg-type]
+        return self.catalog.can_win_cached(self._ep.goal_index, asin)
 
-    def satisfied_options(self) -> list[str]:
-        """The goal options (names, or indices for human goals) the current selection satisfies."""
-        chosen = [normalize_color(v) for v in self.options.values()]
-        goal_opts = self._goal["goal_options"]
+    def satisfied_options(self, item: ItemPage) -> list[str]:
+        """The goal options (names, or indices for human goals) the selection on ``item`` satisfies."""
+        chosen = [normalize_color(v) for v in item.options.values()]
+        goal_opts = self._ep.goal["goal_options"]
         labels = list(goal_opts) if isinstance(goal_opts, dict) else [str(i) for i in range(len(goal_opts))]
         out = []
         for label, g in zip(labels, goal_option_items(goal_opts)):
@@ -318,35 +428,37 @@ class ShopEnv:
         return sorted(out)
 
     def abstract_state(self) -> str:
-        if self.page == "search":
+        page = self.page
+        if isinstance(page, SearchPage):
             return "shop|search"
-        if self.page == "results":
-            hit = any(self._matches(a) for a in self.shown)
+        if isinstance(page, ResultsPage):
+            hit = any(self._matches(p["asin"]) for p in page.shown)
             return f"shop|results|{'match' if hit else 'nomatch'}"
-        if self.page == "done":
-            return f"shop|done|{'won' if self.score == 1.0 else 'lost'}"
-        where = "item" if self.page == "item" else self.sub_page
-        if not self._matches(self.asin):  # type: ignore[arg-type]
+        if isinstance(page, DonePage):
+            return f"shop|done|{'won' if page.score == 1.0 else 'lost'}"
+        where, item = ("item", page) if isinstance(page, ItemPage) else (page.name, page.item)
+        if not self._matches(item.asin):
             return f"shop|{where}|other"
-        return f"shop|{where}|match|opts={','.join(self.satisfied_options()) or '-'}"
+        return f"shop|{where}|match|opts={','.join(self.satisfied_options(item)) or '-'}"
 
     def _info(self, error: bool) -> dict[str, Any]:
-        won = self.page == "done" and self.score == 1.0
+        ep = self._ep
+        done_page = ep.page if isinstance(ep.page, DonePage) else None
         return {
-            "won": won,
-            "score": float(self.score),
+            "won": self._won(),
+            "score": float(done_page.score) if done_page else 0.0,
             "error": error,
             "admissible": self.admissible(),
             "abstract_state": self.abstract_state(),
-            "anchor": self.obs,
+            "anchor": ep.obs,
             "task_type": TASK_TYPE,
-            "task": self._goal["instruction_text"],
+            "task": ep.goal["instruction_text"],
             "invalid_candidates": self.invalid_candidates(),
-            "page": self.page,
+            "page": ep.page.kind,
             "has_search_bar": self.has_search_bar,
-            "clickables": list(self.clickables),
-            "steps": self.steps,
-            "reward_info": self.reward_info,
+            "clickables": list(ep.clickables),
+            "steps": ep.steps,
+            "reward_info": done_page.reward_info if done_page else None,
         }
 
     # ================================================================== oracle
@@ -356,33 +468,34 @@ class ShopEnv:
         Opens a product that can score 1 if the page shows one, pages towards one, fixes the
         options one click at a time, buys; otherwise starts over with the oracle's search.
         """
-        if self._goal_idx is None or self.done:
+        if self._episode is None or self._episode.done:
             return None
-        if self.page == "sub":
+        ep = self._episode
+        page = ep.page
+        if isinstance(page, SubPage):
             return "click[< prev]"
-        if self.page == "item":
-            if not self._matches(self.asin):  # type: ignore[arg-type]
+        if isinstance(page, ItemPage):
+            if not self._matches(page.asin):
                 return "click[< prev]"
-            _, wanted = self.catalog.best_options(self.asin, self._goal)  # type: ignore[arg-type]
-            if self.catalog.reward(self.asin, self._goal, self.options)[0] == 1.0:  # type: ignore[arg-type]
+            _, wanted = self.catalog.best_options(page.asin, ep.goal)
+            if self.catalog.reward(page.asin, ep.goal, page.options)[0] == 1.0:
                 return "click[buy now]"
             for name, value in wanted.items():
-                if self.options.get(name) != value:
+                if page.options.get(name) != value:
                     return f"click[{value}]"
             return "click[buy now]"
-        if self.page == "results":
-            for asin in self.shown:
-                if self._matches(asin):
-                    return f"click[{asin.lower()}]"
-            ranks = [r for r, p in enumerate(self.top_n) if self._matches(p["asin"])]
+        if isinstance(page, ResultsPage):
+            for p in page.shown:
+                if self._matches(p["asin"]):
+                    return f"click[{p['asin'].lower()}]"
+            ranks = [r for r, p in enumerate(page.top_n) if self._matches(p["asin"])]
             if ranks:
                 target_page = ranks[0] // PRODUCT_WINDOW + 1
-                return "click[next >]" if target_page > self.results_page else "click[< prev]"  # type: ignore[operator]
-        saved = self._save()
+                return "click[next >]" if target_page > page.number else "click[< prev]"
         try:
-            plan = self.oracle(str(self._goal_idx))
+            plan = self.oracle(str(ep.goal_index))
         finally:
-            self._restore(saved)
+            self._episode = ep
         return plan[0]
 
     def oracle(self, task_id: str) -> list[str]:
@@ -390,29 +503,30 @@ class ShopEnv:
         can score 1, open it, click the needed option values, buy. Verified by replay.
 
         Queries tried: the two instruction queries, then the target product's title. Raises
-        ``ProasError`` if no plan reaches a score of 1 within ``max_steps``.
+        ``ProasError`` if no plan reaches a score of 1 within ``max_steps``. Leaves the current
+        episode as it was.
         """
         idx = self._index(task_id)
         goal = self.catalog.goals[idx]
-        saved = self._save()
+        saved = self._episode
         try:
             self.reset(task_id)
             queries = self.instruction_queries() + [goal["name"].lower()]
             best: list[str] | None = None
             for q in queries:
-                plan = self._plan_for_query(q, goal)
+                plan = self._plan_for_query(q, goal, idx)
                 if plan is not None and (best is None or len(plan) < len(best)):
                     best = plan
             if best is None or not self._replay_wins(task_id, best):
                 raise ProasError(f"shop task {task_id}: no plan found that scores 1 within {self.max_steps} steps")
             return best
         finally:
-            self._restore(saved)
+            self._episode = saved
 
-    def _plan_for_query(self, query: str, goal: dict[str, Any]) -> list[str] | None:
+    def _plan_for_query(self, query: str, goal: dict[str, Any], goal_index: int) -> list[str] | None:
         hits = self.catalog.search(query.split(" "), random.Random(0))
         for rank, p in enumerate(hits):
-            if not self._matches(p["asin"]):
+            if not self.catalog.can_win_cached(goal_index, p["asin"]):
                 continue
             best, opts = self.catalog.best_options(p["asin"], goal)
             plan = [f"search[{query}]"] + ["click[next >]"] * (rank // PRODUCT_WINDOW)
@@ -429,29 +543,6 @@ class ShopEnv:
                 return False
         return bool(info.get("won"))
 
-    def _save(self) -> dict[str, Any] | None:
-        if self._goal_idx is None:
-            return None
-        return {
-            k: (
-                set(v)
-                if isinstance(v, set)
-                else dict(v)
-                if isinstance(v, dict)
-                else list(v)
-                if isinstance(v, list)
-                else v
-            )
-            for k, v in self.__dict__.items()
-            if k not in ("catalog", "_splits")
-        }
-
-    def _restore(self, saved: dict[str, Any] | None) -> None:
-        if saved is None:
-            self._goal_idx = None
-            return
-        self.__dict__.update(saved)
-
 
 def make_shop_env(**kwargs: Any) -> ShopEnv:
     """The factory the CLI and the trainer use: ``ShopEnv(**kwargs)`` over the shipped catalog
@@ -460,4 +551,5 @@ def make_shop_env(**kwargs: Any) -> ShopEnv:
     return ShopEnv(**kwargs)
 
 
-__all__ = ["DEFAULT_GOAL_SEED", "ShopEnv", "make_shop_env", "parse_action"]
+__all__ = ["DEFAULT_GOAL_SEED", "Clickable", "DonePage", "ItemPage", "Page", "ResultsPage", "SearchPage", "ShopEnv",
+           "SubPage", "make_shop_env", "parse_action"]

@@ -1,4 +1,6 @@
-"""``proas lm``: tools around the ``lm`` policy's Hugging Face models (docs/training.md)."""
+"""``proas lm``: tools around the ``lm`` policy's Hugging Face models (docs/training.md).
+
+A front end, on the floor above the trainer: ``export`` reads a run, ``tokenizer`` a config."""
 
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    from proas.policies.warm_start import export_hf
+    from proas.train.warm_start import export_hf
 
     out = export_hf(args.target, args.out)
     print(f"exported: {out}  (policy.lm.init_from={out})")
