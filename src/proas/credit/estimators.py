@@ -1,4 +1,4 @@
-"""Base advantage estimators, registered by name.
+"""Base advantage estimators, registered by name with their typed options (``proas.credit.registry``).
 
 Each estimator maps a ``CreditBatch`` to a ``BaseAdvantage`` (docs/credit.md, "Base estimators"):
 
@@ -30,13 +30,13 @@ step return (not discounted into earlier steps), as verl-agent's ``step_rewards`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 
 from proas.credit.batch import CreditBatch
+from proas.credit.registry import ESTIMATORS, estimator_spec, register_estimator
 from proas.types import Trajectory, group_by
 
 __all__ = [
@@ -76,39 +76,24 @@ class Estimator(Protocol):
     def __call__(self, batch: CreditBatch, **options) -> BaseAdvantage: ...
 
 
-ESTIMATORS: dict[str, Estimator] = {}
-
 #: how group statistics are taken; the first is the default (verl-agent's)
-GROUP_STATS = ("steps", "trajectories")
-
-
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an estimator under ``name``; registering a taken name is an error."""
-
-    def deco(fn: Estimator) -> Estimator:
-        if name in ESTIMATORS and ESTIMATORS[name] is not fn:
-            raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+GroupStats = Literal["steps", "trajectories"]
+GROUP_STATS: tuple[str, ...] = get_args(GroupStats)
+#: GiGPO's and MiGPO's normalisation: mean only, or mean and std
+NormMode = Literal["mean_norm", "mean_std_norm"]
+#: REINFORCE++'s batch whitening: every step row a sample, or one per trajectory
+WhitenOver = Literal["steps", "trajectories"]
 
 
 def takes_group_stats(name: str) -> bool:
     """Whether the estimator ``name`` normalises over groups with a ``group_stats`` option."""
-    import inspect
-
-    fn = ESTIMATORS.get(name)
-    return fn is not None and "group_stats" in inspect.signature(fn).parameters
+    spec = ESTIMATORS.get(name)
+    return spec is not None and spec.takes("group_stats")
 
 
 def get_estimator(name: str) -> Estimator:
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown estimator {name!r}; choose one of: {', '.join(sorted(ESTIMATORS))}"
-        ) from None
+    """The function registered as ``name`` (``proas.credit.registry.ESTIMATORS``)."""
+    return estimator_spec(name).fn
 
 
 # ---------------------------------------------------------------------- kernels
@@ -148,7 +133,7 @@ def _outcome_advantage(
     *,
     norm_by_std: bool,
     epsilon: float,
-    group_stats: str,
+    group_stats: GroupStats,
     step_penalty: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(A_i (n,), penalty part of B (S,))`` of GRPO's group-normalised outcome advantage."""
@@ -213,13 +198,13 @@ def _within_step_groups(
 
 
 # ---------------------------------------------------------------------- estimators
-@register_estimator("grpo")
+@register_estimator("grpo", outcome_only=True)
 def grpo(
     batch: CreditBatch,
     *,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """GRPO (arXiv:2402.03300): ``A_i = (R_i − mean_g) / (std_g + ε)``.
@@ -233,13 +218,13 @@ def grpo(
     return _uniform_result(batch, traj, step)
 
 
-@register_estimator("dapo")
+@register_estimator("dapo", outcome_only=True)
 def dapo(
     batch: CreditBatch,
     *,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """DAPO (arXiv:2503.14476): GRPO's advantage; groups are filtered by ``dynamic_sampling_keep``.
@@ -250,63 +235,15 @@ def dapo(
     return grpo(batch, norm_by_std=norm_by_std, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty)
 
 
-def dynamic_sampling_keep(trajectories: list[Trajectory], atol: float = 0.0) -> dict[str, bool]:
-    """DAPO's dynamic sampling: keep a group unless all its outcome rewards are equal.
-
-    Returns ``{group_id: keep}``. ``atol`` treats rewards this close as equal.
-    """
-    keep = {}
-    for gid, members in group_by(trajectories).items():
-        rewards = np.array([t.reward for t in members], dtype=np.float64)
-        keep[gid] = bool(rewards.max() - rewards.min() > atol)
-    return keep
-
-
-@register_estimator("rloo")
-def rloo(batch: CreditBatch) -> BaseAdvantage:
-    """RLOO (arXiv:2402.14740): ``A_i = R_i − mean_{j≠i} R_j = (R_i − mean_g) · G/(G−1)``.
-
-    A group of one keeps its raw reward (verl's convention).
-    """
-    mean, _, count = group_mean_std(batch.reward, batch.group, batch.n_groups)
-    g = count[batch.group]
-    multi = g > 1
-    adv = batch.reward.copy()
-    adv[multi] = (batch.reward[multi] - mean[batch.group][multi]) * g[multi] / (g[multi] - 1)
-    return _uniform_result(batch, adv)
-
-
-@register_estimator("reinforce_pp")
-def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: str = "steps") -> BaseAdvantage:
-    """REINFORCE++ with baseline (arXiv:2501.03262; verl's ``reinforce_plus_plus_baseline``).
-
-    ``R_i − mean_g`` (a group of one: mean 0), then whitened over the whole batch: mean
-    subtracted and divided by ``sqrt(var + ε)`` with the unbiased variance. ``whiten_over``
-    is ``"steps"`` (every step is a sample, as verl's token-level whitening over step rows) or
-    ``"trajectories"``.
-    """
-    if whiten_over not in ("steps", "trajectories"):
-        raise ValueError("whiten_over must be 'steps' or 'trajectories'")
-    mean, _, _ = group_mean_std(batch.reward, batch.group, batch.n_groups)
-    centred = batch.reward - mean[batch.group]
-    w = batch.lengths.astype(np.float64) if whiten_over == "steps" else np.ones(batch.n_traj)
-    total = w.sum()
-    if total > 1:
-        mu = (w * centred).sum() / total
-        var = (w * (centred - mu) ** 2).sum() / (total - 1)
-        centred = (centred - mu) / np.sqrt(var + epsilon)
-    return _uniform_result(batch, centred)
-
-
 @register_estimator("gigpo")
 def gigpo(
     batch: CreditBatch,
     *,
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    mode: str = "mean_norm",
+    mode: NormMode = "mean_norm",
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """GiGPO (arXiv:2505.10978): episode-level plus anchor-state step-level advantage.
@@ -331,31 +268,52 @@ def gigpo(
     return BaseAdvantage(traj=traj, step=step_weight * step_adv + pen_part, uniform=single)
 
 
-@register_estimator("gae")
-def gae(
-    batch: CreditBatch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, epsilon: float = 1e-8
-) -> BaseAdvantage:
-    """PPO's GAE (arXiv:1506.02438) over the steps of each trajectory, from ``Step.value``.
+def dynamic_sampling_keep(trajectories: list[Trajectory], atol: float = 0.0) -> dict[str, bool]:
+    """DAPO's dynamic sampling: keep a group unless all its outcome rewards are equal.
 
-    ``δ_t = r_t + γ V_{t+1} − V_t`` (``V`` after the last step is 0), ``A_t = δ_t + γλ A_{t+1}``,
-    returns ``A_t + V_t``; then optionally whitened over the batch (verl's ``masked_whiten``).
-    GAE has no trajectory-level part, so ``A_i = 0`` and no step is uniform: ProAS shaping
-    leaves PPO's advantages unchanged. Defaults γ = λ = 1 as in verl-agent's PPO scripts.
+    Returns ``{group_id: keep}``. ``atol`` treats rewards this close as equal.
     """
-    values = batch.value
-    if batch.n_steps and np.isnan(values).any():
-        raise ValueError("gae needs a value for every step (Step.value)")
-    next_values = np.zeros(batch.n_steps)
-    not_last = batch.t < batch.lengths[batch.traj_of_step] - 1
-    next_values[not_last] = values[np.flatnonzero(not_last) + 1]
-    delta = batch.step_reward + gamma * next_values - values
-    adv = discounted_returns(delta, batch, gamma * lam)
-    returns = adv + values
-    if whiten and batch.n_steps > 1:
-        adv = (adv - adv.mean()) / np.sqrt(adv.var(ddof=1) + epsilon)
-    return BaseAdvantage(
-        traj=np.zeros(batch.n_traj), step=adv, uniform=np.zeros(batch.n_steps, dtype=bool), returns=returns
-    )
+    keep = {}
+    for gid, members in group_by(trajectories).items():
+        rewards = np.array([t.reward for t in members], dtype=np.float64)
+        keep[gid] = bool(rewards.max() - rewards.min() > atol)
+    return keep
+
+
+@register_estimator("rloo", outcome_only=True)
+def rloo(batch: CreditBatch) -> BaseAdvantage:
+    """RLOO (arXiv:2402.14740): ``A_i = R_i − mean_{j≠i} R_j = (R_i − mean_g) · G/(G−1)``.
+
+    A group of one keeps its raw reward (verl's convention).
+    """
+    mean, _, count = group_mean_std(batch.reward, batch.group, batch.n_groups)
+    g = count[batch.group]
+    multi = g > 1
+    adv = batch.reward.copy()
+    adv[multi] = (batch.reward[multi] - mean[batch.group][multi]) * g[multi] / (g[multi] - 1)
+    return _uniform_result(batch, adv)
+
+
+@register_estimator("reinforce_pp", outcome_only=True)
+def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: WhitenOver = "steps") -> BaseAdvantage:
+    """REINFORCE++ with baseline (arXiv:2501.03262; verl's ``reinforce_plus_plus_baseline``).
+
+    ``R_i − mean_g`` (a group of one: mean 0), then whitened over the whole batch: mean
+    subtracted and divided by ``sqrt(var + ε)`` with the unbiased variance. ``whiten_over``
+    is ``"steps"`` (every step is a sample, as verl's token-level whitening over step rows) or
+    ``"trajectories"``.
+    """
+    if whiten_over not in ("steps", "trajectories"):
+        raise ValueError("whiten_over must be 'steps' or 'trajectories'")
+    mean, _, _ = group_mean_std(batch.reward, batch.group, batch.n_groups)
+    centred = batch.reward - mean[batch.group]
+    w = batch.lengths.astype(np.float64) if whiten_over == "steps" else np.ones(batch.n_traj)
+    total = w.sum()
+    if total > 1:
+        mu = (w * centred).sum() / total
+        var = (w * (centred - mu) ** 2).sum() / (total - 1)
+        centred = (centred - mu) / np.sqrt(var + epsilon)
+    return _uniform_result(batch, centred)
 
 
 @register_estimator("migpo")
@@ -366,9 +324,9 @@ def migpo(
     gamma: float = 0.9,
     scale: float = 10.0,
     step_weight: float = 1.0,
-    mode: str = "mean_norm",
+    mode: NormMode = "mean_norm",
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """MiGPO, milestone-guided policy optimisation (BEACON, arXiv:2605.06078).
@@ -408,3 +366,30 @@ def migpo(
     seg_reward = np.where(closed, scale * np.power(gamma, (next_m[:-1] - idx).astype(np.float64)), 0.0)
     seg_adv, single = _within_step_groups(seg_reward, batch, before, norm, epsilon)
     return BaseAdvantage(traj=traj, step=step_weight * seg_adv + pen_part, uniform=single)
+
+
+@register_estimator("gae", needs_values=True)
+def gae(
+    batch: CreditBatch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, epsilon: float = 1e-8
+) -> BaseAdvantage:
+    """PPO's GAE (arXiv:1506.02438) over the steps of each trajectory, from ``Step.value``.
+
+    ``δ_t = r_t + γ V_{t+1} − V_t`` (``V`` after the last step is 0), ``A_t = δ_t + γλ A_{t+1}``,
+    returns ``A_t + V_t``; then optionally whitened over the batch (verl's ``masked_whiten``).
+    GAE has no trajectory-level part, so ``A_i = 0`` and no step is uniform: ProAS shaping
+    leaves PPO's advantages unchanged. Defaults γ = λ = 1 as in verl-agent's PPO scripts.
+    """
+    values = batch.value
+    if batch.n_steps and np.isnan(values).any():
+        raise ValueError("gae needs a value for every step (Step.value)")
+    next_values = np.zeros(batch.n_steps)
+    not_last = batch.t < batch.lengths[batch.traj_of_step] - 1
+    next_values[not_last] = values[np.flatnonzero(not_last) + 1]
+    delta = batch.step_reward + gamma * next_values - values
+    adv = discounted_returns(delta, batch, gamma * lam)
+    returns = adv + values
+    if whiten and batch.n_steps > 1:
+        adv = (adv - adv.mean()) / np.sqrt(adv.var(ddof=1) + epsilon)
+    return BaseAdvantage(
+        traj=np.zeros(batch.n_traj), step=adv, uniform=np.zeros(batch.n_steps, dtype=bool), returns=returns
+    )
