@@ -198,6 +198,17 @@ def test_the_cli_choices_are_the_registry():
     assert choices["shaping"] == list(SHAPINGS)
 
 
+def test_the_trainer_config_reads_the_registry():
+    from proas.train.config import CREDIT_ESTIMATOR
+    from proas.train.config import ESTIMATORS as TRAINER_ESTIMATORS
+    from proas.train.config import SHAPINGS as TRAINER_SHAPINGS
+
+    assert TRAINER_SHAPINGS == tuple(SHAPINGS)
+    # every credit estimator, GAE under the trainer's name ppo (it runs with a critic)
+    assert TRAINER_ESTIMATORS == ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "ppo")
+    assert sorted(CREDIT_ESTIMATOR.values()) == sorted(ESTIMATORS)
+
+
 def test_the_verl_hook_reads_the_registry():
     from proas.integrations.verl import HOOK_ESTIMATORS, VERL_BASE_ESTIMATORS
 
