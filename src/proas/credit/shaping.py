@@ -131,7 +131,7 @@ def no_shaping(a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: Cred
 
 
 @register_shaping("proas")
-def proas(
+def proas_shaping(
     a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch, *, epsilon: float = 1e-6
 ) -> np.ndarray:
     """ProAS: MUI for ``A_i > 0``, APR by Future-Drift for ``A_i < 0``."""
@@ -179,7 +179,7 @@ def random_labels(
 ) -> np.ndarray:
     """ProAS on random labels at the ARG's rates (``random_annotations``)."""
     ann = random_annotations(ann, batch, rng if rng is not None else np.random.default_rng(0))
-    return proas(a, base, ann, batch, epsilon=epsilon)
+    return proas_shaping(a, base, ann, batch, epsilon=epsilon)
 
 
 @register_shaping("progress_reward", reward_bonus=True)
