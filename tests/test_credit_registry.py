@@ -166,6 +166,9 @@ def test_registering_a_taken_name_or_an_unknown_shaping_option_is_an_error():
         register_estimator("grpo")(lambda batch: None)
     with pytest.raises(ValueError, match="shaping 'proas' is already registered"):
         register_shaping("proas")(lambda a, base, ann, batch: a)
+    with pytest.raises(TypeError, match="option scale must be a keyword with a type annotation"):
+        register_estimator("untyped")(lambda batch, *, scale=1.0: None)
+    assert "untyped" not in ESTIMATORS
     with pytest.raises(TypeError, match="must be one of SHAPING_OPTIONS"):
         register_shaping("halve")(lambda a, base, ann, batch, *, factor=0.5: a * factor)
     assert "halve" not in SHAPINGS

@@ -72,7 +72,7 @@ class Option:
         if self.per_batch:
             return  # shapes are checked by the function, which knows the batch
         if self.choices is not None:
-            if value not in self.choices:
+            if not isinstance(value, str) or value not in self.choices:
                 raise ValueError(f"unknown {self.name} {value!r} for {owner}; choose one of: {', '.join(self.choices)}")
             return
         is_bool = isinstance(value, (bool, np.bool_))
@@ -92,7 +92,9 @@ def _options_of(fn: Callable, skip: int) -> tuple[Option, ...]:
     hints = typing.get_type_hints(fn)
     out = []
     for param in list(inspect.signature(fn).parameters.values())[skip:]:
-        hint = hints[param.name]
+        hint = hints.get(param.name)
+        if hint is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"{fn.__name__}: option {param.name} must be a keyword with a type annotation")
         choices = None
         if typing.get_origin(hint) is Literal:
             choices, kind = tuple(typing.get_args(hint)), str
