@@ -257,7 +257,7 @@ def gigpo(
       (verl-agent's ALFWorld scripts).
     - ``B_{i,t} = step_weight · A^S_{i,t}`` plus the episode level's penalty part.
     """
-    if mode not in ("mean_norm", "mean_std_norm"):
+    if mode not in get_args(NormMode):
         raise ValueError(f"unknown GiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
     norm = mode == "mean_std_norm"
     traj, pen_part = _outcome_advantage(
@@ -303,7 +303,7 @@ def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: Whit
     is ``"steps"`` (every step is a sample, as verl's token-level whitening over step rows) or
     ``"trajectories"``.
     """
-    if whiten_over not in ("steps", "trajectories"):
+    if whiten_over not in get_args(WhitenOver):
         raise ValueError("whiten_over must be 'steps' or 'trajectories'")
     mean, _, _ = group_mean_std(batch.reward, batch.group, batch.n_groups)
     centred = batch.reward - mean[batch.group]
@@ -342,7 +342,7 @@ def migpo(
     ``compute_credit`` derives the milestones from the reference graph when none are given:
     see ``proas.credit.pipeline.arg_milestones``.
     """
-    if mode not in ("mean_norm", "mean_std_norm"):
+    if mode not in get_args(NormMode):
         raise ValueError(f"unknown MiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
     milestones = np.asarray(milestones, dtype=bool)
     if milestones.shape != (batch.n_steps,):
