@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from proas.baselines.sft import SFTOptions, train_sft
+from proas.credit import ESTIMATORS as CREDIT_ESTIMATORS
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.train import loop as loop_mod
-from proas.train.config import build_config
+from proas.train.config import CREDIT_ESTIMATOR, ESTIMATORS, build_config
 from proas.train.loop import Trainer
 from proas.train.warm_start import build_policy
 from proas.types import Step, Trajectory
@@ -114,3 +115,25 @@ def test_init_from_refuses_what_does_not_fit(tmp_path):
     sft = _sft_run(tmp_path)
     with pytest.raises(ProasError, match="dim=16; this run has hash_bits=14, dim=8"):
         build_policy(build_config(TOY + [f"policy.scorer.init_from={sft}", "policy.scorer.dim=8"]), seed=0)
+
+
+#: what the trainer's config gives each estimator (the rest keep the estimator's defaults)
+CONFIG_OPTIONS = {
+    "grpo": {"norm_by_std", "group_stats"},
+    "dapo": {"norm_by_std", "group_stats"},
+    "gigpo": {"gamma", "step_weight", "mode", "group_stats"},
+    "migpo": {"gamma", "step_weight", "mode", "group_stats"},
+    "rloo": set(),
+    "reinforce_pp": set(),
+    "ppo": {"gamma", "lam"},
+}
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_the_config_gives_each_estimator_the_options_it_takes(estimator):
+    algo = build_config([f"algo.estimator={estimator}", "algo.gamma=0.5", "algo.norm_by_std=false"]).algo
+    opts = algo.estimator_options("household")
+    assert set(opts) == CONFIG_OPTIONS[estimator]
+    CREDIT_ESTIMATORS[CREDIT_ESTIMATOR[estimator]].check(opts)  # every value fits its typed option
+    assert opts.get("gamma", 0.5) == 0.5 and opts.get("norm_by_std", False) is False
+    assert opts.get("mode", "mean_std_norm") == "mean_std_norm"  # household's GiGPO mode

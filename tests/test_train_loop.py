@@ -9,7 +9,7 @@ import torch
 from proas.cli import main as proas_main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
-from proas.train.config import build_config
+from proas.train.config import ESTIMATORS, SHAPINGS, build_config
 from proas.train.loop import Trainer
 from proas.train.run import train
 
@@ -36,7 +36,7 @@ def test_training_raises_the_success_rate_above_the_untrained_policy(tmp_path):
     assert (tmp_path / "run" / "best" / "state.pt").exists()
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "ppo"])
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_every_estimator_runs_a_step(tmp_path, estimator):
     # two places: random play wins often, so every estimator sees non-zero rewards
     t = Trainer(cfg(f"algo.estimator={estimator}", "algo.kl_coef=0.01", "env.options.n_places=2"), tmp_path)
@@ -49,7 +49,7 @@ def test_every_estimator_runs_a_step(tmp_path, estimator):
         assert rec["train/gen_batches"] >= 1
 
 
-@pytest.mark.parametrize("shaping", ["none", "no_mui", "no_apr", "mask_pm", "suffix", "random", "progress_reward"])
+@pytest.mark.parametrize("shaping", [s for s in SHAPINGS if s != "proas"])  # proas: the default, run above
 def test_every_shaping_runs_a_step(tmp_path, shaping):
     assert Trainer(cfg(f"algo.shaping={shaping}"), tmp_path).train_step()["step"] == 1
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from proas.credit import CreditBatch, ReferenceGraph, compute_credit
+from proas.credit import SHAPINGS, CreditBatch, ReferenceGraph, compute_credit
 from proas.errors import ProasError
 from proas.integrations.verl import (
+    HOOK_ESTIMATORS,
     ProASCredit,
     StepColumns,
     broadcast_to_tokens,
@@ -391,10 +392,20 @@ def test_bad_settings_are_clear_errors():
         ProASCredit.from_config({"estimater": "grpo"})
     with pytest.raises(ProasError, match="bad estimator_options for 'grpo'.*gamma"):
         ProASCredit(estimator_options={"gamma": 0.9})  # grpo has no gamma
-    with pytest.raises(ProasError, match="unknown GiGPO mode"):
+    with pytest.raises(ProasError, match="bad estimator_options for 'gigpo': unknown mode 'mean'"):
         ProASCredit(estimator="gigpo", estimator_options={"mode": "mean"})
-    with pytest.raises(ProasError, match=r"unknown shaping_options \['eps'\]"):
+    with pytest.raises(ProasError, match=r"bad shaping_options: unknown option\(s\) eps"):
         ProASCredit(shaping_options={"eps": 0.1})
+    with pytest.raises(ProasError, match="bad estimator_options for 'gigpo': .*gamma must be a float"):
+        ProASCredit(estimator="gigpo", estimator_options={"gamma": "0.9"})
+
+
+@pytest.mark.parametrize("estimator", HOOK_ESTIMATORS)
+@pytest.mark.parametrize("shaping", SHAPINGS)
+def test_every_registered_estimator_and_shaping_reshapes_a_batch(estimator, shaping):
+    data = fake_data(hand_batch())
+    ProASCredit(estimator=estimator, shaping=shaping, **NO_PENALTY).reshape(data)
+    assert np.isfinite(data.batch["advantages"].numpy()).all()
 
 
 def test_from_config_loads_the_graph_and_settings(tmp_path):

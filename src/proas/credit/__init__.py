@@ -12,17 +12,18 @@ so a verl user can take it alone. Symbols of the paper and where they live:
 ``U``, ``T_i``      ``BaseAdvantage.uniform`` / ``CreditResult.uniform``
 ``Ã_{i,t}``         ``shape`` (MUI: ``mask_unreasonable``, APR: ``redistribute_penalty``)
 ==================  ======================================================
+
+Estimators and shapings are looked up by name in ``ESTIMATORS`` and ``SHAPINGS``
+(``proas.credit.registry``), each entry with its typed options.
 """
 
 from proas.credit.annotate import REA_RULES, Annotations, annotate, annotate_loop, future_drift, reasonable
 from proas.credit.batch import CreditBatch
 from proas.credit.estimators import (
-    ESTIMATORS,
     GROUP_STATS,
     BaseAdvantage,
     dynamic_sampling_keep,
     get_estimator,
-    register_estimator,
 )
 from proas.credit.graph import GraphFileError, ReferenceGraph, clean_path
 from proas.credit.pipeline import (
@@ -32,8 +33,18 @@ from proas.credit.pipeline import (
     credit_arrays,
     make_reference_graph,
 )
-from proas.credit.shaping import (
+from proas.credit.registry import (
+    ESTIMATORS,
     SHAPINGS,
+    EstimatorSpec,
+    Option,
+    ShapingSpec,
+    estimator_spec,
+    register_estimator,
+    register_shaping,
+    shaping_spec,
+)
+from proas.credit.shaping import (
     mask_unreasonable,
     progress_bonus,
     redistribute_penalty,
@@ -48,6 +59,9 @@ __all__ = [
     "SHAPINGS",
     "Annotations",
     "BaseAdvantage",
+    "EstimatorSpec",
+    "Option",
+    "ShapingSpec",
     "CreditBatch",
     "CreditResult",
     "GraphFileError",
@@ -59,6 +73,7 @@ __all__ = [
     "compute_credit",
     "credit_arrays",
     "dynamic_sampling_keep",
+    "estimator_spec",
     "future_drift",
     "get_estimator",
     "make_reference_graph",
@@ -66,5 +81,7 @@ __all__ = [
     "progress_bonus",
     "redistribute_penalty",
     "register_estimator",
+    "register_shaping",
     "shape",
+    "shaping_spec",
 ]

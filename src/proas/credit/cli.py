@@ -9,10 +9,10 @@ from importlib import resources
 from pathlib import Path
 
 from proas.credit.annotate import REA_RULES
-from proas.credit.estimators import ESTIMATORS, GROUP_STATS, takes_group_stats
+from proas.credit.estimators import GROUP_STATS
 from proas.credit.graph import ReferenceGraph
 from proas.credit.pipeline import CreditResult, compute_credit
-from proas.credit.shaping import SHAPINGS
+from proas.credit.registry import ESTIMATORS, SHAPING_OPTIONS, SHAPINGS, estimators_taking
 from proas.errors import ProasError
 from proas.fileio import atomic_write_all, check_output_path
 from proas.types import Trajectory, TrajectoryFormatError
@@ -116,10 +116,11 @@ def cmd_credit(args: argparse.Namespace) -> int:
     else:
         graph = ReferenceGraph()
     est_opts = _parse_options(args.estimator_option, "estimator")
-    if args.group_stats is not None and not takes_group_stats(args.estimator):
+    grouped = ESTIMATORS[args.estimator].takes("group_stats")
+    if args.group_stats is not None and not grouped:
         raise ProasError(f"--group-stats does not apply to estimator {args.estimator!r} "
-                         f"(it applies to: {', '.join(e for e in sorted(ESTIMATORS) if takes_group_stats(e))})")
-    if takes_group_stats(args.estimator):
+                         f"(it applies to: {', '.join(sorted(estimators_taking('group_stats')))})")
+    if grouped:
         if args.group_stats is not None and est_opts.get("group_stats", args.group_stats) != args.group_stats:
             raise ProasError("--group-stats and --estimator-option group_stats=... disagree")
         est_opts.setdefault("group_stats", args.group_stats or GROUP_STATS[0])
@@ -223,10 +224,11 @@ def register(sub) -> None:
                         "(s_t, a_t) labels an ARG edge (state_action), or s_t+1 is a node (node)")
     p.add_argument("--group-stats", choices=list(GROUP_STATS), default=None,
                    help="group mean/std over the group's step rows (steps, verl-agent's default) "
-                        "or one sample per trajectory (trajectories); grpo, dapo, gigpo, migpo")
+                        f"or one sample per trajectory (trajectories); {', '.join(estimators_taking('group_stats'))}")
     p.add_argument("--seed", type=int, default=0, help="seed of the random-label ablation")
-    p.add_argument("--estimator-option", action="append", metavar="KEY=VALUE", help="e.g. gamma=0.95")
-    p.add_argument("--shaping-option", action="append", metavar="KEY=VALUE", help="epsilon, progress_coef")
+    p.add_argument("--estimator-option", action="append", metavar="KEY=VALUE",
+                   help="an option of the estimator, e.g. gamma=0.95 (docs/credit.md lists them)")
+    p.add_argument("--shaping-option", action="append", metavar="KEY=VALUE", help=", ".join(SHAPING_OPTIONS))
     p.set_defaults(func=cmd_credit)
 
     d = sub.add_parser("credit-demo", help="show ProAS credit on shipped example trajectories")

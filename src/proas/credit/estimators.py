@@ -1,4 +1,4 @@
-"""Base advantage estimators, registered by name.
+"""Base advantage estimators, registered by name with their typed options (``proas.credit.registry``).
 
 Each estimator maps a ``CreditBatch`` to a ``BaseAdvantage`` (docs/credit.md, "Base estimators"):
 
@@ -30,13 +30,13 @@ step return (not discounted into earlier steps), as verl-agent's ``step_rewards`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 
 from proas.credit.batch import CreditBatch
+from proas.credit.registry import ESTIMATORS, estimator_spec, register_estimator
 from proas.types import Trajectory, group_by
 
 __all__ = [
@@ -76,39 +76,24 @@ class Estimator(Protocol):
     def __call__(self, batch: CreditBatch, **options) -> BaseAdvantage: ...
 
 
-ESTIMATORS: dict[str, Estimator] = {}
-
 #: how group statistics are taken; the first is the default (verl-agent's)
-GROUP_STATS = ("steps", "trajectories")
-
-
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an estimator under ``name``; registering a taken name is an error."""
-
-    def deco(fn: Estimator) -> Estimator:
-        if name in ESTIMATORS and ESTIMATORS[name] is not fn:
-            raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+GroupStats = Literal["steps", "trajectories"]
+GROUP_STATS: tuple[str, ...] = get_args(GroupStats)
+#: GiGPO's and MiGPO's normalisation: mean only, or mean and std
+NormMode = Literal["mean_norm", "mean_std_norm"]
+#: REINFORCE++'s batch whitening: every step row a sample, or one per trajectory
+WhitenOver = Literal["steps", "trajectories"]
 
 
 def takes_group_stats(name: str) -> bool:
     """Whether the estimator ``name`` normalises over groups with a ``group_stats`` option."""
-    import inspect
-
-    fn = ESTIMATORS.get(name)
-    return fn is not None and "group_stats" in inspect.signature(fn).parameters
+    spec = ESTIMATORS.get(name)
+    return spec is not None and spec.takes("group_stats")
 
 
 def get_estimator(name: str) -> Estimator:
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown estimator {name!r}; choose one of: {', '.join(sorted(ESTIMATORS))}"
-        ) from None
+    """The function registered as ``name`` (``proas.credit.registry.ESTIMATORS``)."""
+    return estimator_spec(name).fn
 
 
 # ---------------------------------------------------------------------- kernels
@@ -148,7 +133,7 @@ def _outcome_advantage(
     *,
     norm_by_std: bool,
     epsilon: float,
-    group_stats: str,
+    group_stats: GroupStats,
     step_penalty: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(A_i (n,), penalty part of B (S,))`` of GRPO's group-normalised outcome advantage."""
@@ -213,13 +198,13 @@ def _within_step_groups(
 
 
 # ---------------------------------------------------------------------- estimators
-@register_estimator("grpo")
+@register_estimator("grpo", outcome_only=True)
 def grpo(
     batch: CreditBatch,
     *,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """GRPO (arXiv:2402.03300): ``A_i = (R_i − mean_g) / (std_g + ε)``.
@@ -233,13 +218,13 @@ def grpo(
     return _uniform_result(batch, traj, step)
 
 
-@register_estimator("dapo")
+@register_estimator("dapo", outcome_only=True)
 def dapo(
     batch: CreditBatch,
     *,
     norm_by_std: bool = True,
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
     """DAPO (arXiv:2503.14476): GRPO's advantage; groups are filtered by ``dynamic_sampling_keep``.
@@ -248,6 +233,39 @@ def dapo(
     trainer's loss and rollout.
     """
     return grpo(batch, norm_by_std=norm_by_std, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty)
+
+
+@register_estimator("gigpo")
+def gigpo(
+    batch: CreditBatch,
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    mode: NormMode = "mean_norm",
+    epsilon: float = 1e-6,
+    group_stats: GroupStats = "steps",
+    step_penalty: np.ndarray | None = None,
+) -> BaseAdvantage:
+    """GiGPO (arXiv:2505.10978): episode-level plus anchor-state step-level advantage.
+
+    - Episode level: GRPO over the group's outcome rewards.
+    - Step level: steps of one group whose anchor observations are identical form a step
+      group; each step's discounted return ``G_t`` (γ) is normalised within it. A step group
+      of one member gets 0 and is credited uniformly (``U = 1``).
+    - ``mode``: ``"mean_norm"`` subtracts the mean only at both levels (verl-agent's config
+      default and its WebShop scripts); ``"mean_std_norm"`` also divides by ``std + ε``
+      (verl-agent's ALFWorld scripts).
+    - ``B_{i,t} = step_weight · A^S_{i,t}`` plus the episode level's penalty part.
+    """
+    if mode not in get_args(NormMode):
+        raise ValueError(f"unknown GiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
+    norm = mode == "mean_std_norm"
+    traj, pen_part = _outcome_advantage(
+        batch, norm_by_std=norm, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty
+    )
+    returns = discounted_returns(batch.step_reward, batch, gamma) - _check_penalty(batch, step_penalty)
+    step_adv, single = _within_step_groups(returns, batch, batch.anchor, norm, epsilon)
+    return BaseAdvantage(traj=traj, step=step_weight * step_adv + pen_part, uniform=single)
 
 
 def dynamic_sampling_keep(trajectories: list[Trajectory], atol: float = 0.0) -> dict[str, bool]:
@@ -262,7 +280,7 @@ def dynamic_sampling_keep(trajectories: list[Trajectory], atol: float = 0.0) -> 
     return keep
 
 
-@register_estimator("rloo")
+@register_estimator("rloo", outcome_only=True)
 def rloo(batch: CreditBatch) -> BaseAdvantage:
     """RLOO (arXiv:2402.14740): ``A_i = R_i − mean_{j≠i} R_j = (R_i − mean_g) · G/(G−1)``.
 
@@ -276,8 +294,8 @@ def rloo(batch: CreditBatch) -> BaseAdvantage:
     return _uniform_result(batch, adv)
 
 
-@register_estimator("reinforce_pp")
-def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: str = "steps") -> BaseAdvantage:
+@register_estimator("reinforce_pp", outcome_only=True)
+def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: WhitenOver = "steps") -> BaseAdvantage:
     """REINFORCE++ with baseline (arXiv:2501.03262; verl's ``reinforce_plus_plus_baseline``).
 
     ``R_i − mean_g`` (a group of one: mean 0), then whitened over the whole batch: mean
@@ -285,7 +303,7 @@ def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: str 
     is ``"steps"`` (every step is a sample, as verl's token-level whitening over step rows) or
     ``"trajectories"``.
     """
-    if whiten_over not in ("steps", "trajectories"):
+    if whiten_over not in get_args(WhitenOver):
         raise ValueError("whiten_over must be 'steps' or 'trajectories'")
     mean, _, _ = group_mean_std(batch.reward, batch.group, batch.n_groups)
     centred = batch.reward - mean[batch.group]
@@ -298,40 +316,59 @@ def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: str 
     return _uniform_result(batch, centred)
 
 
-@register_estimator("gigpo")
-def gigpo(
+@register_estimator("migpo")
+def migpo(
     batch: CreditBatch,
     *,
-    gamma: float = 0.95,
+    milestones: np.ndarray,
+    gamma: float = 0.9,
+    scale: float = 10.0,
     step_weight: float = 1.0,
-    mode: str = "mean_norm",
+    mode: NormMode = "mean_norm",
     epsilon: float = 1e-6,
-    group_stats: str = "steps",
+    group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
-    """GiGPO (arXiv:2505.10978): episode-level plus anchor-state step-level advantage.
+    """MiGPO, milestone-guided policy optimisation (BEACON, arXiv:2605.06078).
 
-    - Episode level: GRPO over the group's outcome rewards.
-    - Step level: steps of one group whose anchor observations are identical form a step
-      group; each step's discounted return ``G_t`` (γ) is normalised within it. A step group
-      of one member gets 0 and is credited uniformly (``U = 1``).
-    - ``mode``: ``"mean_norm"`` subtracts the mean only at both levels (verl-agent's config
-      default and its WebShop scripts); ``"mean_std_norm"`` also divides by ``std + ε``
-      (verl-agent's ALFWorld scripts).
-    - ``B_{i,t} = step_weight · A^S_{i,t}`` plus the episode level's penalty part.
+    ``milestones`` ``(S,)`` bool marks the steps that reach a milestone. A trajectory is cut
+    into segments that end at its milestone steps; in a completed segment ending at milestone
+    step ``m``, step ``t`` gets the segment reward ``scale · γ^{m − t}`` (the key step gets
+    ``scale``); steps after the last milestone get 0 and form one more segment. Segment groups
+    are ``(task group, segment index)``; within each, rewards are normalised as GiGPO's step
+    level (``mode``; a group of one gets 0 and is credited uniformly). ``A_i`` is GRPO's
+    episode-level advantage and ``B_{i,t} = step_weight · A^seg_{i,t}``.
+
+    ``compute_credit`` derives the milestones from the reference graph when none are given:
+    see ``proas.credit.pipeline.arg_milestones``.
     """
-    if mode not in ("mean_norm", "mean_std_norm"):
-        raise ValueError(f"unknown GiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
+    if mode not in get_args(NormMode):
+        raise ValueError(f"unknown MiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
+    milestones = np.asarray(milestones, dtype=bool)
+    if milestones.shape != (batch.n_steps,):
+        raise ValueError(f"milestones must have shape ({batch.n_steps},), got {milestones.shape}")
     norm = mode == "mean_std_norm"
     traj, pen_part = _outcome_advantage(
         batch, norm_by_std=norm, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty
     )
-    returns = discounted_returns(batch.step_reward, batch, gamma) - _check_penalty(batch, step_penalty)
-    step_adv, single = _within_step_groups(returns, batch, batch.anchor, norm, epsilon)
-    return BaseAdvantage(traj=traj, step=step_weight * step_adv + pen_part, uniform=single)
+    # segment index of each step: milestones strictly before it in its trajectory
+    m = milestones.astype(np.int64)
+    csum = np.cumsum(m)
+    start = batch.offsets[:-1][batch.traj_of_step]
+    before = csum - m - np.where(start > 0, csum[np.maximum(start - 1, 0)], 0)
+    # distance to the segment's closing milestone: next milestone at or after t, same trajectory
+    idx = np.arange(batch.n_steps)
+    next_m = np.full(batch.n_steps + 1, batch.n_steps, dtype=np.int64)
+    pos = np.where(milestones, idx, batch.n_steps)
+    next_m[:-1] = np.minimum.accumulate(pos[::-1])[::-1]
+    end = batch.offsets[1:][batch.traj_of_step]
+    closed = next_m[:-1] < end
+    seg_reward = np.where(closed, scale * np.power(gamma, (next_m[:-1] - idx).astype(np.float64)), 0.0)
+    seg_adv, single = _within_step_groups(seg_reward, batch, before, norm, epsilon)
+    return BaseAdvantage(traj=traj, step=step_weight * seg_adv + pen_part, uniform=single)
 
 
-@register_estimator("gae")
+@register_estimator("gae", needs_values=True)
 def gae(
     batch: CreditBatch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, epsilon: float = 1e-8
 ) -> BaseAdvantage:
@@ -356,55 +393,3 @@ def gae(
     return BaseAdvantage(
         traj=np.zeros(batch.n_traj), step=adv, uniform=np.zeros(batch.n_steps, dtype=bool), returns=returns
     )
-
-
-@register_estimator("migpo")
-def migpo(
-    batch: CreditBatch,
-    *,
-    milestones: np.ndarray,
-    gamma: float = 0.9,
-    scale: float = 10.0,
-    step_weight: float = 1.0,
-    mode: str = "mean_norm",
-    epsilon: float = 1e-6,
-    group_stats: str = "steps",
-    step_penalty: np.ndarray | None = None,
-) -> BaseAdvantage:
-    """MiGPO, milestone-guided policy optimisation (BEACON, arXiv:2605.06078).
-
-    ``milestones`` ``(S,)`` bool marks the steps that reach a milestone. A trajectory is cut
-    into segments that end at its milestone steps; in a completed segment ending at milestone
-    step ``m``, step ``t`` gets the segment reward ``scale · γ^{m − t}`` (the key step gets
-    ``scale``); steps after the last milestone get 0 and form one more segment. Segment groups
-    are ``(task group, segment index)``; within each, rewards are normalised as GiGPO's step
-    level (``mode``; a group of one gets 0 and is credited uniformly). ``A_i`` is GRPO's
-    episode-level advantage and ``B_{i,t} = step_weight · A^seg_{i,t}``.
-
-    ``compute_credit`` derives the milestones from the reference graph when none are given:
-    see ``proas.credit.pipeline.arg_milestones``.
-    """
-    if mode not in ("mean_norm", "mean_std_norm"):
-        raise ValueError(f"unknown MiGPO mode {mode!r}; choose mean_norm or mean_std_norm")
-    milestones = np.asarray(milestones, dtype=bool)
-    if milestones.shape != (batch.n_steps,):
-        raise ValueError(f"milestones must have shape ({batch.n_steps},), got {milestones.shape}")
-    norm = mode == "mean_std_norm"
-    traj, pen_part = _outcome_advantage(
-        batch, norm_by_std=norm, epsilon=epsilon, group_stats=group_stats, step_penalty=step_penalty
-    )
-    # segment index of each step: milestones strictly before it in its trajectory
-    m = milestones.astype(np.int64)
-    csum = np.cumsum(m)
-    start = batch.offsets[:-1][batch.traj_of_step]
-    before = csum - m - np.where(start > 0, csum[np.maximum(start - 1, 0)], 0)
-    # distance to the segment's closing milestone: next milestone at or after t, same trajectory
-    idx = np.arange(batch.n_steps)
-    next_m = np.full(batch.n_steps + 1, batch.n_steps, dtype=np.int64)
-    pos = np.where(milestones, idx, batch.n_steps)
-    next_m[:-1] = np.minimum.accumulate(pos[::-1])[::-1]
-    end = batch.offsets[1:][batch.traj_of_step]
-    closed = next_m[:-1] < end
-    seg_reward = np.where(closed, scale * np.power(gamma, (next_m[:-1] - idx).astype(np.float64)), 0.0)
-    seg_adv, single = _within_step_groups(seg_reward, batch, before, norm, epsilon)
-    return BaseAdvantage(traj=traj, step=step_weight * seg_adv + pen_part, uniform=single)

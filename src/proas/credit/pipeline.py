@@ -22,9 +22,9 @@ import numpy as np
 
 from proas.credit.annotate import annotate
 from proas.credit.batch import CreditBatch
-from proas.credit.estimators import get_estimator
 from proas.credit.graph import ReferenceGraph
-from proas.credit.shaping import SHAPINGS, progress_bonus, shape
+from proas.credit.registry import SHAPING_OPTIONS, check_options
+from proas.credit.shaping import progress_bonus, shape
 from proas.types import Trajectory
 
 __all__ = ["ARG_VARIANTS", "CreditResult", "arg_milestones", "compute_credit", "credit_arrays", "make_reference_graph"]
@@ -103,21 +103,17 @@ def credit_arrays(
     rea: str = "transition",
 ) -> CreditResult:
     """Annotate, estimate and shape a ``CreditBatch`` (no graph evolution)."""
-    if shaping not in SHAPINGS:
-        raise ValueError(f"unknown shaping {shaping!r}; choose one of: {', '.join(SHAPINGS)}")
-    estimate = get_estimator(estimator)
+    est, sh = check_options(estimator, estimator_options, shaping, shaping_options)
     opts = dict(shaping_options or {})
-    epsilon = float(opts.pop("epsilon", 1e-6))
-    coef = float(opts.pop("progress_coef", 1.0))
-    if opts:
-        raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
+    epsilon = float(opts.get("epsilon", SHAPING_OPTIONS["epsilon"].default))
+    coef = float(opts.get("progress_coef", SHAPING_OPTIONS["progress_coef"].default))
     ann = annotate(batch, graph, rea)
-    if shaping == "progress_reward":
+    if sh.reward_bonus:
         batch = batch.with_reward(batch.reward + progress_bonus(batch, graph, ann.rea, coef))
     est_opts = dict(estimator_options or {})
-    if estimator == "migpo" and "milestones" not in est_opts:
+    if est.takes("milestones") and "milestones" not in est_opts:
         est_opts["milestones"] = arg_milestones(batch, graph, ann.rea)
-    base = estimate(batch, **est_opts)
+    base = est.fn(batch, **est_opts)
     shaped = shape(shaping, base, ann, batch, epsilon=epsilon, rng=np.random.default_rng(seed))
     a = base.traj[batch.traj_of_step]
     return CreditResult(
@@ -152,9 +148,11 @@ def compute_credit(
         trajectories: the batch, groups identified by ``Trajectory.group``.
         graph: the reference graph; with ``evolve=True`` the batch's successful trajectories
             are merged into it first (the graph is modified in place).
-        estimator: a name in ``proas.credit.ESTIMATORS``; ``estimator_options`` go to it.
+        estimator: a name in ``proas.credit.ESTIMATORS``; ``estimator_options`` go to it (its
+            entry's ``options``: unknown keys and values of the wrong type are a ``ValueError``).
         shaping: a name in ``proas.credit.SHAPINGS``; ``shaping_options``: ``epsilon`` (APR's
-            ε, 1e-6) and ``progress_coef`` (the progress-reward bonus weight, 1.0).
+            ε, 1e-6) and ``progress_coef`` (the progress-reward bonus weight, 1.0), the keys of
+            ``proas.credit.registry.SHAPING_OPTIONS``.
         seed: seeds the ``random`` ablation's labels.
         rea: the reasonableness rule (``proas.credit.REA_RULES``; ``transition`` by default).
     """

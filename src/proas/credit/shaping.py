@@ -1,4 +1,5 @@
-"""ProAS advantage shaping and its ablations, registered by name (docs/credit.md, "Shaping").
+"""ProAS advantage shaping and its ablations, registered by name (``proas.credit.registry``;
+docs/credit.md, "Shaping").
 
 Only the trajectory-level part ``A_i`` is reshaped into ``Ã_{i,t}``; the step-specific part
 ``B_{i,t}`` is added back unchanged, so the final advantage is ``Ã_{i,t} + B_{i,t}``.
@@ -28,6 +29,7 @@ from proas.credit.annotate import Annotations, future_drift
 from proas.credit.batch import CreditBatch
 from proas.credit.estimators import BaseAdvantage
 from proas.credit.graph import ReferenceGraph
+from proas.credit.registry import SHAPINGS, register_shaping, shaping_spec
 
 __all__ = [
     "SHAPINGS",
@@ -37,9 +39,6 @@ __all__ = [
     "redistribute_penalty",
     "shape",
 ]
-
-#: every shaping name accepted by ``shape`` / ``compute_credit``
-SHAPINGS = ("none", "proas", "no_mui", "no_apr", "mask_pm", "suffix", "random", "progress_reward")
 
 
 def mask_unreasonable(a: np.ndarray, rea: np.ndarray) -> np.ndarray:
@@ -114,6 +113,83 @@ def _suffix_length(batch: CreditBatch) -> np.ndarray:
     return (batch.lengths[batch.traj_of_step] - batch.t).astype(np.float64)
 
 
+def _apr(
+    a: np.ndarray, shaped: np.ndarray, drift: np.ndarray, base: BaseAdvantage, batch: CreditBatch, epsilon: float
+) -> np.ndarray:
+    """``shaped`` where ``A_i >= 0``; APR with ``drift`` where ``A_i < 0``."""
+    return np.where(
+        a < 0, redistribute_penalty(a, drift, base.uniform, batch.traj_of_step, batch.n_traj, epsilon), shaped
+    )
+
+
+# ---------------------------------------------------------------------- the registered shapings
+# Each takes ``A_i`` broadcast to steps (``a``, ``(S,)``) and returns ``Ã_{i,t}`` ``(S,)``.
+@register_shaping("none")
+def no_shaping(a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch) -> np.ndarray:
+    """``Ã = A_i``: the base estimator alone."""
+    return a
+
+
+@register_shaping("proas")
+def proas_shaping(
+    a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch, *, epsilon: float = 1e-6
+) -> np.ndarray:
+    """ProAS: MUI for ``A_i > 0``, APR by Future-Drift for ``A_i < 0``."""
+    return _apr(a, mask_unreasonable(a, ann.rea), ann.fd.astype(np.float64), base, batch, epsilon)
+
+
+@register_shaping("no_mui")
+def no_mui(
+    a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch, *, epsilon: float = 1e-6
+) -> np.ndarray:
+    """APR only (the paper's ProAS−)."""
+    return _apr(a, a, ann.fd.astype(np.float64), base, batch, epsilon)
+
+
+@register_shaping("no_apr")
+def no_apr(a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch) -> np.ndarray:
+    """MUI only (the paper's ProAS+)."""
+    return mask_unreasonable(a, ann.rea)
+
+
+@register_shaping("mask_pm")
+def mask_pm(a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch) -> np.ndarray:
+    """MUI, and for ``A_i < 0``, ``t ∈ T_i``: ``Ã = (1 − Rea_t) · A_i`` (ProAS msk±)."""
+    neg = (a < 0) & base.uniform
+    return np.where(neg, (1 - ann.rea) * a, mask_unreasonable(a, ann.rea))
+
+
+@register_shaping("suffix")
+def suffix(
+    a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch, *, epsilon: float = 1e-6
+) -> np.ndarray:
+    """MUI, and APR by the remaining suffix length ``T_i − t + 1`` instead of Future-Drift."""
+    return _apr(a, mask_unreasonable(a, ann.rea), _suffix_length(batch), base, batch, epsilon)
+
+
+@register_shaping("random")
+def random_labels(
+    a: np.ndarray,
+    base: BaseAdvantage,
+    ann: Annotations,
+    batch: CreditBatch,
+    *,
+    epsilon: float = 1e-6,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """ProAS on random labels at the ARG's rates (``random_annotations``)."""
+    ann = random_annotations(ann, batch, rng if rng is not None else np.random.default_rng(0))
+    return proas_shaping(a, base, ann, batch, epsilon=epsilon)
+
+
+@register_shaping("progress_reward", reward_bonus=True)
+def progress_reward(
+    a: np.ndarray, base: BaseAdvantage, ann: Annotations, batch: CreditBatch, *, progress_coef: float = 1.0
+) -> np.ndarray:
+    """``Ã = A_i``: the bonus ``progress_coef · p_i`` went into the rewards (``progress_bonus``)."""
+    return a
+
+
 def shape(
     name: str,
     base: BaseAdvantage,
@@ -127,25 +203,9 @@ def shape(
 
     ``progress_reward`` acts on rewards, not here, so it behaves as ``none``.
     """
-    a = base.traj[batch.traj_of_step]
-    if name in ("none", "progress_reward"):
-        shaped = a
-    elif name in ("proas", "no_mui", "no_apr", "mask_pm", "suffix", "random"):
-        if name == "random":
-            ann = random_annotations(ann, batch, rng if rng is not None else np.random.default_rng(0))
-        mui = name != "no_mui"
-        shaped = mask_unreasonable(a, ann.rea) if mui else a
-        if name == "mask_pm":
-            neg = (a < 0) & base.uniform
-            shaped = np.where(neg, (1 - ann.rea) * a, shaped)
-        elif name != "no_apr":
-            drift = _suffix_length(batch) if name == "suffix" else ann.fd.astype(np.float64)
-            shaped = np.where(
-                a < 0,
-                redistribute_penalty(a, drift, base.uniform, batch.traj_of_step, batch.n_traj, epsilon),
-                shaped,
-            )
-    else:
-        raise ValueError(f"unknown shaping {name!r}; choose one of: {', '.join(SHAPINGS)}")
+    spec = shaping_spec(name)
+    kwargs: dict = {"epsilon": epsilon} if "epsilon" in spec.options else {}
+    if spec.random:
+        kwargs["rng"] = rng
+    shaped = spec.fn(base.traj[batch.traj_of_step], base, ann, batch, **kwargs)
     return shaped + base.step
-

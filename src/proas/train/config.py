@@ -28,8 +28,9 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from proas.credit.annotate import REA_RULES
-from proas.credit.estimators import GROUP_STATS
+from proas.credit import ESTIMATORS as CREDIT_ESTIMATORS
+from proas.credit import GROUP_STATS, REA_RULES
+from proas.credit import SHAPINGS as CREDIT_SHAPINGS
 from proas.envs.base import SUCCESS_REWARD
 from proas.errors import ProasError
 
@@ -46,10 +47,13 @@ __all__ = [
     "config_to_yaml",
 ]
 
-#: base estimators of the credit core (``proas.credit.compute_credit``); ``ppo`` = critic + GAE
-ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "ppo")
+#: ``algo.estimator`` -> the credit core's estimator (``proas.credit.ESTIMATORS``): each by its own
+#: name, except GAE, which the trainer runs as ``ppo``, with a critic
+CREDIT_ESTIMATOR = {{"gae": "ppo"}.get(name, name): name for name in CREDIT_ESTIMATORS}
+#: base estimators of the trainer; ``ppo`` = critic + GAE
+ESTIMATORS = tuple(CREDIT_ESTIMATOR)
 #: shaping variants of the credit core; ``proas`` is the method, the rest are its ablations
-SHAPINGS = ("none", "proas", "no_mui", "no_apr", "mask_pm", "suffix", "random", "progress_reward")
+SHAPINGS = tuple(CREDIT_SHAPINGS)
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 POLICIES = ("scorer", "lm")
 GRAPH_SOURCES = ("oracle", "load", "rollouts")
@@ -256,6 +260,21 @@ class AlgoConfig:
             return self.gigpo_mode
         return GIGPO_MODE_BY_ENV.get(env_name, "mean_norm")
 
+    def estimator_options(self, env_name: str) -> dict[str, Any]:
+        """The options this config gives the credit estimator: of the settings below (option
+        name -> field), those the estimator takes (``proas.credit.ESTIMATORS``); the rest keep
+        the estimator's own defaults. The per-batch ``step_penalty`` is the trainer's."""
+        settings = {
+            "norm_by_std": self.norm_by_std,
+            "gamma": self.gamma,
+            "lam": self.lam,
+            "step_weight": self.step_weight,
+            "mode": self.resolved_gigpo_mode(env_name),
+            "group_stats": self.group_stats,
+        }
+        spec = CREDIT_ESTIMATORS[CREDIT_ESTIMATOR[self.estimator]]
+        return {key: value for key, value in settings.items() if spec.takes(key)}
+
     def resolved_dynamic_sampling(self) -> bool:
         if self.dynamic_sampling is not None:
             return self.dynamic_sampling
@@ -320,7 +339,7 @@ def _validate(cfg: Config) -> None:
     choice("policy.lm.mode", cfg.policy.lm.mode, ("generate", "score"))
     choice("policy.lm.decode", cfg.policy.lm.decode, ("hf", "static"))
     if cfg.algo.gigpo_mode is not None:
-        choice("algo.gigpo_mode", cfg.algo.gigpo_mode, ("mean_norm", "mean_std_norm"))
+        choice("algo.gigpo_mode", cfg.algo.gigpo_mode, CREDIT_ESTIMATORS["gigpo"].options["mode"].choices)
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
     choice("algo.graph.rea", cfg.algo.graph.rea, REA_RULES)
     choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)

@@ -36,8 +36,7 @@ import numpy as np
 import torch
 from rich.markup import escape
 
-from proas.credit import ReferenceGraph, compute_credit, dynamic_sampling_keep
-from proas.credit.estimators import takes_group_stats
+from proas.credit import ESTIMATORS, ReferenceGraph, compute_credit, dynamic_sampling_keep
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
@@ -46,7 +45,7 @@ from proas.policies.base import Policy
 from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
-from proas.train.config import Config, config_from_yaml, config_to_yaml
+from proas.train.config import CREDIT_ESTIMATOR, Config, config_from_yaml, config_to_yaml
 from proas.train.critic import ValueModel
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
@@ -54,10 +53,6 @@ from proas.train.warm_start import build_policy
 from proas.types import Trajectory
 
 __all__ = ["Trainer", "make_env_factory", "val_result", "validate"]
-
-#: credit-core estimator name of each config estimator
-_CREDIT_NAME = {"ppo": "gae"}
-
 
 # ----------------------------------------------------------------------------- construction
 def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
@@ -157,7 +152,7 @@ class Trainer:
         self.optimizer = self.policy.make_optimizer(self.lr)
         self.ref = self.policy.reference_module() if cfg.algo.kl_coef > 0 else None
         self.critic = self.critic_opt = None
-        if cfg.algo.estimator == "ppo":
+        if ESTIMATORS[CREDIT_ESTIMATOR[cfg.algo.estimator]].needs_values:
             self.critic = ValueModel(cfg.policy.scorer.hash_bits)
             self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
 
@@ -305,18 +300,9 @@ class Trainer:
 
     def _credit(self, trajs: list[Trajectory], step: int):
         a = self.cfg.algo
-        name = _CREDIT_NAME.get(a.estimator, a.estimator)
-        if name in ("grpo", "dapo"):
-            opts: dict[str, Any] = {"norm_by_std": a.norm_by_std}
-        elif name in ("gigpo", "migpo"):
-            opts = {"gamma": a.gamma, "step_weight": a.step_weight,
-                    "mode": a.resolved_gigpo_mode(self.env_name)}
-        elif name == "gae":
-            opts = {"gamma": a.gamma, "lam": a.lam}
-        else:
-            opts = {}
-        if takes_group_stats(name):
-            opts["group_stats"] = a.group_stats
+        name = CREDIT_ESTIMATOR[a.estimator]
+        opts = a.estimator_options(self.env_name)
+        if ESTIMATORS[name].takes("step_penalty"):
             # verl-agent's invalid-action penalty: subtracted from the row's score before the
             # group statistics (an invalid action = a response that could not be parsed)
             opts["step_penalty"] = self.cfg.env.invalid_action_penalty * np.fromiter(
@@ -337,8 +323,8 @@ class Trainer:
         steps = [s for t in trajs for s in t.steps]
         data = [s.extra["policy"] for s in steps]
         adv_np = res.advantage
-        if not takes_group_stats(_CREDIT_NAME.get(a.estimator, a.estimator)):
-            # estimators without group statistics (rloo, reinforce_pp, ppo) take the invalid-action
+        if not ESTIMATORS[CREDIT_ESTIMATOR[a.estimator]].takes("step_penalty"):
+            # estimators without a step_penalty option (rloo, reinforce_pp, ppo) take the invalid-action
             # penalty on the final advantage; the group estimators took it in ``_credit``
             invalid = np.fromiter((bool(s.extra.get("malformed")) for s in steps), dtype=np.float64, count=len(steps))
             adv_np = adv_np - self.cfg.env.invalid_action_penalty * invalid

@@ -25,17 +25,17 @@ from typing import Any, Mapping
 import numpy as np
 
 from proas.credit import (
+    ESTIMATORS,
     REA_RULES,
     SHAPINGS,
     BaseAdvantage,
-    CreditBatch,
     CreditResult,
     ReferenceGraph,
     annotate,
     credit_arrays,
-    get_estimator,
     shape,
 )
+from proas.credit.registry import SHAPING_OPTIONS
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.integrations.verl.rows import (
@@ -46,7 +46,6 @@ from proas.integrations.verl.rows import (
     response_mask_of,
     rows_to_batch,
 )
-from proas.types import Step, Trajectory
 
 __all__ = ["ProASCredit", "CHECKPOINT_SUBDIR", "VERL_TRACKER_FILE"]
 
@@ -57,14 +56,15 @@ VERL_TRACKER_FILE = "latest_checkpointed_iteration.txt"
 _STATE_FORMAT = "proas-verl-credit"
 _STATE_VERSION = 1
 
-#: base estimators that reshape per step; GAE works on tokens inside verl and ProAS leaves it
-#: unchanged anyway (no step is credited uniformly), so it stays verl's.
-HOOK_ESTIMATORS = ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo")
+#: base estimators that reshape per step: all of proas's but those that read ``V(s_t)``; GAE
+#: works on tokens inside verl and ProAS leaves it unchanged anyway (no step is credited
+#: uniformly), so it stays verl's.
+HOOK_ESTIMATORS = tuple(name for name, spec in ESTIMATORS.items() if not spec.needs_values)
 #: where ``A_i`` comes from: proas's estimator on the batch's trajectories, or verl's advantage
 BASES = ("proas", "verl")
 #: estimators whose verl advantage is one value per row and per trajectory up to row-level
 #: reward terms, so that ``base="verl"`` can split it into ``A_i`` and a residual
-VERL_BASE_ESTIMATORS = ("grpo", "dapo", "rloo", "reinforce_pp")
+VERL_BASE_ESTIMATORS = tuple(name for name in HOOK_ESTIMATORS if ESTIMATORS[name].outcome_only)
 #: verl-agent's ``actor_rollout_ref.actor.invalid_action_penalty_coef`` default
 DEFAULT_INVALID_ACTION_PENALTY = 0.1
 
@@ -130,8 +130,8 @@ class ProASCredit:
                 f"base='verl' needs one advantage per trajectory from verl; {estimator!r} is not one of "
                 f"{', '.join(VERL_BASE_ESTIMATORS)} (use base='proas' for GiGPO)"
             )
-        if base == "verl" and shaping == "progress_reward":
-            raise ProasError("shaping 'progress_reward' changes the rewards before the estimator; use base='proas'")
+        if base == "verl" and shaping in SHAPINGS and SHAPINGS[shaping].reward_bonus:
+            raise ProasError(f"shaping {shaping!r} changes the rewards before the estimator; use base='proas'")
         if estimator not in HOOK_ESTIMATORS:
             raise ProasError(
                 f"estimator {estimator!r} cannot be reshaped inside verl; choose one of: "
@@ -143,21 +143,17 @@ class ProASCredit:
             raise ProasError("step_penalty is computed per batch from is_action_valid; "
                              "set invalid_action_penalty instead")
         # a typo in the options should fail at start-up, not after the first rollout
-        probe = CreditBatch.from_trajectories([Trajectory("g", "t", 1.0, [Step("s", "a", "s'")])])
-        probe_options = dict(estimator_options or {})
-        if estimator == "migpo":
-            # compute_credit reads MiGPO's milestones off the graph per batch
-            probe_options.setdefault("milestones", np.zeros(1, dtype=bool))
         try:
-            get_estimator(estimator)(probe, **probe_options)
-        except (TypeError, ValueError) as exc:
+            ESTIMATORS[estimator].check(estimator_options or {})
+        except ValueError as exc:
             raise ProasError(f"bad estimator_options for {estimator!r}: {exc}") from None
         penalty = float(invalid_action_penalty)
         if not np.isfinite(penalty) or penalty < 0:
             raise ProasError(f"invalid_action_penalty must be a finite number >= 0, got {invalid_action_penalty!r}")
-        bad = sorted(set(shaping_options or {}) - {"epsilon", "progress_coef"})
-        if bad:
-            raise ProasError(f"unknown shaping_options {bad}; valid: ['epsilon', 'progress_coef']")
+        try:
+            SHAPINGS[shaping].check(shaping_options or {})
+        except ValueError as exc:
+            raise ProasError(f"bad shaping_options: {exc}") from None
         self.graph = graph if graph is not None else ReferenceGraph()
         self.estimator = estimator
         self.estimator_options = dict(estimator_options or {})
@@ -270,7 +266,7 @@ class ProASCredit:
         name = self.columns.valid
         if self.invalid_action_penalty == 0 or name is None or name not in non_tensor_batch:
             return None
-        if not takes_step_penalty(self.estimator):
+        if not ESTIMATORS[self.estimator].takes("step_penalty"):
             return None
         valid = _flags(non_tensor_batch[name])
         # copies of a step carry the same flag; any row of a step gives the step's
@@ -294,11 +290,8 @@ class ProASCredit:
         base = BaseAdvantage(
             traj=traj, step=step_value - traj[batch.traj_of_step], uniform=np.ones(batch.n_steps, dtype=bool)
         )
-        opts = dict(self.shaping_options)
-        epsilon = float(opts.pop("epsilon", 1e-6))
-        opts.pop("progress_coef", None)
-        if opts:
-            raise ValueError(f"unknown shaping options: {', '.join(sorted(opts))}")
+        # the options were checked at construction
+        epsilon = float(self.shaping_options.get("epsilon", SHAPING_OPTIONS["epsilon"].default))
         if self.evolve:
             self.graph.add_batch(batch)
         ann = annotate(batch, self.graph, self.rea)
@@ -417,13 +410,6 @@ class ProASCredit:
             raise ProasError(f"{tracker}: expected a step number, got {text[:40]!r}") from None
         self.load_checkpoint(Path(default_local_dir) / f"global_step_{step}")
         return step
-
-
-def takes_step_penalty(estimator: str) -> bool:
-    """Whether proas's estimator ``estimator`` has the ``step_penalty`` option."""
-    import inspect
-
-    return "step_penalty" in inspect.signature(get_estimator(estimator)).parameters
 
 
 def _truthy(value: Any) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from proas.credit import ReferenceGraph
+from proas.credit import ESTIMATORS, ReferenceGraph
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
@@ -142,6 +142,20 @@ def _plain(node: Any) -> Any:
 _ESTIMATOR_OF = {"grpo": "grpo", "gigpo": "gigpo", "rloo": "rloo", "reinforce_plus_plus_baseline": "reinforce_pp"}
 
 
+_NORM_BY_STD = ("norm_by_std", "algorithm.norm_adv_by_std_in_grpo", True, bool)
+#: the estimator options that follow verl-agent's config for the estimators it has itself:
+#: estimator -> (proas option, verl-agent key, verl-agent's default, type)
+_VERL_AGENT_OPTIONS: dict[str, tuple[tuple[str, str, Any, type], ...]] = {
+    "grpo": (_NORM_BY_STD,),
+    "dapo": (_NORM_BY_STD,),
+    "gigpo": (
+        ("gamma", "algorithm.gamma", 0.95, float),
+        ("mode", "algorithm.gigpo.mode", "mean_norm", str),
+        ("step_weight", "algorithm.gigpo.step_advantage_w", 1.0, float),
+    ),
+}
+
+
 def proas_settings(config: Any) -> dict[str, Any]:
     """The ``proas:`` section with its unset values filled from verl-agent's config, so that one
     switch (``proas.enable=True``) gives ProAS on the estimator and settings of the run:
@@ -166,14 +180,10 @@ def proas_settings(config: Any) -> dict[str, Any]:
         estimator = _ESTIMATOR_OF[adv]
     section["estimator"] = estimator
     options = dict(section.get("estimator_options") or {})
-    if estimator in ("grpo", "dapo"):
-        options.setdefault("norm_by_std", bool(_get(config, "algorithm.norm_adv_by_std_in_grpo", True)))
-    elif estimator == "gigpo":
-        options.setdefault("gamma", float(_get(config, "algorithm.gamma", 0.95)))
-        options.setdefault("mode", str(_get(config, "algorithm.gigpo.mode", "mean_norm")))
-        options.setdefault("step_weight", float(_get(config, "algorithm.gigpo.step_advantage_w", 1.0)))
-    elif estimator in ("rloo", "reinforce_pp"):
-        options.pop("group_stats", None)  # these take no group_stats option
+    for option, key, default, kind in _VERL_AGENT_OPTIONS.get(estimator, ()):
+        options.setdefault(option, kind(_get(config, key, default)))
+    if estimator in ESTIMATORS and not ESTIMATORS[estimator].takes("group_stats"):
+        options.pop("group_stats", None)  # the recipe's default group_stats, for rloo and reinforce_pp
     section["estimator_options"] = options
     if section.get("invalid_action_penalty") is None:
         on = bool(_get(config, "actor_rollout_ref.actor.use_invalid_action_penalty", True))
