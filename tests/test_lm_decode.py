@@ -33,7 +33,9 @@ CONTEXTS = [ctx(0), ctx(3, "You open the drawer 1. The drawer 1 is open. In it, 
 
 
 def policy(**over):
-    over = {"max_new_tokens": 12, **over}
+    # CPU unless told: these tests hold fp32 tolerances, and on a GPU machine ``device=auto``
+    # would give bf16 (the CUDA tests below ask for cuda themselves)
+    over = {"max_new_tokens": 12, "device": "cpu", **over}
     cfg = build_config(["policy=lm", "policy.lm.model_config=tiny", *[f"policy.lm.{k}={v}" for k, v in over.items()]])
     return LMPolicy.from_config(cfg.policy.lm, seed=0)
 

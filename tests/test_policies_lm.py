@@ -342,3 +342,26 @@ def test_the_trainer_reports_truncated_responses_and_trimmed_prompts(tmp_path, e
     assert rec["rollout/truncated_responses"] == (0.0 if end_at_once else 1.0)
     # the first step's prompt has no history and fits; later ones have history and do not
     assert 0.0 < rec["rollout/trimmed_prompts"] < 1.0
+
+
+def test_score_mode_passes_are_bounded_by_cached_tokens():
+    p = scored()
+    # (prompt length, candidate lengths); a pass costs its rows x (widest prompt + longest candidate)
+    shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
+    p.score_tokens_per_pass = 100
+    # 2x25=50, 3x32=96; +3 rows: 6x32=192 > 100, new pass; decision 3 (1x110) is over the budget
+    # alone and still gets its own pass; 4 joins it at 2x110=220 > 100, so it goes alone too
+    assert p._score_groups(shapes, limit=8) == [[0, 1], [2], [3], [4]]
+    p.score_tokens_per_pass = 200
+    assert p._score_groups(shapes, limit=8) == [[0, 1, 2], [3], [4]]  # 6x32=192 fits
+    p.score_tokens_per_pass = 10**6
+    assert p._score_groups(shapes, limit=2) == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
+    assert p.micro_batches([{"prompt": [0] * pl, "cands": [[0] * n for n in c]} for pl, c in shapes], 2) == \
+        [[0, 1], [2, 3], [4]]
+    # acting in one pass per decision chooses as acting in one pass for all
+    contexts = [ctx(step=3), ctx(step=0), ctx(step=1)]
+    wide = p.act(contexts, np.random.default_rng(5), temperature=1.0)
+    p.score_tokens_per_pass = 1
+    narrow = p.act(contexts, np.random.default_rng(5), temperature=1.0)
+    assert [d.action for d in narrow] == [d.action for d in wide]
+    assert [d.logp for d in narrow] == pytest.approx([d.logp for d in wide], abs=1e-5)

@@ -137,6 +137,11 @@ class Policy(abc.ABC):
         reused for the policy and its frozen reference)."""
         return list(data)
 
+    def micro_batches(self, data: Sequence[dict[str, Any]], limit: int) -> list[list[int]]:
+        """Split recorded decisions into the index groups one forward pass takes: consecutive
+        runs of at most ``limit`` (a policy whose cost varies per decision bounds it too)."""
+        return [list(range(i, min(i + limit, len(data)))) for i in range(0, len(data), limit)]
+
     @abc.abstractmethod
     def evaluate(self, batch: Any, module: torch.nn.Module | None = None) -> TokenStats:
         """Log-probs and entropies of a ``prepare``d batch, with gradients through ``module``

@@ -259,6 +259,7 @@ class LMPolicy(Policy):
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
                  mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
+                 score_tokens_per_pass: int = 262144,
                  decode: str = "hf"):
         if mode not in MODES:
             raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
@@ -274,6 +275,8 @@ class LMPolicy(Policy):
         self.temperature = temperature
         #: score mode: decisions per batched scoring pass while acting
         self.micro_batch_size = micro_batch_size
+        #: score mode: cached tokens (candidates x widest prompt + candidate) per forward pass
+        self.score_tokens_per_pass = score_tokens_per_pass
         self._warned_truncation = False
         self._resp_cache: dict[str, list[int]] = {}
         self.tokenizer = tokenizer
@@ -350,7 +353,8 @@ class LMPolicy(Policy):
         return cls(model, tokenizer, device=device, max_new_tokens=lm.max_new_tokens,
                    max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
                    lora=lm.lora_rank > 0, mode=lm.mode, temperature=temperature,
-                   micro_batch_size=lm.micro_batch_size, decode=lm.decode)
+                   micro_batch_size=lm.micro_batch_size, decode=lm.decode,
+                   score_tokens_per_pass=lm.score_tokens_per_pass)
 
     def reference_module(self) -> nn.Module:
         if self.lora:
@@ -564,6 +568,30 @@ class LMPolicy(Policy):
         prompt, trimmed = self.fit_prompt(ctx, reserve=shared)
         return cands, prompt + resp[0][:shared], [r[shared:] for r in resp], trimmed
 
+    def micro_batches(self, data: Sequence[dict[str, Any]], limit: int) -> list[list[int]]:
+        if self.mode != "score":
+            return super().micro_batches(data, limit)
+        return self._score_groups([(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in data], limit)
+
+    def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int) -> list[list[int]]:
+        """Consecutive groups of decisions (``(prompt length, candidate lengths)`` each) with at
+        most ``limit`` decisions and at most ``score_tokens_per_pass`` cached tokens: every
+        candidate row holds the group's widest prompt plus its longest candidate. A decision
+        over the budget alone still gets a pass of its own."""
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        rows = width = 0
+        for i, (plen, cands) in enumerate(shapes):
+            r, w = rows + len(cands), max(width, plen + max(cands, default=0))
+            if cur and (len(cur) >= limit or r * w > self.score_tokens_per_pass):
+                groups.append(cur)
+                cur, r, w = [], len(cands), plen + max(cands, default=0)
+            cur.append(i)
+            rows, width = r, w
+        if cur:
+            groups.append(cur)
+        return groups
+
     def _response_ids(self, action: str) -> list[int]:
         """The token ids of ``action``'s scored response plus the end-of-turn token, memoised:
         an env repeats its candidate actions across steps, and tokenizing each one anew every
@@ -628,8 +656,9 @@ class LMPolicy(Policy):
         self.module.eval()
         made = [self.score_item_trimmed(c) for c in contexts]
         scores: list[torch.Tensor] = []
-        for i in range(0, len(made), self.micro_batch_size):
-            chunk = made[i: i + self.micro_batch_size]
+        for group in self._score_groups([(len(p), [len(c) for c in r]) for _, p, r, _ in made],
+                                        self.micro_batch_size):
+            chunk = [made[i] for i in group]
             scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk]))
         out = []
         for (cands, prompt, resp, trimmed), s in zip(made, scores):

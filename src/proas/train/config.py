@@ -157,8 +157,12 @@ class LMConfig:
     max_prompt_tokens: int = 2048
     #: observation/action pairs of history in the prompt (verl-agent: 2)
     history_length: int = 2
-    #: sequences per forward pass in the loss
+    #: sequences per forward pass in the loss (score mode: decisions per pass, acting too)
     micro_batch_size: int = 8
+    #: score mode: at most this many cached tokens per forward pass (candidates x the widest
+    #: prompt plus candidate), on top of ``micro_batch_size``; the prompt's KV cache is expanded
+    #: over every candidate, so memory follows this product (a pass keeps at least one decision)
+    score_tokens_per_pass: int = 262144
     #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
     #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
     mode: str = "generate"
@@ -364,6 +368,7 @@ def _validate(cfg: Config) -> None:
         ("policy.lm.lr", cfg.policy.lm.lr),
         ("policy.lm.max_new_tokens", cfg.policy.lm.max_new_tokens),
         ("policy.lm.micro_batch_size", cfg.policy.lm.micro_batch_size),
+        ("policy.lm.score_tokens_per_pass", cfg.policy.lm.score_tokens_per_pass),
         ("algo.critic_lr", cfg.algo.critic_lr),
         ("algo.dual_clip", cfg.algo.dual_clip),
     ]:

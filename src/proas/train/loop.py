@@ -339,8 +339,8 @@ class Trainer:
             old_tok = [torch.tensor([float(s.extra["logp"])]) for s in steps]
         else:
             with torch.no_grad():
-                for i in range(0, n, micro):
-                    st = self.policy.evaluate(self.policy.prepare(data[i: i + micro]))
+                for group in self.policy.micro_batches(data, micro):
+                    st = self.policy.evaluate(self.policy.prepare([data[i] for i in group]))
                     old_tok.extend(st.logp[j][st.mask[j] > 0] for j in range(st.logp.shape[0]))
         sums = {"loss/pg": 0.0, "loss/kl": 0.0, "loss/entropy": 0.0, "loss/clipfrac": 0.0,
                 "loss/grad_norm": 0.0, "loss/critic": 0.0}
@@ -352,8 +352,8 @@ class Trainer:
             for start in range(0, n, mb):
                 idx = order[start: start + mb]
                 self.optimizer.zero_grad(set_to_none=True)
-                for m0 in range(0, len(idx), micro):
-                    sub = idx[m0: m0 + micro]
+                for group in self.policy.micro_batches([data[i] for i in idx], micro):
+                    sub = idx[group]
                     weight = len(sub) / len(idx)
                     prepared = self.policy.prepare([data[i] for i in sub])
                     st = self.policy.evaluate(prepared)
