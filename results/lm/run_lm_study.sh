@@ -51,8 +51,8 @@ for env in ("household", "shop"):
         runs[s.parent.parent.name] = json.loads(s.read_text())["best_val_sr"]
     if not runs:
         sys.exit(f"{env}: no finished SFT run")
-    inside = {k: v for k, v in runs.items() if 5 <= v <= 30}
-    pick = min(inside or runs, key=lambda k: (abs(runs[k] - 15), k))
+    inside = {k: v for k, v in runs.items() if 0.05 <= v <= 0.30}  # summary.json holds fractions
+    pick = min(inside or runs, key=lambda k: (abs(runs[k] - 0.15), k))
     link = res / "lm_start" / env
     if link.is_symlink() or link.exists():
         link.unlink()
