@@ -10,8 +10,9 @@ import torch
 from proas.baselines.sft import oracle_examples
 from proas.cli import main as proas_main
 from proas.errors import ProasError
+from proas.lm_cli import env_tokenizer
 from proas.policies.lm import LMPolicy, build_prompt, load_tokenizer, local_tokenizer, score_response
-from proas.policies.lm_tools import build_env_tokenizer, new_model_dir
+from proas.policies.lm_tools import new_model_dir
 from proas.train.config import build_config
 from proas.train.loop import make_env_factory
 
@@ -33,7 +34,7 @@ def mean_len(tok, contexts):
 def test_an_env_tokenizer_makes_prompts_much_shorter_and_decodes_exactly(tmp_path, household_val_contexts, span,
                                                                          at_most):
     cfg = build_config(["env=household"])
-    tok = build_env_tokenizer(cfg, 2048, tmp_path / "tok", max_tasks=60, span=span)
+    tok = env_tokenizer(cfg, 2048, tmp_path / "tok", max_tasks=60, span=span)
     # validation prompts (tasks the tokenizer never saw) against the local fallback tokenizer;
     # measured: about 0.13 (line) and 0.6 (word)
     ratio = mean_len(tok, household_val_contexts) / mean_len(local_tokenizer(1024), household_val_contexts)

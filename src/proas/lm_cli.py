@@ -4,6 +4,9 @@ A front end, on the floor above the trainer: ``export`` reads a run, ``tokenizer
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Iterator
+
 
 def register(sub) -> None:
     lm = sub.add_parser(
@@ -59,12 +62,47 @@ def _export(args) -> int:
     return 0
 
 
-def _tokenizer(args) -> int:
+def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
+    """The text of ``cfg``'s env on its training tasks (those an RL or SFT run of ``cfg`` sees):
+    for each oracle step, the prompt the ``lm`` policy gets and the response of each candidate
+    action; plus the marker of a cut observation. Only training tasks, never validation ones."""
+    from proas.baselines.common import env_name
+    from proas.baselines.sft import oracle_examples, sft_task_ids
+    from proas.errors import ProasError
+    from proas.policies.lm import build_prompt, score_response
+    from proas.train.loop import make_env_factory
+
+    env = make_env_factory(cfg.env.name, cfg.env.options)()
+    label = env_name(cfg, env)
+    ids = sft_task_ids(cfg, env, max_tasks)
+    examples, _ = oracle_examples(env, ids, env_label=label, max_steps=int(cfg.env.max_steps or env.max_steps))
+    if not examples:
+        raise ProasError(f"env {label!r}: the oracle solved none of {len(ids)} training tasks; no text to learn from")
+    yield "[... 100 tokens cut ...]"
+    for ctx, action in examples:
+        yield build_prompt(ctx, cfg.policy.lm.history_length)
+        for a in dict.fromkeys(list(ctx.admissible or []) + list(ctx.invalid_candidates) + [action]):
+            yield score_response(a)
+
+
+def env_tokenizer(cfg, vocab_size: int, out: str | Path, max_tasks: int | None = None, span: str = "line"):
+    """``proas lm tokenizer``: a BPE trained on ``env_corpus(cfg, max_tasks)``, saved to ``out``."""
+    from proas.errors import ProasError
     from proas.policies.lm_tools import build_env_tokenizer
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):  # before the oracle walk, not after it
+        raise ProasError(f"{out}: exists and is not empty; choose another directory")
+    meta = {"env": cfg.env.name, "env_options": dict(cfg.env.options), "max_tasks": max_tasks,
+            "history_length": cfg.policy.lm.history_length}
+    return build_env_tokenizer(env_corpus(cfg, max_tasks), vocab_size, out, span=span, meta=meta)
+
+
+def _tokenizer(args) -> int:
     from proas.train.config import build_config
 
     cfg = build_config(([f"env.name={args.env}"] if args.env else []) + list(args.overrides))
-    tok = build_env_tokenizer(cfg, args.vocab, args.out, max_tasks=args.max_tasks, span=args.span)
+    tok = env_tokenizer(cfg, args.vocab, args.out, max_tasks=args.max_tasks, span=args.span)
     print(f"tokenizer: {len(tok)} tokens, {args.out}  (proas lm new-model --tokenizer {args.out} --out DIR)")
     return 0
 

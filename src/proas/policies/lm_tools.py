@@ -1,5 +1,7 @@
 """From-scratch models for the ``lm`` policy: a tokenizer trained on an env's own text, and a
-randomly initialised model directory that carries it (``proas lm tokenizer`` / ``proas lm new-model``).
+randomly initialised model directory that carries it (``proas lm tokenizer`` / ``proas lm new-model``;
+the env's text itself is gathered by ``proas.lm_cli.env_corpus``, on the floor that may replay
+the oracle).
 
 A general-purpose tokenizer (Qwen's 151k tokens, with its huge embedding tables) or the tiny
 local fallback spends many tokens on an env's prompts; a byte-level BPE trained on the env's
@@ -13,13 +15,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable
 
 import torch
 
 from proas.errors import ProasError
 
-__all__ = ["SCRATCH_SIZES", "env_corpus", "build_env_tokenizer", "new_model_dir"]
+__all__ = ["SCRATCH_SIZES", "build_env_tokenizer", "new_model_dir"]
 
 #: architectures for from-scratch models (Qwen2 family); the vocabulary is the tokenizer's
 SCRATCH_SIZES: dict[str, dict[str, Any]] = {
@@ -34,31 +36,11 @@ SCRATCH_SIZES: dict[str, dict[str, Any]] = {
 }
 
 
-def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
-    """The text of ``cfg``'s env on its training tasks (those an RL or SFT run of ``cfg`` sees):
-    for each oracle step, the prompt the ``lm`` policy gets and the response of each candidate
-    action; plus the marker of a cut observation."""
-    from proas.baselines.common import env_name
-    from proas.baselines.sft import oracle_examples, sft_task_ids
-    from proas.policies.lm import build_prompt, score_response
-    from proas.train.loop import make_env_factory
-
-    env = make_env_factory(cfg.env.name, cfg.env.options)()
-    label = env_name(cfg, env)
-    ids = sft_task_ids(cfg, env, max_tasks)
-    examples, _ = oracle_examples(env, ids, env_label=label, max_steps=int(cfg.env.max_steps or env.max_steps))
-    if not examples:
-        raise ProasError(f"env {label!r}: the oracle solved none of {len(ids)} training tasks; no text to learn from")
-    yield "[... 100 tokens cut ...]"
-    for ctx, action in examples:
-        yield build_prompt(ctx, cfg.policy.lm.history_length)
-        for a in dict.fromkeys(list(ctx.admissible or []) + list(ctx.invalid_candidates) + [action]):
-            yield score_response(a)
-
-
-def build_env_tokenizer(cfg, vocab_size: int, out: str | Path, max_tasks: int | None = None, span: str = "line"):
-    """Train a byte-level BPE of ``vocab_size`` tokens on ``env_corpus(cfg)``, save it to ``out``
-    (with ``proas_tokenizer.json`` recording how it was made) and return it.
+def build_env_tokenizer(texts: Iterable[str], vocab_size: int, out: str | Path, span: str = "line",
+                        meta: dict[str, Any] | None = None):
+    """Train a byte-level BPE of ``vocab_size`` tokens on ``texts`` (an env's own text: ``proas
+    lm tokenizer`` gives it ``proas.lm_cli.env_corpus``), save it to ``out`` with
+    ``proas_tokenizer.json`` recording how it was made (``meta`` plus the sizes) and return it.
 
     ``span="line"`` by default: an env's text is templated, and merges across words turn its
     stock phrases into single tokens (household validation prompts: about 9x fewer tokens than
@@ -72,13 +54,12 @@ def build_env_tokenizer(cfg, vocab_size: int, out: str | Path, max_tasks: int | 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ProasError(f"{out}: exists and is not empty; choose another directory")
-    texts = list(env_corpus(cfg, max_tasks))
+    texts = list(texts)
     tok = train_tokenizer(texts, vocab_size, span)
     tok.save_pretrained(out)
     (out / "proas_tokenizer.json").write_text(json.dumps(
-        {"env": cfg.env.name, "env_options": dict(cfg.env.options), "vocab_size": vocab_size,
-         "trained_vocab": len(tok), "span": span, "texts": len(texts), "max_tasks": max_tasks,
-         "history_length": cfg.policy.lm.history_length}, indent=1) + "\n")
+        {**(meta or {}), "vocab_size": vocab_size, "trained_vocab": len(tok), "span": span, "texts": len(texts)},
+        indent=1) + "\n")
     return tok
 
 
