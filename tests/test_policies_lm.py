@@ -134,7 +134,7 @@ def full_forward_logp(p, prompt, cand):
 
 def test_score_mode_candidate_log_probs_equal_a_plain_forward_pass():
     p = scored()
-    contexts = [ctx(step=3), ctx(step=0)]  # prompts of different lengths: left padding is exercised
+    contexts = [ctx(step=3), ctx(step=0)]  # prompts of different lengths: the padding is exercised
     made = [p.score_item(c) for c in contexts]
     cands, prompt, resp = made[0]
     assert cands == ["go to bed 1", "take key 1 from desk 1", "help"]  # admissible + invalid, in order
@@ -193,7 +193,7 @@ def test_score_mode_gradients_flow_through_the_prompt_and_the_candidate_tokens()
     (-st.logp.sum()).backward()
     emb = p.module.get_input_embeddings().weight.grad
     prompt_only = set(d.data["prompt"]) - {t for r in d.data["cands"] for t in r}
-    assert prompt_only and all(emb[t].abs().sum() > 0 for t in prompt_only)  # through the expanded cache
+    assert prompt_only and all(emb[t].abs().sum() > 0 for t in prompt_only)  # through the prompt's keys and values
     head = p.module.get_output_embeddings().weight.grad
     chosen = d.data["cands"][d.data["choice"]]
     assert all(head[t].abs().sum() > 0 for t in chosen)  # the logit of each of its tokens moves
@@ -345,7 +345,7 @@ def test_the_trainer_reports_truncated_responses_and_trimmed_prompts(tmp_path, e
 
 
 def test_score_mode_passes_are_bounded_by_cached_tokens():
-    p = scored()
+    p = scored(score_impl="expand")
     # (prompt length, candidate lengths); a pass costs its rows x (widest prompt + longest candidate)
     shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
     p.score_tokens_per_pass = 100
@@ -384,7 +384,7 @@ def packed_items(p):
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_score_log_probs_equal_expand_and_plain_forward_passes(attn):
-    p = scored()
+    p = scored(score_impl="expand")
     p.module.config._attn_implementation = attn  # read at each forward pass
     p.module.eval()
     items = packed_items(p)
@@ -430,7 +430,7 @@ def test_packed_score_gradients_equal_expand():
 
 
 def test_packed_score_acts_as_expand():
-    p = scored()
+    p = scored(score_impl="expand")
     contexts = [ctx(step=3), ctx(step=0), ctx(step=1)]
     for temperature in (1.0, 0):
         expand = p.act(contexts, np.random.default_rng(5), temperature=temperature)
@@ -455,15 +455,16 @@ def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
     assert p._score_groups(shapes, limit=2) == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
 
 
-def test_the_trainer_runs_a_step_with_packed_scoring(tmp_path):
+@pytest.mark.parametrize("impl", ["expand", "packed"])
+def test_the_trainer_runs_a_step_with_either_score_impl(tmp_path, impl):
     from proas.train.loop import Trainer
 
     c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
                       "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
                       "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
-                      "policy.lm.score_impl=packed", "policy.lm.lr=1e-3", "algo.kl_coef=0.01"])
+                      f"policy.lm.score_impl={impl}", "policy.lm.lr=1e-3", "algo.kl_coef=0.01"])
     t = Trainer(c, tmp_path)
-    assert t.policy.score_impl == "packed"
+    assert t.policy.score_impl == impl
     before = [q.detach().clone() for q in t.policy.parameters()]
     rec = t.train_step()
     assert rec["step"] == 1 and rec["loss/updates"] >= 1 and rec["train/trajectories"] == 4
