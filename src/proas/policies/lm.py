@@ -724,21 +724,23 @@ class LMPolicy(Policy):
                 owner += [flat] * len(c)
                 at += len(c)
                 flat += 1
+        ids, seg, pos = ids.to(dev), seg.to(dev), pos.to(dev)
         seen = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # (rows, query, key)
-        seen &= torch.ones((width, width), dtype=torch.bool).tril()
+        seen &= torch.ones((width, width), dtype=torch.bool, device=dev).tril()
         # additive, 0 where seen and the dtype's minimum elsewhere, (batch, 1, query, key): the
         # form eager attention adds to its scores and sdpa takes as a float mask; transformers
         # passes a 4D mask through as it is
         dtype = self.module.get_input_embeddings().weight.dtype
-        mask = torch.zeros((n, 1, width, width), dtype=dtype).masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        mask = torch.zeros((n, 1, width, width), dtype=dtype, device=dev)
+        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
         # no logits for the prompt before its last token: the (tokens x vocabulary) logits
         # of the whole sequence would dwarf the rest
         keep = width - min(len(p) for p, _ in items) + 1
-        logits = module(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                        use_cache=False, **_last_logits(keep)).logits
+        logits = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                        **_last_logits(keep)).logits
         cols_t = torch.tensor(cols, dtype=torch.long, device=dev) - (width - logits.shape[1])
         picked = logits[torch.tensor(rows, dtype=torch.long, device=dev), cols_t]  # (candidate tokens, vocab)
-        tgt = ids.to(dev)[seg.to(dev) > 0]  # the candidate tokens, in the same order
+        tgt = ids[seg > 0]  # the candidate tokens, in the same order
         tok = torch.log_softmax(picked.float(), dim=-1).gather(1, tgt[:, None]).squeeze(1)
         sums = torch.zeros(flat, dtype=tok.dtype, device=dev).index_add(
             0, torch.tensor(owner, dtype=torch.long, device=dev), tok)
