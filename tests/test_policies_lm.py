@@ -134,7 +134,7 @@ def full_forward_logp(p, prompt, cand):
 
 def test_score_mode_candidate_log_probs_equal_a_plain_forward_pass():
     p = scored()
-    contexts = [ctx(step=3), ctx(step=0)]  # prompts of different lengths: left padding is exercised
+    contexts = [ctx(step=3), ctx(step=0)]  # prompts of different lengths: the padding is exercised
     made = [p.score_item(c) for c in contexts]
     cands, prompt, resp = made[0]
     assert cands == ["go to bed 1", "take key 1 from desk 1", "help"]  # admissible + invalid, in order
@@ -193,7 +193,7 @@ def test_score_mode_gradients_flow_through_the_prompt_and_the_candidate_tokens()
     (-st.logp.sum()).backward()
     emb = p.module.get_input_embeddings().weight.grad
     prompt_only = set(d.data["prompt"]) - {t for r in d.data["cands"] for t in r}
-    assert prompt_only and all(emb[t].abs().sum() > 0 for t in prompt_only)  # through the expanded cache
+    assert prompt_only and all(emb[t].abs().sum() > 0 for t in prompt_only)  # through the prompt's keys and values
     head = p.module.get_output_embeddings().weight.grad
     chosen = d.data["cands"][d.data["choice"]]
     assert all(head[t].abs().sum() > 0 for t in chosen)  # the logit of each of its tokens moves
@@ -345,7 +345,7 @@ def test_the_trainer_reports_truncated_responses_and_trimmed_prompts(tmp_path, e
 
 
 def test_score_mode_passes_are_bounded_by_cached_tokens():
-    p = scored()
+    p = scored(score_impl="expand")
     # (prompt length, candidate lengths); a pass costs its rows x (widest prompt + longest candidate)
     shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
     p.score_tokens_per_pass = 100
@@ -365,3 +365,113 @@ def test_score_mode_passes_are_bounded_by_cached_tokens():
     narrow = p.act(contexts, np.random.default_rng(5), temperature=1.0)
     assert [d.action for d in narrow] == [d.action for d in wide]
     assert [d.logp for d in narrow] == pytest.approx([d.logp for d in wide], abs=1e-5)
+
+
+# ---- score mode's packed passes: one sequence per decision, the candidates kept apart by the mask
+
+def packed_items(p):
+    """Decisions of different prompt lengths and candidate counts and lengths (one-token
+    candidates too), from the env's contexts and from random token ids."""
+    made = [p.score_item(c) for c in (ctx(step=3), ctx(step=0))]
+    g = torch.Generator().manual_seed(0)
+
+    def ids(n):
+        return torch.randint(5, 1000, (n,), generator=g).tolist()
+
+    return [(pr, rs) for _, pr, rs in made] + [(ids(7), [ids(1), ids(4), ids(2)]), (ids(15), [ids(3)]),
+                                               (ids(3), [ids(2), ids(2), ids(5), ids(1), ids(1)])]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_score_log_probs_equal_expand_and_plain_forward_passes(attn):
+    p = scored(score_impl="expand")
+    p.module.config._attn_implementation = attn  # read at each forward pass
+    p.module.eval()
+    items = packed_items(p)
+    with torch.no_grad():
+        expand = p.candidate_logps(items)
+        p.score_impl = "packed"
+        packed = p.candidate_logps(items)
+    for (pr, rs), e, k in zip(items, expand, packed):
+        assert k.shape == (len(rs),) and bool(torch.isfinite(k).all())
+        assert torch.allclose(k, e, atol=1e-5, rtol=0)
+        for j, r in enumerate(rs):
+            assert float(k[j]) == pytest.approx(full_forward_logp(p, pr, r), abs=1e-5)
+
+
+def test_packed_score_keeps_each_candidate_from_seeing_the_others():
+    p = scored(score_impl="packed")
+    p.module.eval()
+    prompt, cands = [11, 12, 13, 14], [[21, 22, 23], [31, 32], [41, 42, 43, 44]]
+    with torch.no_grad():
+        together = p.candidate_logps([(prompt, cands)])[0]
+        alone = [float(p.candidate_logps([(prompt, [c])])[0][0]) for c in cands]
+        # other tokens before the last candidate change nothing in its score
+        swapped = p.candidate_logps([(prompt, [[51, 52, 53], [61], cands[2]])])[0]
+    assert together.tolist() == pytest.approx(alone, abs=1e-5)
+    assert float(swapped[2]) == pytest.approx(alone[2], abs=1e-5)
+
+
+def test_packed_score_gradients_equal_expand():
+    grads = {}
+    for impl in ("expand", "packed"):
+        p = scored(score_impl=impl)  # the same seed: the same weights
+        items = packed_items(p)
+        with torch.no_grad():  # the least likely candidates: a favourite's log-prob (about 0) has no gradient
+            p.score_impl = "expand"
+            choice = [int(torch.argmin(s)) for s in p.candidate_logps(items)]
+            p.score_impl = impl
+        batch = p.prepare([{"prompt": pr, "cands": rs, "choice": c} for (pr, rs), c in zip(items, choice)])
+        (-p.evaluate(batch).logp.sum()).backward()
+        grads[impl] = {n: q.grad.clone() for n, q in p.module.named_parameters()}
+    assert any(g.abs().sum() > 0 for g in grads["packed"].values())
+    for n, g in grads["expand"].items():
+        assert torch.allclose(grads["packed"][n], g, atol=1e-5, rtol=1e-3), n
+
+
+def test_packed_score_acts_as_expand():
+    p = scored(score_impl="expand")
+    contexts = [ctx(step=3), ctx(step=0), ctx(step=1)]
+    for temperature in (1.0, 0):
+        expand = p.act(contexts, np.random.default_rng(5), temperature=temperature)
+        p.score_impl = "packed"
+        packed = p.act(contexts, np.random.default_rng(5), temperature=temperature)
+        p.score_impl = "expand"
+        assert [d.action for d in packed] == [d.action for d in expand]
+        assert [d.logp for d in packed] == pytest.approx([d.logp for d in expand], abs=1e-5)
+
+
+def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
+    p = scored(score_impl="packed")
+    # (prompt length, candidate lengths); a packed pass costs its decisions x (longest prompt
+    # plus all of its candidates): widths 28, 32, 22, 110, 6
+    shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
+    p.score_tokens_per_pass = 100
+    # 1x28, 2x32=64, 3x32=96; +1: 4x110 > 100, new pass; 2x110 > 100 again
+    assert p._score_groups(shapes, limit=8) == [[0, 1, 2], [3], [4]]
+    p.score_tokens_per_pass = 64
+    assert p._score_groups(shapes, limit=8) == [[0, 1], [2], [3], [4]]  # 2x32=64 fits, 3x32=96 does not
+    p.score_tokens_per_pass = 10**6
+    assert p._score_groups(shapes, limit=2) == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
+
+
+@pytest.mark.parametrize("impl", ["expand", "packed"])
+def test_the_trainer_runs_a_step_with_either_score_impl(tmp_path, impl):
+    from proas.train.loop import Trainer
+
+    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
+                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
+                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
+                      f"policy.lm.score_impl={impl}", "policy.lm.lr=1e-3", "algo.kl_coef=0.01"])
+    t = Trainer(c, tmp_path)
+    assert t.policy.score_impl == impl
+    before = [q.detach().clone() for q in t.policy.parameters()]
+    rec = t.train_step()
+    assert rec["step"] == 1 and rec["loss/updates"] >= 1 and rec["train/trajectories"] == 4
+    assert rec["loss/entropy"] > 0 and np.isfinite(rec["loss/entropy"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, t.policy.parameters()))
+
+
+def test_score_impl_is_checked():
+    with pytest.raises(ProasError, match="policy.lm.score_impl"):
+        build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.score_impl=guess"])

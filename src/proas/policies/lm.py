@@ -22,8 +22,9 @@ plus the end-of-turn token; its score is the summed log-probability of the respo
 the prompt, and the policy is ``softmax(score / temperature)`` over the candidates. The leading
 tokens shared by every candidate's response have the same log-probability for all of them and
 cancel in the softmax, so they join the prompt: the prompt is encoded once per decision and the
-candidates' distinct tokens are scored on its KV cache, expanded over the candidates, in one
-batched forward pass. For the losses a step is a one-"token" response, the chosen candidate, as
+candidates' distinct tokens are scored after it (``score_impl``: on its KV cache, expanded over
+the candidates, or packed after it in one sequence with a mask that keeps the candidates apart).
+For the losses a step is a one-"token" response, the chosen candidate, as
 for the ``scorer``.
 """
 
@@ -46,8 +47,9 @@ from torch import nn
 from proas.errors import ProasError
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
-__all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "build_prompt", "project_action", "local_tokenizer",
-           "MODEL_CONFIGS", "is_hf_model_dir", "load_tokenizer", "score_response", "train_tokenizer"]
+__all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "SCORE_IMPLS", "build_prompt", "project_action",
+           "local_tokenizer", "MODEL_CONFIGS", "is_hf_model_dir", "load_tokenizer", "score_response",
+           "train_tokenizer"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see the module docstring)
@@ -56,6 +58,11 @@ MODES = ("generate", "score")
 #: generate mode's decoding: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache and,
 #: on CUDA, a CUDA graph per batch bucket: ``proas.policies.lm_decode``)
 DECODERS = ("hf", "static")
+
+#: score mode's forward passes (``LMPolicy.candidate_logps``): ``expand`` (encode the prompt,
+#: copy its KV cache once per candidate, score the candidates on the copies) or ``packed`` (one
+#: sequence per decision, the prompt then every candidate, with a mask that keeps them apart)
+SCORE_IMPLS = ("expand", "packed")
 
 #: the thought SFT teaches before the oracle action, and the one every scored candidate carries
 LM_THOUGHT = "I will take the next step towards the goal."
@@ -220,17 +227,21 @@ def load_tokenizer(path: str):
 
 
 @functools.lru_cache(maxsize=1)
-def _last_logits_only() -> dict[str, int]:
-    """Forward keywords that compute the logits of the last position only (``logits_to_keep``,
-    ``num_logits_to_keep`` before transformers 4.50): a prompt's full (length x vocabulary)
-    logits would be gigabytes with Qwen's 151k-token vocabulary."""
+def _logits_kwarg() -> str | None:
+    """The forward keyword that limits the logits to the last positions (``logits_to_keep``,
+    ``num_logits_to_keep`` before transformers 4.50, none before that): a prompt's full
+    (length x vocabulary) logits would be gigabytes with Qwen's 151k-token vocabulary."""
     from transformers import Qwen2ForCausalLM
 
     params = inspect.signature(Qwen2ForCausalLM.forward).parameters
-    for name in ("logits_to_keep", "num_logits_to_keep"):
-        if name in params:
-            return {name: 1}
-    return {}
+    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
+
+
+def _last_logits(k: int) -> dict[str, int]:
+    """Forward keywords that compute the logits of the last ``k`` positions only (all of them
+    where the keyword does not exist)."""
+    name = _logits_kwarg()
+    return {name: k} if name else {}
 
 
 class _AdapterOff(nn.Module):
@@ -259,12 +270,14 @@ class LMPolicy(Policy):
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
                  mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
-                 score_tokens_per_pass: int = 262144,
+                 score_tokens_per_pass: int = 262144, score_impl: str = "packed",
                  decode: str = "hf"):
         if mode not in MODES:
             raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
         if decode not in DECODERS:
             raise ProasError(f"policy.lm.decode={decode!r} is not one of {', '.join(DECODERS)}")
+        if score_impl not in SCORE_IMPLS:
+            raise ProasError(f"policy.lm.score_impl={score_impl!r} is not one of {', '.join(SCORE_IMPLS)}")
         #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (``lm_decode``)
         self.decode = decode
         self._static: Any = None
@@ -275,8 +288,10 @@ class LMPolicy(Policy):
         self.temperature = temperature
         #: score mode: decisions per batched scoring pass while acting
         self.micro_batch_size = micro_batch_size
-        #: score mode: cached tokens (candidates x widest prompt + candidate) per forward pass
+        #: score mode: tokens per forward pass (``_score_groups``)
         self.score_tokens_per_pass = score_tokens_per_pass
+        #: score mode's forward passes: ``expand`` or ``packed`` (``SCORE_IMPLS``)
+        self.score_impl = score_impl
         self._warned_truncation = False
         self._resp_cache: dict[str, list[int]] = {}
         self.tokenizer = tokenizer
@@ -354,7 +369,7 @@ class LMPolicy(Policy):
                    max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
                    lora=lm.lora_rank > 0, mode=lm.mode, temperature=temperature,
                    micro_batch_size=lm.micro_batch_size, decode=lm.decode,
-                   score_tokens_per_pass=lm.score_tokens_per_pass)
+                   score_tokens_per_pass=lm.score_tokens_per_pass, score_impl=lm.score_impl)
 
     def reference_module(self) -> nn.Module:
         if self.lora:
@@ -575,17 +590,28 @@ class LMPolicy(Policy):
 
     def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int) -> list[list[int]]:
         """Consecutive groups of decisions (``(prompt length, candidate lengths)`` each) with at
-        most ``limit`` decisions and at most ``score_tokens_per_pass`` cached tokens: every
-        candidate row holds the group's widest prompt plus its longest candidate. A decision
-        over the budget alone still gets a pass of its own."""
+        most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens, rows x width of
+        the pass. ``expand``: a row per candidate, holding the group's widest prompt plus its
+        longest candidate (the cached tokens). ``packed``: a row per decision, as wide as the
+        group's longest prompt plus all its candidates; the budget bounds the token states (KV
+        cache, activations) and so, like ``expand``'s, memory. The pass's mask adds rows x
+        width x width scalars, one tensor for all layers: less than the token states, whose
+        size is rows x width x hidden x layers, while width stays under hidden x layers. A
+        decision over the budget alone still gets a pass of its own."""
+        def shape(plen: int, cands: list[int]) -> tuple[int, int]:
+            if self.score_impl == "packed":
+                return 1, plen + sum(cands)
+            return len(cands), plen + max(cands, default=0)
+
         groups: list[list[int]] = []
         cur: list[int] = []
         rows = width = 0
         for i, (plen, cands) in enumerate(shapes):
-            r, w = rows + len(cands), max(width, plen + max(cands, default=0))
+            dr, dw = shape(plen, cands)
+            r, w = rows + dr, max(width, dw)
             if cur and (len(cur) >= limit or r * w > self.score_tokens_per_pass):
                 groups.append(cur)
-                cur, r, w = [], len(cands), plen + max(cands, default=0)
+                cur, r, w = [], dr, dw
             cur.append(i)
             rows, width = r, w
         if cur:
@@ -607,14 +633,23 @@ class LMPolicy(Policy):
     def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
                         module: nn.Module | None = None) -> list[torch.Tensor]:
         """Summed log-probs of each decision's candidate token sequences after its prompt, one
-        ``(n_candidates,)`` tensor per decision, differentiable through ``module``.
+        ``(n_candidates,)`` tensor per decision, differentiable through ``module``; by
+        ``score_impl``'s passes (``_candidate_logps_expand`` or ``_candidate_logps_packed``,
+        equal up to float rounding)."""
+        module = module if module is not None else self.module
+        if self.score_impl == "packed":
+            return self._candidate_logps_packed(items, module)
+        return self._candidate_logps_expand(items, module)
+
+    def _candidate_logps_expand(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                                module: nn.Module) -> list[torch.Tensor]:
+        """``candidate_logps`` on a KV cache copied per candidate.
 
         One forward pass over the left-padded prompts fills the KV cache; the cache is expanded
         over the candidates (``reorder_cache`` with each candidate's decision index) and one more
         pass over the right-padded candidates gives their token logits. Position ids are explicit
         so that left padding does not shift the positions.
         """
-        module = module if module is not None else self.module
         dev = self.device
         pad = self.tokenizer.pad_token_id
         n = len(items)
@@ -626,7 +661,7 @@ class LMPolicy(Policy):
             mask[i, width - len(p):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                     use_cache=True, **_last_logits_only())
+                     use_cache=True, **_last_logits(1))
         owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs], dtype=torch.long, device=dev)
         flat = [c for _, cs in items for c in cs]
         length = max(len(c) for c in flat)
@@ -649,6 +684,66 @@ class LMPolicy(Policy):
             tok.extend(torch.log_softmax(logits[:, t].float(), dim=-1).gather(1, cids[:, t + 1, None])
                        for t in range(length - 1))
         sums = (torch.cat(tok, dim=1) * cmask).sum(-1)
+        return list(torch.split(sums, [len(cs) for _, cs in items]))
+
+    def _candidate_logps_packed(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                                module: nn.Module) -> list[torch.Tensor]:
+        """``candidate_logps`` in one forward pass over one sequence per decision.
+
+        Row ``i`` holds prompt ``i`` and then all its candidates' tokens, right-padded. Under the
+        4D mask a prompt token sees the earlier prompt tokens, and a candidate token the whole
+        prompt and the earlier tokens of its own candidate only; position ids restart at the
+        prompt length for every candidate, so each one is scored as if it alone followed the
+        prompt. A padding token sees the prompt and the padding up to itself (no row is fully
+        masked, which would give NaN in some attention kernels) and is never read. A candidate's
+        first token is predicted at the prompt's last position, each later one at the position
+        of the token before it.
+        """
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n = len(items)
+        width = max(len(p) + sum(len(c) for c in cs) for p, cs in items)
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        seg = torch.full((n, width), -1, dtype=torch.long)  # 0: prompt, k + 1: candidate k, -1: padding
+        pos = torch.zeros((n, width), dtype=torch.long)
+        rows: list[int] = []  # (row, column) of the logits predicting each candidate token
+        cols: list[int] = []
+        owner: list[int] = []  # the candidate (over all decisions) each token belongs to
+        flat = 0
+        for i, (p, cs) in enumerate(items):
+            ids[i, : len(p)] = torch.tensor(p)
+            seg[i, : len(p)] = 0
+            pos[i, : len(p)] = torch.arange(len(p))
+            at = len(p)
+            for k, c in enumerate(cs):
+                ids[i, at: at + len(c)] = torch.tensor(c)
+                seg[i, at: at + len(c)] = k + 1
+                pos[i, at: at + len(c)] = torch.arange(len(p), len(p) + len(c))
+                rows += [i] * len(c)
+                cols += [len(p) - 1, *range(at, at + len(c) - 1)]
+                owner += [flat] * len(c)
+                at += len(c)
+                flat += 1
+        ids, seg, pos = ids.to(dev), seg.to(dev), pos.to(dev)
+        seen = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # (rows, query, key)
+        seen &= torch.ones((width, width), dtype=torch.bool, device=dev).tril()
+        # additive, 0 where seen and the dtype's minimum elsewhere, (batch, 1, query, key): the
+        # form eager attention adds to its scores and sdpa takes as a float mask; transformers
+        # passes a 4D mask through as it is
+        dtype = self.module.get_input_embeddings().weight.dtype
+        mask = torch.zeros((n, 1, width, width), dtype=dtype, device=dev)
+        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        # no logits for the prompt before its last token: the (tokens x vocabulary) logits
+        # of the whole sequence would dwarf the rest
+        keep = width - min(len(p) for p, _ in items) + 1
+        logits = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                        **_last_logits(keep)).logits
+        cols_t = torch.tensor(cols, dtype=torch.long, device=dev) - (width - logits.shape[1])
+        picked = logits[torch.tensor(rows, dtype=torch.long, device=dev), cols_t]  # (candidate tokens, vocab)
+        tgt = ids[seg > 0]  # the candidate tokens, in the same order
+        tok = torch.log_softmax(picked.float(), dim=-1).gather(1, tgt[:, None]).squeeze(1)
+        sums = torch.zeros(flat, dtype=tok.dtype, device=dev).index_add(
+            0, torch.tensor(owner, dtype=torch.long, device=dev), tok)
         return list(torch.split(sums, [len(cs) for _, cs in items]))
 
     @torch.no_grad()
