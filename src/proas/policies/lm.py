@@ -270,7 +270,7 @@ class LMPolicy(Policy):
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
                  mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
-                 score_tokens_per_pass: int = 262144, score_impl: str = "packed",
+                 score_tokens_per_pass: int = 262144, score_impl: str = "expand",
                  decode: str = "hf"):
         if mode not in MODES:
             raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")

@@ -168,9 +168,9 @@ class LMConfig:
     #: candidate, score the candidates on the copies) or ``packed`` (one sequence per decision:
     #: the prompt, then every candidate, under a 4D mask that lets each candidate see the
     #: prompt and itself only); the same log-probs up to float rounding, ``packed`` 1.2-2.7x
-    #: faster on CPU (``benchmarks/lm_score.py``). For ``packed`` ``score_tokens_per_pass``
-    #: counts decisions x (longest prompt plus all its candidates)
-    score_impl: str = "packed"
+    #: faster on CPU (``benchmarks/lm_score.py``), not yet run on a GPU. For ``packed``
+    #: ``score_tokens_per_pass`` counts decisions x (longest prompt plus all its candidates)
+    score_impl: str = "expand"
     #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
     #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
     mode: str = "generate"
