@@ -87,12 +87,10 @@ def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
 
 def env_tokenizer(cfg, vocab_size: int, out: str | Path, max_tasks: int | None = None, span: str = "line"):
     """``proas lm tokenizer``: a BPE trained on ``env_corpus(cfg, max_tasks)``, saved to ``out``."""
-    from proas.errors import ProasError
     from proas.policies.lm_tools import build_env_tokenizer
 
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):  # before the oracle walk, not after it
-        raise ProasError(f"{out}: exists and is not empty; choose another directory")
+    # ``env_corpus`` is a generator: ``build_env_tokenizer`` checks ``out`` and the vocabulary
+    # size before it draws the first text, so a bad argument fails before the oracle walk
     meta = {"env": cfg.env.name, "env_options": dict(cfg.env.options), "max_tasks": max_tasks,
             "history_length": cfg.policy.lm.history_length}
     return build_env_tokenizer(env_corpus(cfg, max_tasks), vocab_size, out, span=span, meta=meta)
