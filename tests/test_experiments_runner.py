@@ -175,8 +175,10 @@ def test_shipped_studies_cover_the_papers_tables():
     # the lm study: hidden SFT candidates, then GRPO +- ProAS from the chosen start
     lm = load_study("lm_warm")
     assert [r.id for r in lm.rows if not r.hidden] == ["grpo_lm", "grpo_proas_lm"]
-    assert all(r.sft and "policy.lm.model_path={out}/models/{env}" in r.overrides for r in lm.rows if r.hidden)
-    assert all("policy.lm.init_from={out}/lm_start/{env}" in r.overrides for r in lm.rows if not r.hidden)
+    sft = [r for r in lm.rows if r.sft]
+    assert sft and all(r.hidden and "policy.lm.model_path={out}/models/{env}" in r.overrides for r in sft)
+    # every RL row (the shown ones and the hidden learning-rate rows) starts from the chosen start
+    assert all("policy.lm.init_from={out}/lm_start/{env}" in r.overrides for r in lm.rows if not r.sft)
     assert "policy=lm" in lm.common and "policy.lm.mode=score" in lm.common
     # the warm-start table: every RL row starts from its seed's SFT run
     warm = load_study("main_warm")

@@ -253,6 +253,21 @@ def test_the_trainer_runs_a_step_in_score_mode(tmp_path, lora):
     assert ref.shape == live.shape == (1, 1) and not torch.allclose(live, ref, atol=1e-7)
 
 
+def test_an_lm_trainer_keeps_a_kl_reference_unless_told_not_to(tmp_path):
+    from proas.train.loop import Trainer
+
+    toy = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
+           "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2", "train.progress=false",
+           "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score", "policy.lm.lr=1e-2"]
+    t = Trainer(build_config(toy), tmp_path / "a")
+    assert t.kl_coef == 0.01 and t.ref is not None
+    t.train_step()
+    rec = t.train_step()  # after an update the policy has left its reference: the KL term is live
+    assert rec["loss/kl"] > 0
+    off = Trainer(build_config(toy + ["algo.kl_coef=0"]), tmp_path / "b")
+    assert off.kl_coef == 0.0 and off.ref is None
+
+
 def test_lm_mode_is_checked():
     with pytest.raises(ProasError, match="policy.lm.mode"):
         build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=guess"])
@@ -427,6 +442,30 @@ def test_packed_score_gradients_equal_expand():
     assert any(g.abs().sum() > 0 for g in grads["packed"].values())
     for n, g in grads["expand"].items():
         assert torch.allclose(grads["packed"][n], g, atol=1e-5, rtol=1e-3), n
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_cuda_packed_score_equals_expand_in_log_probs_and_gradients(attn):
+    """The GPU's attention kernels take the packed 4D mask too (fp32, so rounding stays small)."""
+    out = {}
+    for impl in ("expand", "packed"):
+        p = scored(score_impl=impl, device="cuda", dtype="fp32")  # the same seed: the same weights
+        p.module.config._attn_implementation = attn
+        items = packed_items(p)
+        with torch.no_grad():
+            p.module.eval()
+            logps = [s.cpu() for s in p.candidate_logps(items)]
+        choice = [int(torch.argmin(s)) for s in logps]
+        p.module.train()
+        batch = p.prepare([{"prompt": pr, "cands": rs, "choice": c} for (pr, rs), c in zip(items, choice)])
+        (-p.evaluate(batch).logp.sum()).backward()
+        out[impl] = logps, {n: q.grad.cpu() for n, q in p.module.named_parameters()}
+    for e, k in zip(out["expand"][0], out["packed"][0]):
+        assert bool(torch.isfinite(k).all()) and torch.allclose(k, e, atol=1e-4, rtol=0)
+    assert any(g.abs().sum() > 0 for g in out["packed"][1].values())
+    for n, g in out["expand"][1].items():
+        assert torch.allclose(out["packed"][1][n], g, atol=1e-4, rtol=1e-3), n
 
 
 def test_packed_score_acts_as_expand():

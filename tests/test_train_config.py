@@ -31,6 +31,16 @@ def test_dapo_defaults_to_clip_higher_and_dynamic_sampling():
     assert build_config(["algo.estimator=dapo", "algo.clip_high=0.3"]).algo.resolved_clip_high() == 0.3
 
 
+def test_the_lm_is_anchored_to_its_start_by_kl_unless_told_otherwise():
+    # verl-agent's LLM scripts: low-variance KL 0.01 to the reference; the scorer has none
+    assert build_config(["policy=lm", "policy.lm.model_config=tiny"]).algo.resolved_kl_coef("lm") == 0.01
+    assert build_config([]).algo.resolved_kl_coef("scorer") == 0.0
+    assert build_config(["algo.kl_coef=0"]).algo.resolved_kl_coef("lm") == 0.0
+    assert build_config(["algo.kl_coef=0.05"]).algo.resolved_kl_coef("scorer") == 0.05
+    with pytest.raises(ProasError, match="algo.kl_coef"):
+        build_config(["algo.kl_coef=-0.1"])
+
+
 @pytest.mark.parametrize(
     "override, fragment",
     [

@@ -59,6 +59,8 @@ POLICIES = ("scorer", "lm")
 GRAPH_SOURCES = ("oracle", "load", "rollouts")
 #: GiGPO's normalisation in verl-agent's scripts: mean_std_norm for ALFWorld, mean_norm for WebShop
 GIGPO_MODE_BY_ENV = {"household": "mean_std_norm", "shop": "mean_norm"}
+#: ``algo.kl_coef`` of the ``lm`` policy when unset (verl-agent's ``kl_loss_coef`` with LLMs)
+LM_KL_COEF = 0.01
 
 
 @dataclass
@@ -242,10 +244,10 @@ class AlgoConfig:
     dual_clip: float = 3.0
     #: token-mean | seq-mean-token-mean | seq-mean-token-sum
     loss_agg: str = "token-mean"
-    #: low-variance KL (k3) to the frozen initial policy; 0 = off. verl-agent's scripts use 0.01
-    #: with LLMs (set it for the paper's lm runs); the scorer starts near uniform, where a KL
-    #: anchor only slows learning, so the default is off
-    kl_coef: float = 0.0
+    #: low-variance KL (k3) to the frozen initial policy; 0 = off; None = 0.01 for the ``lm``
+    #: policy (verl-agent's LLM scripts; it anchors RL to the SFT or pretrained start) and 0 for
+    #: the ``scorer``, which starts near uniform, where a KL anchor only slows learning
+    kl_coef: Optional[float] = None
     #: entropy bonus (verl: 0.001)
     entropy_coef: float = 0.001
     #: passes over the batch per step
@@ -266,6 +268,11 @@ class AlgoConfig:
         if self.clip_high is not None:
             return self.clip_high
         return 0.28 if self.estimator == "dapo" else 0.2
+
+    def resolved_kl_coef(self, policy_kind: str) -> float:
+        if self.kl_coef is not None:
+            return self.kl_coef
+        return LM_KL_COEF if policy_kind == "lm" else 0.0
 
     def resolved_gigpo_mode(self, env_name: str) -> str:
         if self.gigpo_mode is not None:
@@ -384,7 +391,6 @@ def _validate(cfg: Config) -> None:
         positive(key, val)
     for key, val in [
         ("env.invalid_action_penalty", cfg.env.invalid_action_penalty),
-        ("algo.kl_coef", cfg.algo.kl_coef),
         ("algo.entropy_coef", cfg.algo.entropy_coef),
         ("algo.clip_low", cfg.algo.clip_low),
         ("algo.max_grad_norm", cfg.algo.max_grad_norm),
@@ -399,6 +405,8 @@ def _validate(cfg: Config) -> None:
         positive(key, val, allow_zero=True)
     if cfg.algo.clip_high is not None:
         positive("algo.clip_high", cfg.algo.clip_high, allow_zero=True)
+    if cfg.algo.kl_coef is not None:
+        positive("algo.kl_coef", cfg.algo.kl_coef, allow_zero=True)
     if cfg.env.max_steps is not None:
         positive("env.max_steps", cfg.env.max_steps)
     if cfg.algo.dual_clip <= 1.0:

@@ -150,7 +150,8 @@ class Trainer:
         self.policy = build_policy(cfg, seed)
         self.lr = cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr
         self.optimizer = self.policy.make_optimizer(self.lr)
-        self.ref = self.policy.reference_module() if cfg.algo.kl_coef > 0 else None
+        self.kl_coef = cfg.algo.resolved_kl_coef(cfg.policy.kind)
+        self.ref = self.policy.reference_module() if self.kl_coef > 0 else None
         self.critic = self.critic_opt = None
         if ESTIMATORS[CREDIT_ESTIMATOR[cfg.algo.estimator]].needs_values:
             self.critic = ValueModel(cfg.policy.scorer.hash_bits)
@@ -368,7 +369,7 @@ class Trainer:
                         with torch.no_grad():
                             ref = self.policy.evaluate(prepared, module=self.ref).logp
                         kl = agg_loss(low_var_kl(st.logp, ref), st.mask, a.loss_agg)
-                        loss = loss + a.kl_coef * kl
+                        loss = loss + self.kl_coef * kl
                     (loss * weight).backward()
                     sums["loss/pg"] += float(pg.detach()) * weight
                     sums["loss/kl"] += float(kl.detach()) * weight
