@@ -2,11 +2,16 @@
 
     python results/lm/analyse_lm.py results/lm/runs > results/lm/analysis.md
 
-Prints markdown: the SFT candidates (validation SR at each validated epoch, the start chosen),
-then per RL run the steps reached, validation SR at step 0 and at its last validation, training
-SR over steps 1-20 and over the last 20 steps reached, the env-error rate over the same windows
-and seconds per step. Writes lm_curves.png beside this script (validation SR and 10-step means of
-training SR, per run).
+Prints markdown:
+- the SFT candidates per env (validation SR at each validated epoch, the start chosen);
+- per RL run: steps reached, validation SR at step 0, its best and its last, training SR and
+  env-error rate over the first and the last 10 steps, PPO clip fraction and candidate entropy
+  over the same windows, seconds per step, how it ended;
+- per env and row, over seeds: training SR over the first 10 steps and over steps K-9..K, where K
+  is the fewest steps any run of that env reached (so every run is read over the same steps), and
+  validation SR at step 0 and at the last step every run validated; then GRPO+ProAS minus GRPO.
+Writes lm_curves.png beside this script (validation SR and 10-step means of training SR; a run
+of fewer than 10 steps shows each step's).
 """
 
 from __future__ import annotations
@@ -17,60 +22,143 @@ from pathlib import Path
 
 import numpy as np
 
+ENVS = ("household", "shop")
+RL_ROWS = ("grpo_lm", "grpo_proas_lm", "grpo_lm_lr3e-4", "grpo_proas_lm_lr3e-4")
+LABELS = {"grpo_lm": "GRPO", "grpo_proas_lm": "GRPO+ProAS", "grpo_lm_lr3e-4": "GRPO, lr 3e-4",
+          "grpo_proas_lm_lr3e-4": "GRPO+ProAS, lr 3e-4"}
+WIN = 10
 
-def w(a: np.ndarray, lo: int, hi: int, digits: int = 1) -> str:
-    """The mean of ``a[lo:hi]``, or a dash when the window is empty."""
-    return f"{np.mean(a[lo:hi]):.{digits}f}" if len(a[lo:hi]) else "–"
+
+def mean(a, lo: int, hi: int, digits: int = 1, scale: float = 1.0) -> str:
+    """The mean of ``a[lo:hi]`` (times ``scale``), or a dash when the window is empty."""
+    part = np.asarray(a[lo:hi], dtype=float)
+    return f"{scale * part.mean():.{digits}f}" if part.size else "–"
 
 
 def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line cut by a stop mid-write
+            pass
+    return out
+
+
+def choices(res: Path) -> dict[str, dict]:
+    got = {}
+    for env in ENVS:
+        f = res / "lm_start" / f"choice_{env}.json"
+        if f.exists():
+            got[env] = json.loads(f.read_text())
+    return got
+
+
+def ended(run: Path, runner_logs: str) -> str:
+    log = (run / "train.log").read_text(errors="replace") if (run / "train.log").exists() else ""
+    key = "/".join(run.parts[-3:])
+    if (run / "summary.json").exists():
+        return "finished"
+    if "OutOfMemoryError" in log:
+        return "CUDA out of memory"
+    if f"failed {key}" in runner_logs:
+        return "failed"
+    return "stopped at the time limit"
+
+
+def fmt_ms(vals: list[float]) -> str:
+    if not vals:
+        return "–"
+    a = np.asarray(vals)
+    return f"{a.mean():.1f} ± {a.std(ddof=1):.1f}" if len(a) > 1 else f"{a[0]:.1f}"
 
 
 def main(root: str) -> int:
     res = Path(root)
-    choice = json.loads((res / "lm_start" / "choice.json").read_text())
+    chosen = choices(res)
+    runner_logs = "".join(p.read_text(errors="replace") for p in res.glob("log_*.txt"))
     print("## SFT candidates (seed 0)\n")
     print("| env | run | validation SR by epoch | best | chosen |")
     print("|---|---|---|---|---|")
-    for env in ("household", "shop"):
+    for env in ENVS:
         for run in sorted(res.glob(f"{env}/sft_*/seed0/metrics.jsonl")):
             row = run.parent.parent.name
             recs = records(run)
             vals = ", ".join(f"{r['step']}: {100 * r['val/sr']:.1f}" for r in recs if "val/sr" in r)
-            done = (run.parent / "summary.json").exists()
-            best = f"{100 * choice[env]['best_val_sr'][row]:.1f}" if row in choice[env]["best_val_sr"] else \
-                "CUDA out of memory" if "OutOfMemoryError" in (run.parent / "train.log").read_text(errors="replace") \
-                else "failed" if not done else "?"
-            print(f"| {env} | {row} | {vals} | {best} | {'yes' if choice[env]['chosen'] == row else ''} |")
-    print("\n## RL runs\n")
-    print("| env | row | seed | steps | val SR step 0 | last val SR (step) | train SR 1-20 | train SR last 20 "
-          "| error rate 1-20 / last 20 | s/step | ended |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    curves = {}
-    runner_log = (res / "log_rl.txt").read_text() if (res / "log_rl.txt").exists() else ""
-    for env in ("household", "shop"):
-        for row in ("grpo_lm", "grpo_proas_lm"):
-            for run in sorted(res.glob(f"{env}/{row}/seed*/metrics.jsonl")):
-                recs = records(run)
+            best = chosen.get(env, {}).get("best_val_sr", {}).get(row)
+            best_s = f"{100 * best:.1f}" if best is not None else ended(run.parent, runner_logs)
+            mark = "yes" if chosen.get(env, {}).get("chosen") == row else ""
+            print(f"| {env} | {row} | {vals} | {best_s} | {mark} |")
+
+    runs: dict[tuple[str, str, str], dict] = {}
+    for env in ENVS:
+        for row in RL_ROWS:
+            for m in sorted(res.glob(f"{env}/{row}/seed*/metrics.jsonl")):
+                recs = records(m)
                 train = [r for r in recs if "train/sr" in r]
-                vals = [(r["step"], 100 * r["val/sr"]) for r in recs if "val/sr" in r]
-                sr = np.array([100 * r["train/sr"] for r in train])
-                er = np.array([r["train/error_rate"] for r in train])
-                n = len(train)
-                logf = run.parent / "train.log"
-                log = logf.read_text(errors="replace") if logf.exists() else ""
-                key = f"{env}/{row}/{run.parent.name}"
-                ended = ("finished" if (run.parent / "summary.json").exists() else
-                         "CUDA out of memory" if "OutOfMemoryError" in log else
-                         "killed by hand (SIGTERM)" if f"{key} (exit -15" in runner_log else
-                         "stopped when the machine was given back")
-                last = f"{vals[-1][1]:.1f} ({vals[-1][0]})" if vals else "–"
-                sps = f"{np.mean([r['time/step'] for r in train]):.0f}" if train else "–"
-                print(f"| {env} | {row} | {run.parent.name[4:]} | {n} | {vals[0][1]:.1f} | {last} | {w(sr, 0, 20)} | "
-                      f"{w(sr, max(0, n - 20), n)} | {w(er, 0, 20, 2)} / {w(er, max(0, n - 20), n, 2)} | "
-                      f"{sps} | {ended} |")
-                curves[(env, row, run.parent.name)] = (vals, sr)
+                runs[(env, row, m.parent.name)] = {
+                    "dir": m.parent,
+                    "val": [(r["step"], 100 * r["val/sr"]) for r in recs if "val/sr" in r],
+                    "sr": np.array([100 * r["train/sr"] for r in train]),
+                    "err": np.array([r["train/error_rate"] for r in train]),
+                    "clip": np.array([r.get("loss/clipfrac", np.nan) for r in train]),
+                    "ent": np.array([r.get("loss/entropy", np.nan) for r in train]),
+                    "sps": np.array([r["time/step"] for r in train]),
+                }
+
+    print("\n## RL runs\n")
+    print(f"First and last {WIN} steps each run reached. Clip fraction in % of decisions; entropy of the "
+          "candidate softmax in nats.\n")
+    print("| env | row | seed | steps | val SR: step 0 / best / last (step) | train SR first / last | "
+          "error rate first / last | clip % first / last | entropy first / last | s/step | ended |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (env, row, seed), r in runs.items():
+        n = len(r["sr"])
+        v = r["val"]
+        vs = (f"{v[0][1]:.1f} / {max(x for _, x in v):.1f} / {v[-1][1]:.1f} ({v[-1][0]})" if v else "–")
+        lo = max(0, n - WIN)
+        print(f"| {env} | {LABELS[row]} | {seed[4:]} | {n} | {vs} | {mean(r['sr'], 0, WIN)} / {mean(r['sr'], lo, n)} | "
+              f"{mean(r['err'], 0, WIN, 2)} / {mean(r['err'], lo, n, 2)} | "
+              f"{mean(r['clip'], 0, WIN, 1, 100)} / {mean(r['clip'], lo, n, 1, 100)} | "
+              f"{mean(r['ent'], 0, WIN, 2)} / {mean(r['ent'], lo, n, 2)} | {mean(r['sps'], 0, n, 0)} | "
+              f"{ended(r['dir'], runner_logs)} |")
+
+    print("\n## Per row, over seeds (mean ± sd)\n")
+    print(f"K: the fewest steps any RL run of the env reached; training SR over steps 1-{WIN} and over "
+          f"steps K-{WIN - 1}..K; validation SR at step 0 and at the last step every run of the env "
+          "validated.\n")
+    print("| env | row | seeds | K | train SR first | train SR at K | change | val SR step 0 | val SR (step) "
+          "| change |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    summary: dict[tuple[str, str], list[float]] = {}
+    for env in ENVS:
+        mine = {k: r for k, r in runs.items() if k[0] == env and len(r["sr"]) >= WIN}
+        if not mine:
+            continue
+        k_steps = min(len(r["sr"]) for r in mine.values())
+        common = set.intersection(*({s for s, _ in r["val"]} for r in mine.values()))
+        vstep = max(common) if common else None
+        for row in RL_ROWS:
+            sel = [r for (e, ro, _), r in mine.items() if ro == row]
+            if not sel:
+                continue
+            first = [float(r["sr"][:WIN].mean()) for r in sel]
+            at_k = [float(r["sr"][k_steps - WIN:k_steps].mean()) for r in sel]
+            delta = [b - a for a, b in zip(first, at_k)]
+            v0 = [dict(r["val"]).get(0, np.nan) for r in sel]
+            vk = [dict(r["val"]).get(vstep, np.nan) for r in sel] if vstep is not None else []
+            vdelta = [b - a for a, b in zip(v0, vk)]
+            summary[(env, row)] = at_k
+            print(f"| {env} | {LABELS[row]} | {len(sel)} | {k_steps} | {fmt_ms(first)} | {fmt_ms(at_k)} | "
+                  f"{fmt_ms(delta)} | {fmt_ms(v0)} | {fmt_ms(vk)} ({vstep}) | {fmt_ms(vdelta)} |")
+    print("\n## GRPO+ProAS minus GRPO (training SR at K, lr 1e-3)\n")
+    for env in ENVS:
+        a, b = summary.get((env, "grpo_lm")), summary.get((env, "grpo_proas_lm"))
+        if a and b:
+            d = np.mean(b) - np.mean(a)
+            se = np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b)) if min(len(a), len(b)) > 1 else np.nan
+            print(f"- {env}: {d:+.1f} points (standard error {se:.1f}; {len(a)} and {len(b)} seeds)")
+
     try:
         import matplotlib
 
@@ -78,20 +166,28 @@ def main(root: str) -> int:
         import matplotlib.pyplot as plt
     except ImportError:
         return 0
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
-    colours = {"grpo_lm": "tab:blue", "grpo_proas_lm": "tab:orange"}
-    for (env, row, seed), (vals, sr) in curves.items():
-        if env != "shop" or len(sr) < 10:
-            continue
-        label = f"{'GRPO+ProAS' if row == 'grpo_proas_lm' else 'GRPO'} {seed}"
-        axes[0].plot([s for s, _ in vals], [v for _, v in vals], marker=".", color=colours[row], alpha=0.7, label=label)
-        means = np.convolve(sr, np.ones(10) / 10, mode="valid")
-        axes[1].plot(np.arange(10, len(sr) + 1), means, color=colours[row], alpha=0.7, label=label)
-    axes[0].set(title="shop: validation SR", xlabel="RL step", ylabel="%")
-    axes[1].set(title="shop: training SR, 10-step means", xlabel="RL step", ylabel="%")
-    for a in axes:
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    colours = {"grpo_lm": "tab:blue", "grpo_proas_lm": "tab:orange", "grpo_lm_lr3e-4": "tab:cyan",
+               "grpo_proas_lm_lr3e-4": "tab:red"}
+    for (env, row, seed), r in runs.items():
+        i = ENVS.index(env)
+        label = f"{LABELS[row]} {seed}"
+        v = r["val"]
+        axes[i, 0].plot([s for s, _ in v], [x for _, x in v], marker=".", color=colours[row], alpha=0.7, label=label)
+        if len(r["sr"]) >= WIN:
+            means = np.convolve(r["sr"], np.ones(WIN) / WIN, mode="valid")
+            axes[i, 1].plot(np.arange(WIN, len(r["sr"]) + 1), means, color=colours[row], alpha=0.7, label=label)
+        elif len(r["sr"]):  # too few steps for a mean: each step's own
+            axes[i, 1].plot(np.arange(1, len(r["sr"]) + 1), r["sr"], marker=".", color=colours[row], alpha=0.7,
+                            label=label)
+    for i, env in enumerate(ENVS):
+        axes[i, 0].set(title=f"{env}: validation SR", xlabel="RL step", ylabel="%")
+        axes[i, 1].set(title=f"{env}: training SR, {WIN}-step means (each step's under {WIN} steps)",
+                       xlabel="RL step", ylabel="%")
+    for a in axes.flat:
         a.grid(alpha=0.3)
-        a.legend(fontsize=7)
+        if a.lines:
+            a.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(Path(__file__).with_name("lm_curves.png"), dpi=110)
     return 0

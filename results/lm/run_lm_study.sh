@@ -1,70 +1,103 @@
 #!/usr/bin/env bash
 # The lm study behind results/lm/ (README.md there), on one GPU machine.
 #
-#   bash results/lm/run_lm_study.sh install         # install the carried wheels, copy the code only
-#   bash results/lm/run_lm_study.sh start SECONDS   # install (unless done), launch, watch, pack
-#   bash results/lm/run_lm_study.sh watch SECONDS   # a later call on the same (warm) machine
+#   bash results/lm/run_lm_study.sh start SECONDS [RL_END]  # install, GPU checks, launch, watch, pack
+#   bash results/lm/run_lm_study.sh watch SECONDS           # a later call on the same (warm) machine
+#   bash results/lm/run_lm_study.sh finish SECONDS          # watch, then stop the runs, pack
 #
 # As results/run_device_study.sh: the pipeline runs detached (setsid) into /tmp/lmres, each call
-# watches it for SECONDS and packs the small files of every run into $OUT/lm_study.tgz.
-# The pipeline, for household and shop at once:
+# watches it for SECONDS and packs the small files of every run into $OUT/lm_study.tgz. RL runs
+# stop by themselves RL_END seconds (default 1500) after `start` began (`--time-limit`);
+# `finish` stops whatever still runs before packing.
+#   0. GPU checks first, the GPU to themselves: the CUDA tests of the static decoder and of
+#      score mode's packed passes, and benchmarks/lm_score.py at the study's shapes (fp32) and at
+#      its defaults (bf16), into gpu_checks.txt. The study runs score_impl=packed when those tests
+#      pass and packed is faster there at acting and at loss+backward; expand otherwise
+#      (score_impl.txt says which).
+# Then per env, both envs side by side:
 #   1. `proas lm tokenizer --vocab 4096 --max-tasks 200` and `proas lm new-model --size small`
 #      (a 5M-parameter Qwen2 model with random weights) into /tmp/lmres/models/ENV;
-#   2. the study's hidden SFT rows on seed 0, side by side (`proas experiment run lm_warm`);
-#   3. per env, the SFT run whose best validation SR is nearest 15% (within 5-30% where one is)
-#      linked as /tmp/lmres/lm_start/ENV; the choice is written to lm_start/choice.json;
-#   4. the RL rows (GRPO, GRPO+ProAS, seeds 0-2, both envs: 12 runs side by side on the GPU).
+#   2. the study's SFT rows on seed 0, side by side (`proas experiment run lm_warm`);
+#   3. the SFT run whose best validation SR is nearest 15% (within 5-30% where one is) linked as
+#      /tmp/lmres/lm_start/ENV; the choice is written to lm_start/choice_ENV.json;
+#   4. the RL rows from it: GRPO and GRPO+ProAS at lr 1e-3, seeds 0-2, and on shop the lr 3e-4
+#      rows on seed 0.
 # Needs .whl/ as results/run_device_study.sh does: carry it.
 set -u
-MODE=${1:?start or watch}
+MODE=${1:?start, watch or finish}
 BUDGET=${2:-0}
+RL_END=${3:-1500}
 export RES=/tmp/lmres
 OUT=${OUT:-/tmp/out}
 T0=$SECONDS
 export PYTHONPATH=/tmp/site:/tmp/code/pkgs:/tmp/code/src
 export JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
-if [ "$MODE" = install ] || { [ "$MODE" = start ] && [ ! -d /tmp/code/src ]; }; then
+if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p /tmp/code "$RES" && cp -r src .whl/pkgs /tmp/code/ || exit 1
-  [ "$MODE" = install ] && exit 0
-fi
-if [ "$MODE" = start ]; then
+  echo $(( $(date +%s) + RL_END )) > "$RES/rl_deadline"
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
-  cat > /tmp/lmstudy.sh <<'EOS'
-cd /tmp/code
-ENVS="household shop"
-for env in $ENVS; do
-  [ -e "$RES/models/$env/config.json" ] && continue
-  python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --out "$RES/tok/$env" \
-    && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env" || exit 1
-done > "$RES/log_models.txt" 2>&1
-python3 -m proas experiment run lm_warm --rows sft_t100_e8 sft_t100_e16 sft_t200_e6 sft_t200_e12 --seeds 0 \
-  --jobs 8 --out "$RES" > "$RES/log_sft.txt" 2>&1
-python3 - "$RES" <<'EOP' > "$RES/log_choice.txt" 2>&1 || exit 1
-import json, os, pathlib, sys
-res = pathlib.Path(sys.argv[1]); (res / "lm_start").mkdir(exist_ok=True); choice = {}
-for env in ("household", "shop"):
-    runs = {}
-    for s in sorted(res.glob(f"{env}/sft_*/seed0/summary.json")):
-        runs[s.parent.parent.name] = json.loads(s.read_text())["best_val_sr"]
-    if not runs:
-        sys.exit(f"{env}: no finished SFT run")
-    inside = {k: v for k, v in runs.items() if 0.05 <= v <= 0.30}  # summary.json holds fractions
-    pick = min(inside or runs, key=lambda k: (abs(runs[k] - 0.15), k))
-    link = res / "lm_start" / env
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    os.symlink(res / env / pick / "seed0", link)
-    choice[env] = {"chosen": pick, "best_val_sr": runs, "in_band": bool(inside)}
-print(json.dumps(choice, indent=1))
-(res / "lm_start" / "choice.json").write_text(json.dumps(choice, indent=1) + "\n")
+  {
+    python3 -m pytest -q -p no:cacheprovider tests/test_lm_decode.py 2>&1 | tail -n 3; r1=${PIPESTATUS[0]}
+    python3 -m pytest -q -p no:cacheprovider tests/test_policies_lm.py -k cuda 2>&1 | tail -n 3; r2=${PIPESTATUS[0]}
+    echo "tests rc $((r1 + r2))"
+    python3 benchmarks/lm_score.py --device cuda --dtype fp32 --decisions 64 --prompt 400 --candidates 30 \
+      --cand-tokens 12 --repeats 5
+    python3 benchmarks/lm_score.py --device cuda --repeats 5
+  } > "$RES/gpu_checks.txt" 2>&1
+  cat "$RES/gpu_checks.txt"
+  python3 - "$RES" <<'EOP' > "$RES/score_impl.txt"
+import re, sys
+text = open(sys.argv[1] + "/gpu_checks.txt").read()
+ok = re.search(r"tests rc 0\b", text) is not None
+ups = [float(x) for x in re.findall(r"packed speed-up, [a-z+]+: ([0-9.]+)x", text)[:2]]  # the fp32 run's
+print("packed" if ok and len(ups) == 2 and min(ups) > 1.0 else "expand")
 EOP
-python3 -m proas experiment run lm_warm --rows grpo_lm grpo_proas_lm --jobs 12 --out "$RES" > "$RES/log_rl.txt" 2>&1
-echo done > "$RES/ALL_DONE"
+  IMPL=$(cat "$RES/score_impl.txt"); echo "score_impl: $IMPL"
+  sed "s/policy.lm.score_impl=expand/policy.lm.score_impl=$IMPL/" "${LM_STUDY:-src/proas/experiments/configs/lm_warm.yaml}" \
+    > "$RES/lm_warm.yaml"
+  cat > /tmp/lmstudy.sh <<'EOS'
+env=$1
+cd /tmp/code
+left() { local s=$(( $(cat "$RES/rl_deadline") - $(date +%s) )); echo $(( s > 30 ? s : 30 )); }
+{ python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --out "$RES/tok/$env" \
+    && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env"
+} > "$RES/log_models_$env.txt" 2>&1 || exit 1
+python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows sft_t400_e10 sft_t800_e8 sft_t1600_e5 \
+  --seeds 0 --jobs 3 --out "$RES" > "$RES/log_sft_$env.txt" 2>&1
+python3 - "$RES" $env <<'EOP' > "$RES/log_choice_$env.txt" 2>&1 || exit 1
+import json, os, pathlib, sys
+res, env = pathlib.Path(sys.argv[1]), sys.argv[2]
+(res / "lm_start").mkdir(exist_ok=True)
+runs = {s.parent.parent.name: json.loads(s.read_text())["best_val_sr"]
+        for s in sorted(res.glob(f"{env}/sft_*/seed0/summary.json"))}
+if not runs:
+    sys.exit(f"{env}: no finished SFT run")
+inside = {k: v for k, v in runs.items() if 0.05 <= v <= 0.30}  # summary.json holds fractions
+pick = min(inside or runs, key=lambda k: (abs(runs[k] - 0.15), k))
+link = res / "lm_start" / env
+if link.is_symlink() or link.exists():
+    link.unlink()
+os.symlink(res / env / pick / "seed0", link)
+choice = {"chosen": pick, "best_val_sr": runs, "in_band": bool(inside)}
+print(json.dumps(choice, indent=1))
+(res / "lm_start" / f"choice_{env}.json").write_text(json.dumps(choice, indent=1) + "\n")
+EOP
+python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows grpo_lm grpo_proas_lm --jobs 6 \
+  --time-limit $(left) --out "$RES" > "$RES/log_rl_$env.txt" 2>&1 &
+if [ $env = shop ]; then
+  python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows grpo_lm_lr3e-4 grpo_proas_lm_lr3e-4 \
+    --seeds 0 --jobs 2 --time-limit $(left) --out "$RES" > "$RES/log_rl_${env}_lr.txt" 2>&1 &
+fi
+wait
+echo done > "$RES/DONE_$env"
 EOS
-  setsid nohup bash /tmp/lmstudy.sh > /tmp/lmstudy.log 2>&1 < /dev/null &
+  for env in household shop; do
+    setsid nohup bash /tmp/lmstudy.sh $env > /tmp/lmstudy_$env.log 2>&1 < /dev/null &
+  done
   sleep 5
 elif [ ! -d "$RES" ]; then
   echo "no study on this machine (a fresh one): nothing to watch"; exit 3
@@ -85,17 +118,20 @@ for env in ("household", "shop"):
         done = (m.parent / "summary.json").exists()
         val = last.get("val/sr")
         rows.setdefault(m.parent.parent.name, []).append(
-            f"{last.get('step', 0)}{'*' if done else ''}" + (f"({val:.0f})" if isinstance(val, (int, float)) else ""))
+            f"{last.get('step', 0)}{'*' if done else ''}" + (f"({100 * val:.0f})" if isinstance(val, (int, float)) else ""))
     print(env, " ".join(f"{r}:{','.join(s)}" for r, s in rows.items()))
 EOP
 }
-while [ $((SECONDS - T0)) -lt "$BUDGET" ] && [ ! -e "$RES/ALL_DONE" ]; do
+while [ $((SECONDS - T0)) -lt "$BUDGET" ] && ! { [ -e "$RES/DONE_household" ] && [ -e "$RES/DONE_shop" ]; }; do
   sleep 20
   [ $(( (SECONDS - T0) % 120 )) -lt 20 ] && { echo "--- $((SECONDS - T0)) s, load $(cut -d' ' -f1 /proc/loadavg)"; progress;
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null; }
 done
+if [ "$MODE" = finish ]; then  # SIGTERM: each run keeps the steps it logged
+  pkill -TERM -f '[p]roas experiment run' ; pkill -TERM -f '[p]roas train' ; sleep 8
+fi
 mkdir -p "$OUT"
 tar czf "$OUT/lm_study.tgz" -C "$RES" --exclude=tb --exclude='*.pt' --exclude='*.safetensors' --exclude=graph.json \
   --exclude=rollouts --exclude=checkpoints --exclude=best --exclude=models --exclude=tok . 2>/dev/null; ls -la "$OUT"
-echo "=== after $((SECONDS - T0)) s"; progress; cat "$RES/log_choice.txt" 2>/dev/null; tail -n 3 "$RES"/log_*.txt
-tail -n 5 /tmp/lmstudy.log
+echo "=== after $((SECONDS - T0)) s"; progress; cat "$RES"/log_choice_*.txt 2>/dev/null; tail -n 3 "$RES"/log_*.txt
+tail -n 5 /tmp/lmstudy_*.log
