@@ -85,6 +85,12 @@ def test_show_config_prints_the_resolved_yaml(capsys):
     assert main(["train", "--show-config", "seed=2", "algo.estimator=dapo"]) == 0
     text = capsys.readouterr().out
     assert config_from_yaml(text) == build_config(["seed=2", "algo.estimator=dapo"])
+    # the keys left unset say what they mean for this estimator, env and policy
+    assert "#   algo.clip_high: 0.28\n" in text and "#   algo.kl_coef: 0.0\n" in text
+    assert "#   algo.gigpo_mode: mean_std_norm\n" in text and "#   algo.dynamic_sampling: True\n" in text
+    assert main(["train", "--show-config", "policy=lm", "policy.lm.model_config=tiny", "algo.clip_high=0.3"]) == 0
+    text = capsys.readouterr().out
+    assert "#   algo.kl_coef: 0.01\n" in text and "  clip_high: 0.3\n" in text and "#   algo.clip_high" not in text
     assert main(["train", "--show-config", "algo.estimator=nope"]) == 2
     assert "algo.estimator" in capsys.readouterr().err
 

@@ -43,7 +43,7 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
-    from proas.train.config import build_config, config_to_yaml
+    from proas.train.config import build_config, config_to_yaml, unset_resolved
     from proas.train.run import train
 
     if args.resume:
@@ -56,6 +56,11 @@ def _train(args) -> int:
     cfg = build_config(args.overrides)
     if args.show_config:
         print(config_to_yaml(cfg), end="")
+        unset = unset_resolved(cfg)
+        if unset:
+            print("# unset keys (null above) resolve to:")
+            for key, value in unset.items():
+                print(f"#   {key}: {value}")
         return 0
     train(cfg, run_dir=Path(args.run_dir) if args.run_dir else None)
     return 0

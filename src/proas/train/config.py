@@ -459,6 +459,21 @@ def config_to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+def unset_resolved(cfg: Config) -> dict[str, Any]:
+    """What the keys left unset (``null``) in ``cfg`` mean for its estimator, env and policy."""
+    a = cfg.algo
+    out: dict[str, Any] = {}
+    if a.clip_high is None:
+        out["algo.clip_high"] = a.resolved_clip_high()
+    if a.kl_coef is None:
+        out["algo.kl_coef"] = a.resolved_kl_coef(cfg.policy.kind)
+    if a.dynamic_sampling is None:
+        out["algo.dynamic_sampling"] = a.resolved_dynamic_sampling()
+    if a.gigpo_mode is None:
+        out["algo.gigpo_mode"] = a.resolved_gigpo_mode(cfg.env.name)
+    return out
+
+
 def config_from_yaml(text: str, where: str = "config.yaml") -> Config:
     """Parse a resolved config written by ``config_to_yaml`` (checked like overrides)."""
     try:
