@@ -268,6 +268,33 @@ def test_an_lm_trainer_keeps_a_kl_reference_unless_told_not_to(tmp_path):
     assert off.kl_coef == 0.0 and off.ref is None
 
 
+def test_score_mode_reuses_the_rollout_log_probs_as_the_old_log_probs(tmp_path, monkeypatch):
+    from proas.train.loop import Trainer
+
+    assert not tiny().exact_rollout_logp  # generate mode recomputes them, as verl does
+    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
+                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
+                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
+                      "policy.lm.lr=1e-3", "policy.temperature=0.7"])
+    t = Trainer(c, tmp_path)
+    assert t.policy.exact_rollout_logp
+    calls = []
+    real = t.policy.evaluate
+
+    def spy(batch, module=None):
+        calls.append((module is None, torch.is_grad_enabled()))
+        return real(batch, module)
+
+    monkeypatch.setattr(t.policy, "evaluate", spy)
+    rec = t.train_step()
+    # the policy's own passes all carry gradients (no separate old-log-prob pass); the KL
+    # reference's passes do not
+    assert [g for own, g in calls if own] and all(g for own, g in calls if own)
+    assert any(not own and not g for own, g in calls)
+    # one mini-batch: the policy is still the rollout's, so no ratio is clipped
+    assert rec["loss/updates"] == 1 and rec["loss/clipfrac"] == 0.0
+
+
 def test_lm_mode_is_checked():
     with pytest.raises(ProasError, match="policy.lm.mode"):
         build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=guess"])

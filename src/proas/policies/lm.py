@@ -267,6 +267,14 @@ class LMPolicy(Policy):
 
     kind = "lm"
 
+    @property
+    def exact_rollout_logp(self) -> bool:  # type: ignore[override]
+        """Score mode: a decision's log-prob is the candidate softmax that ``evaluate`` computes,
+        from the same weights and the same passes (equal up to float rounding, as the tests
+        check), so the trainer reuses it as PPO's old log-prob and saves a forward pass over
+        every decision of the step. Generate mode recomputes it (verl's ``old_log_prob``)."""
+        return self.mode == "score"
+
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
                  mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
