@@ -393,11 +393,11 @@ def test_score_mode_passes_are_bounded_by_cached_tokens():
     p.score_tokens_per_pass = 100
     # 2x25=50, 3x32=96; +3 rows: 6x32=192 > 100, new pass; decision 3 (1x110) is over the budget
     # alone and still gets its own pass; 4 joins it at 2x110=220 > 100, so it goes alone too
-    assert p._score_groups(shapes, limit=8) == [[0, 1], [2], [3], [4]]
+    assert p._score_groups(shapes, limit=8, impl="expand") == [[0, 1], [2], [3], [4]]
     p.score_tokens_per_pass = 200
-    assert p._score_groups(shapes, limit=8) == [[0, 1, 2], [3], [4]]  # 6x32=192 fits
+    assert p._score_groups(shapes, limit=8, impl="expand") == [[0, 1, 2], [3], [4]]  # 6x32=192 fits
     p.score_tokens_per_pass = 10**6
-    assert p._score_groups(shapes, limit=2) == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
+    assert p._score_groups(shapes, limit=2, impl="expand") == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
     assert p.micro_batches([{"prompt": [0] * pl, "cands": [[0] * n for n in c]} for pl, c in shapes], 2) == \
         [[0, 1], [2, 3], [4]]
     # acting in one pass per decision chooses as acting in one pass for all
@@ -507,6 +507,23 @@ def test_packed_score_acts_as_expand():
         assert [d.logp for d in packed] == pytest.approx([d.logp for d in expand], abs=1e-5)
 
 
+def test_auto_score_impl_packs_the_loss_everywhere_and_acting_off_the_gpu():
+    p = scored()  # the default
+    assert p.score_impl == "auto"
+    assert (p.score_impl_for(loss=False), p.score_impl_for(loss=True)) == ("packed", "packed")  # on a CPU
+    p.device = torch.device("cuda")  # resolution only: nothing runs there
+    assert (p.score_impl_for(loss=False), p.score_impl_for(loss=True)) == ("expand", "packed")
+    p.score_impl = "expand"
+    assert (p.score_impl_for(loss=False), p.score_impl_for(loss=True)) == ("expand", "expand")
+    # the trainer's passes (loss, reference) are grouped by the loss's passes
+    q = scored(score_impl="auto")
+    q.score_tokens_per_pass = 100
+    data = [{"prompt": [0] * pl, "cands": [[0] * n for n in c]}
+            for pl, c in [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]]
+    q.device = torch.device("cuda")
+    assert q.micro_batches(data, 8) == [[0, 1, 2], [3], [4]]  # packed widths; expand's would be [[0, 1], [2], ...]
+
+
 def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
     p = scored(score_impl="packed")
     # (prompt length, candidate lengths); a packed pass costs its decisions x (longest prompt
@@ -514,11 +531,11 @@ def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
     shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
     p.score_tokens_per_pass = 100
     # 1x28, 2x32=64, 3x32=96; +1: 4x110 > 100, new pass; 2x110 > 100 again
-    assert p._score_groups(shapes, limit=8) == [[0, 1, 2], [3], [4]]
+    assert p._score_groups(shapes, limit=8, impl="packed") == [[0, 1, 2], [3], [4]]
     p.score_tokens_per_pass = 64
-    assert p._score_groups(shapes, limit=8) == [[0, 1], [2], [3], [4]]  # 2x32=64 fits, 3x32=96 does not
+    assert p._score_groups(shapes, limit=8, impl="packed") == [[0, 1], [2], [3], [4]]  # 2x32=64 fits, 3x32=96 does not
     p.score_tokens_per_pass = 10**6
-    assert p._score_groups(shapes, limit=2) == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
+    assert p._score_groups(shapes, limit=2, impl="packed") == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
 
 
 @pytest.mark.parametrize("impl", ["expand", "packed"])

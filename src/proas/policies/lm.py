@@ -60,9 +60,11 @@ MODES = ("generate", "score")
 DECODERS = ("hf", "static")
 
 #: score mode's forward passes (``LMPolicy.candidate_logps``): ``expand`` (encode the prompt,
-#: copy its KV cache once per candidate, score the candidates on the copies) or ``packed`` (one
-#: sequence per decision, the prompt then every candidate, with a mask that keeps them apart)
-SCORE_IMPLS = ("expand", "packed")
+#: copy its KV cache once per candidate, score the candidates on the copies), ``packed`` (one
+#: sequence per decision, the prompt then every candidate, with a mask that keeps them apart) or
+#: ``auto`` (``packed`` for the loss's passes everywhere and for acting on a CPU, ``expand`` for
+#: acting on a GPU: the faster of the two for each, as measured; ``LMPolicy.score_impl_for``)
+SCORE_IMPLS = ("expand", "packed", "auto")
 
 #: the thought SFT teaches before the oracle action, and the one every scored candidate carries
 LM_THOUGHT = "I will take the next step towards the goal."
@@ -278,7 +280,7 @@ class LMPolicy(Policy):
     def __init__(self, model: nn.Module, tokenizer, *, device: torch.device, max_new_tokens: int = 512,
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
                  mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
-                 score_tokens_per_pass: int = 262144, score_impl: str = "expand",
+                 score_tokens_per_pass: int = 262144, score_impl: str = "auto",
                  decode: str = "hf"):
         if mode not in MODES:
             raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
@@ -298,7 +300,7 @@ class LMPolicy(Policy):
         self.micro_batch_size = micro_batch_size
         #: score mode: tokens per forward pass (``_score_groups``)
         self.score_tokens_per_pass = score_tokens_per_pass
-        #: score mode's forward passes: ``expand`` or ``packed`` (``SCORE_IMPLS``)
+        #: score mode's forward passes: ``expand``, ``packed`` or ``auto`` (``SCORE_IMPLS``)
         self.score_impl = score_impl
         self._warned_truncation = False
         self._resp_cache: dict[str, list[int]] = {}
@@ -591,12 +593,21 @@ class LMPolicy(Policy):
         prompt, trimmed = self.fit_prompt(ctx, reserve=shared)
         return cands, prompt + resp[0][:shared], [r[shared:] for r in resp], trimmed
 
+    def score_impl_for(self, loss: bool) -> str:
+        """The passes ``score_impl`` means for the loss (``evaluate``: the loss, the reference's
+        and SFT's passes) or for acting: ``auto`` is ``packed`` except for acting on a GPU, where
+        ``expand`` was faster (docs/training.md)."""
+        if self.score_impl != "auto":
+            return self.score_impl
+        return "expand" if not loss and self.device.type == "cuda" else "packed"
+
     def micro_batches(self, data: Sequence[dict[str, Any]], limit: int) -> list[list[int]]:
         if self.mode != "score":
             return super().micro_batches(data, limit)
-        return self._score_groups([(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in data], limit)
+        return self._score_groups([(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in data], limit,
+                                  self.score_impl_for(loss=True))
 
-    def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int) -> list[list[int]]:
+    def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int, impl: str) -> list[list[int]]:
         """Consecutive groups of decisions (``(prompt length, candidate lengths)`` each) with at
         most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens, rows x width of
         the pass. ``expand``: a row per candidate, holding the group's widest prompt plus its
@@ -607,7 +618,7 @@ class LMPolicy(Policy):
         size is rows x width x hidden x layers, while width stays under hidden x layers. A
         decision over the budget alone still gets a pass of its own."""
         def shape(plen: int, cands: list[int]) -> tuple[int, int]:
-            if self.score_impl == "packed":
+            if impl == "packed":
                 return 1, plen + sum(cands)
             return len(cands), plen + max(cands, default=0)
 
@@ -639,13 +650,13 @@ class LMPolicy(Policy):
         return ids
 
     def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
-                        module: nn.Module | None = None) -> list[torch.Tensor]:
+                        module: nn.Module | None = None, impl: str | None = None) -> list[torch.Tensor]:
         """Summed log-probs of each decision's candidate token sequences after its prompt, one
         ``(n_candidates,)`` tensor per decision, differentiable through ``module``; by
         ``score_impl``'s passes (``_candidate_logps_expand`` or ``_candidate_logps_packed``,
         equal up to float rounding)."""
         module = module if module is not None else self.module
-        if self.score_impl == "packed":
+        if (impl or self.score_impl_for(loss=False)) == "packed":
             return self._candidate_logps_packed(items, module)
         return self._candidate_logps_expand(items, module)
 
@@ -759,10 +770,12 @@ class LMPolicy(Policy):
         self.module.eval()
         made = [self.score_item_trimmed(c) for c in contexts]
         scores: list[torch.Tensor] = []
+        impl = self.score_impl_for(loss=False)
         for group in self._score_groups([(len(p), [len(c) for c in r]) for _, p, r, _ in made],
-                                        self.micro_batch_size):
+                                        self.micro_batch_size, impl):
             chunk = [made[i] for i in group]
-            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk]))
+            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk],
+                                                                          impl=impl))
         out = []
         for (cands, prompt, resp, trimmed), s in zip(made, scores):
             if temperature > 0:
@@ -777,7 +790,7 @@ class LMPolicy(Policy):
         return out
 
     def _evaluate_score(self, batch: dict[str, Any], module: nn.Module) -> TokenStats:
-        sums = self.candidate_logps(batch["items"], module)
+        sums = self.candidate_logps(batch["items"], module, impl=self.score_impl_for(loss=True))
         width = max(len(s) for s in sums)
         scores = torch.full((len(sums), width), float("-inf"), device=sums[0].device)
         for i, s in enumerate(sums):

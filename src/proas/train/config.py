@@ -167,12 +167,14 @@ class LMConfig:
     #: follows this product (a pass keeps at least one decision)
     score_tokens_per_pass: int = 262144
     #: score mode's forward passes: ``expand`` (encode each prompt, copy its KV cache once per
-    #: candidate, score the candidates on the copies) or ``packed`` (one sequence per decision:
+    #: candidate, score the candidates on the copies), ``packed`` (one sequence per decision:
     #: the prompt, then every candidate, under a 4D mask that lets each candidate see the
-    #: prompt and itself only); the same log-probs up to float rounding, ``packed`` 1.2-2.7x
-    #: faster on CPU (``benchmarks/lm_score.py``), not yet run on a GPU. For ``packed``
-    #: ``score_tokens_per_pass`` counts decisions x (longest prompt plus all its candidates)
-    score_impl: str = "expand"
+    #: prompt and itself only) or ``auto``: ``packed`` for the loss, and for acting on a CPU;
+    #: ``expand`` for acting on a GPU. The same log-probs up to float rounding; ``packed`` was
+    #: faster on CPU at both and on an H200 at the loss only (``benchmarks/lm_score.py``). For
+    #: ``packed`` ``score_tokens_per_pass`` counts decisions x (longest prompt plus all its
+    #: candidates)
+    score_impl: str = "auto"
     #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
     #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
     mode: str = "generate"
@@ -357,7 +359,7 @@ def _validate(cfg: Config) -> None:
     choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
     choice("policy.lm.mode", cfg.policy.lm.mode, ("generate", "score"))
     choice("policy.lm.decode", cfg.policy.lm.decode, ("hf", "static"))
-    choice("policy.lm.score_impl", cfg.policy.lm.score_impl, ("expand", "packed"))
+    choice("policy.lm.score_impl", cfg.policy.lm.score_impl, ("expand", "packed", "auto"))
     if cfg.algo.gigpo_mode is not None:
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, CREDIT_ESTIMATORS["gigpo"].options["mode"].choices)
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
