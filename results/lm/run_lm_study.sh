@@ -11,23 +11,29 @@
 # `finish` stops whatever still runs before packing.
 #   0. GPU checks first, the GPU to themselves: the CUDA tests of the static decoder and of
 #      score mode's packed passes, and benchmarks/lm_score.py at the study's shapes (fp32) and at
-#      its defaults (bf16), into gpu_checks.txt. The study runs score_impl=packed when those tests
-#      pass and packed is faster there at acting and at loss+backward; expand otherwise
-#      (score_impl.txt says which).
+#      its defaults (bf16), into gpu_checks.txt. When those tests pass and packed is faster there
+#      at loss+backward, the study runs score_impl=packed (faster at acting too) or auto (packed
+#      for the loss only); expand otherwise (score_impl.txt says which; the run recorded in
+#      results/lm/ chose expand, when the choice was packed or expand).
 # Then per env, both envs side by side:
 #   1. `proas lm tokenizer --vocab 4096 --max-tasks 200` and `proas lm new-model --size small`
 #      (a 5M-parameter Qwen2 model with random weights) into /tmp/lmres/models/ENV;
 #   2. the study's SFT rows on seed 0, side by side (`proas experiment run lm_warm`);
 #   3. the SFT run whose best validation SR is nearest 15% (within 5-30% where one is) linked as
 #      /tmp/lmres/lm_start/ENV; the choice is written to lm_start/choice_ENV.json;
-#   4. the RL rows from it: GRPO and GRPO+ProAS at lr 1e-3, seeds 0-2, and on shop the lr 3e-4
-#      rows on seed 0.
+#   4. the RL rows from it: $RL_ROWS (default: GRPO and GRPO+ProAS at lr 1e-3, as recorded in
+#      results/lm/) on seeds 0-2, and on shop $SHOP_SEED0_ROWS (default: the lr 3e-4 rows) on seed 0.
+#      ENVS (default "household shop") picks the envs. The next run, with the KL anchor:
+#      ENVS=shop RL_ROWS="grpo_lm_kl grpo_proas_lm_kl grpo_lm_kl_lr3e-4 grpo_proas_lm_kl_lr3e-4" SHOP_SEED0_ROWS=""
 # Needs .whl/ as results/run_device_study.sh does: carry it.
 set -u
 MODE=${1:?start, watch or finish}
 BUDGET=${2:-0}
 RL_END=${3:-1500}
 export RES=/tmp/lmres
+export RL_ROWS=${RL_ROWS:-grpo_lm grpo_proas_lm}
+export SHOP_SEED0_ROWS=${SHOP_SEED0_ROWS-grpo_lm_lr3e-4 grpo_proas_lm_lr3e-4}
+ENVS=${ENVS:-household shop}
 OUT=${OUT:-/tmp/out}
 T0=$SECONDS
 export PYTHONPATH=/tmp/site:/tmp/code/pkgs:/tmp/code/src
@@ -39,6 +45,7 @@ if [ "$MODE" = start ]; then
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p /tmp/code "$RES" && cp -r src .whl/pkgs /tmp/code/ || exit 1
   echo $(( $(date +%s) + RL_END )) > "$RES/rl_deadline"
+  echo "$ENVS" > "$RES/envs"
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
   {
     python3 -m pytest -q -p no:cacheprovider tests/test_lm_decode.py 2>&1 | tail -n 3; r1=${PIPESTATUS[0]}
@@ -54,7 +61,8 @@ import re, sys
 text = open(sys.argv[1] + "/gpu_checks.txt").read()
 ok = re.search(r"tests rc 0\b", text) is not None
 ups = [float(x) for x in re.findall(r"packed speed-up, [a-z+]+: ([0-9.]+)x", text)[:2]]  # the fp32 run's
-print("packed" if ok and len(ups) == 2 and min(ups) > 1.0 else "expand")
+act, loss = ups if len(ups) == 2 else (0.0, 0.0)
+print("expand" if not ok or loss <= 1.0 else "packed" if act > 1.0 else "auto")
 EOP
   IMPL=$(cat "$RES/score_impl.txt"); echo "score_impl: $IMPL"
   sed "s/policy.lm.score_impl=expand/policy.lm.score_impl=$IMPL/" "${LM_STUDY:-src/proas/experiments/configs/lm_warm.yaml}" \
@@ -86,21 +94,23 @@ choice = {"chosen": pick, "best_val_sr": runs, "in_band": bool(inside)}
 print(json.dumps(choice, indent=1))
 (res / "lm_start" / f"choice_{env}.json").write_text(json.dumps(choice, indent=1) + "\n")
 EOP
-python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows grpo_lm grpo_proas_lm --jobs 6 \
+python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $RL_ROWS --jobs 12 \
   --time-limit $(left) --out "$RES" > "$RES/log_rl_$env.txt" 2>&1 &
-if [ $env = shop ]; then
-  python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows grpo_lm_lr3e-4 grpo_proas_lm_lr3e-4 \
-    --seeds 0 --jobs 2 --time-limit $(left) --out "$RES" > "$RES/log_rl_${env}_lr.txt" 2>&1 &
+if [ $env = shop ] && [ -n "$SHOP_SEED0_ROWS" ]; then
+  python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $SHOP_SEED0_ROWS \
+    --seeds 0 --jobs 4 --time-limit $(left) --out "$RES" > "$RES/log_rl_${env}_lr.txt" 2>&1 &
 fi
 wait
 echo done > "$RES/DONE_$env"
 EOS
-  for env in household shop; do
+  for env in $ENVS; do
     setsid nohup bash /tmp/lmstudy.sh $env > /tmp/lmstudy_$env.log 2>&1 < /dev/null &
   done
   sleep 5
 elif [ ! -d "$RES" ]; then
   echo "no study on this machine (a fresh one): nothing to watch"; exit 3
+else
+  ENVS=$(cat "$RES/envs")  # the envs the start launched
 fi
 
 progress() {  # per env and row: the step (RL) or epoch (SFT) each run reached (* = finished)
@@ -122,7 +132,8 @@ for env in ("household", "shop"):
     print(env, " ".join(f"{r}:{','.join(s)}" for r, s in rows.items()))
 EOP
 }
-while [ $((SECONDS - T0)) -lt "$BUDGET" ] && ! { [ -e "$RES/DONE_household" ] && [ -e "$RES/DONE_shop" ]; }; do
+all_done() { local e; for e in $ENVS; do [ -e "$RES/DONE_$e" ] || return 1; done; }
+while [ $((SECONDS - T0)) -lt "$BUDGET" ] && ! all_done; do
   sleep 20
   [ $(( (SECONDS - T0) % 120 )) -lt 20 ] && { echo "--- $((SECONDS - T0)) s, load $(cut -d' ' -f1 /proc/loadavg)"; progress;
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null; }
