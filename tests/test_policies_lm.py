@@ -124,6 +124,12 @@ def scored(**over):
     return tiny(mode="score", **over)
 
 
+#: a trainer on the toy env (tests/toy_env.py) with a tiny score-mode lm
+TOY_SCORE = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
+             "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2", "train.progress=false",
+             "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score"]
+
+
 def full_forward_logp(p, prompt, cand):
     """The candidate's summed token log-probs from one plain forward pass over prompt + candidate."""
     ids = torch.tensor([prompt + cand])
@@ -230,11 +236,8 @@ def test_score_mode_needs_admissible_actions():
 def test_the_trainer_runs_a_step_in_score_mode(tmp_path, lora):
     from proas.train.loop import Trainer
 
-    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
-                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
-                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
-                      "policy.lm.lr=1e-3", "algo.kl_coef=0.01", "policy.temperature=0.7",
-                      f"policy.lm.lora_rank={lora}"])
+    c = build_config(TOY_SCORE + ["policy.lm.lr=1e-3", "algo.kl_coef=0.01", "policy.temperature=0.7",
+                                  f"policy.lm.lora_rank={lora}"])
     t = Trainer(c, tmp_path)
     assert t.policy.temperature == 0.7
     before = [q.detach().clone() for q in t.policy.parameters()]
@@ -256,9 +259,7 @@ def test_the_trainer_runs_a_step_in_score_mode(tmp_path, lora):
 def test_an_lm_trainer_keeps_a_kl_reference_unless_told_not_to(tmp_path):
     from proas.train.loop import Trainer
 
-    toy = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
-           "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2", "train.progress=false",
-           "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score", "policy.lm.lr=1e-2"]
+    toy = TOY_SCORE + ["policy.lm.lr=1e-2"]
     t = Trainer(build_config(toy), tmp_path / "a")
     assert t.kl_coef == 0.01 and t.ref is not None
     t.train_step()
@@ -272,10 +273,7 @@ def test_score_mode_reuses_the_rollout_log_probs_as_the_old_log_probs(tmp_path, 
     from proas.train.loop import Trainer
 
     assert not tiny().exact_rollout_logp  # generate mode recomputes them, as verl does
-    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
-                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
-                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
-                      "policy.lm.lr=1e-3", "policy.temperature=0.7"])
+    c = build_config(TOY_SCORE + ["policy.lm.lr=1e-3", "policy.temperature=0.7"])
     t = Trainer(c, tmp_path)
     assert t.policy.exact_rollout_logp
     calls = []
@@ -542,10 +540,7 @@ def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
 def test_the_trainer_runs_a_step_with_either_score_impl(tmp_path, impl):
     from proas.train.loop import Trainer
 
-    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4",
-                      "env.options.n_train=8", "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2",
-                      "train.progress=false", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
-                      f"policy.lm.score_impl={impl}", "policy.lm.lr=1e-3", "algo.kl_coef=0.01"])
+    c = build_config(TOY_SCORE + [f"policy.lm.score_impl={impl}", "policy.lm.lr=1e-3", "algo.kl_coef=0.01"])
     t = Trainer(c, tmp_path)
     assert t.policy.score_impl == impl
     before = [q.detach().clone() for q in t.policy.parameters()]
