@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from _timing import timed as timed_call
     from proas.policies.lm import LMPolicy
     from proas.policies.lm_decode import StaticDecoder, bucket_rows
     from proas.train.config import build_config
@@ -66,22 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         print("static decoding is not supported for this model (see the warning)")
         return 1
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
-    def timed(fn) -> tuple[float, torch.Tensor]:
-        fn()  # warm-up
-        sync()
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        for _ in range(args.repeats):
-            torch.manual_seed(0)
-            tok, _ = fn()
-        sync()
-        peak[0] = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
-        return (time.perf_counter() - t0) / args.repeats, tok
+    def timed(fn) -> tuple[float, torch.Tensor, float]:
+        """Seconds per call, the tokens of the last call, peak GiB (nan off CUDA)."""
+        s, (tok, _), peak = timed_call(fn, args.repeats, dev, seed=0)
+        return s, tok, float("nan") if peak is None else peak
 
     def run(decode=None, decoder=None):
         if decoder is not None:
@@ -96,14 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"every row writes exactly {args.new} new tokens: stop ids are blocked until then (min_new_tokens), "
           "as a random-weight model rarely writes one")
     rows = []
-    peak = [float("nan")]
-    hf_s, hf_tok = timed(lambda: run("hf"))
-    rows.append(("hf generate", hf_s, peak[0]))
-    st_s, st_tok = timed(lambda: run("static"))
-    rows.append((f"static{' + CUDA graphs' if static.graphs else ' (eager step)'}", st_s, peak[0]))
+    hf_s, hf_tok, hf_peak = timed(lambda: run("hf"))
+    rows.append(("hf generate", hf_s, hf_peak))
+    st_s, st_tok, st_peak = timed(lambda: run("static"))
+    rows.append((f"static{' + CUDA graphs' if static.graphs else ' (eager step)'}", st_s, st_peak))
     if static.graphs and not args.no_eager:
         eager = StaticDecoder(policy.module, static.max_len, policy.tokenizer.pad_token_id, graphs=False)
-        rows.append(("static, eager step", timed(lambda: run(decoder=eager))[0], peak[0]))
+        eager_s, _, eager_peak = timed(lambda: run(decoder=eager))
+        rows.append(("static, eager step", eager_s, eager_peak))
     for tok in (hf_tok, st_tok):
         if tok.shape != (args.batch, args.new):
             raise SystemExit(f"a path wrote {tuple(tok.shape)} tokens, not {(args.batch, args.new)}")

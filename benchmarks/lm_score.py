@@ -25,7 +25,6 @@ the largest difference between the two paths' candidate log-probs (float roundin
 from __future__ import annotations
 
 import argparse
-import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from _timing import timed
     from proas.policies.lm import LMPolicy, local_tokenizer
     from proas.policies.lm_tools import SCRATCH_SIZES
 
@@ -71,10 +71,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{dev}, {torch.get_num_threads()} thread(s); {args.decisions} decisions x ({args.prompt}-token prompt, "
           f"{args.candidates} candidates x {args.cand_tokens} tokens)")
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     def act():
         model.eval()
         with torch.no_grad():
@@ -88,25 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         model.zero_grad(set_to_none=True)
         (-policy.evaluate(batch).logp.sum()).backward()
 
-    def timed(fn) -> tuple[float, float | None]:
-        fn()  # warm-up
-        sync()
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        for _ in range(args.repeats):
-            fn()
-        sync()
-        peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None
-        return (time.perf_counter() - t0) / args.repeats, peak
-
     results: dict[tuple[str, str], float] = {}
     logps = {}
     for impl in ("expand", "packed"):
         policy.score_impl = impl
         logps[impl] = torch.cat(act()).float().cpu()
         for task, fn in (("act", act), ("loss+backward", loss)):
-            s, peak = timed(fn)
+            s, _, peak = timed(fn, args.repeats, dev)
             results[impl, task] = s
             mem = f", peak {peak:.2f} GiB" if peak is not None else ""
             print(f"  {impl:6s} {task:13s} {s:.4f} s/call{mem}")
