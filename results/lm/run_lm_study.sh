@@ -21,10 +21,16 @@
 #   2. the study's SFT rows on seed 0, side by side (`proas experiment run lm_warm`);
 #   3. the SFT run whose best validation SR is nearest 15% (within 5-30% where one is) linked as
 #      /tmp/lmres/lm_start/ENV; the choice is written to lm_start/choice_ENV.json;
-#   4. the RL rows from it: $RL_ROWS (default: GRPO and GRPO+ProAS at lr 1e-3, as recorded in
-#      results/lm/) on seeds 0-2, and on shop $SHOP_SEED0_ROWS (default: the lr 3e-4 rows) on seed 0.
-#      ENVS (default "household shop") picks the envs. The next run, with the KL anchor:
-#      ENVS=shop RL_ROWS="grpo_lm_kl grpo_proas_lm_kl grpo_lm_kl_lr3e-4 grpo_proas_lm_kl_lr3e-4" SHOP_SEED0_ROWS=""
+#   4. the RL rows from it: $RL_ROWS (default: GRPO and GRPO+ProAS at lr 1e-3, the second try's)
+#      on $RL_SEEDS (default "0 1 2"), and on shop $SHOP_SEED0_ROWS (default: the lr 3e-4 rows)
+#      on seed 0;
+#   5. each env's start is exported (`proas lm export`) and packed as $OUT/start_ENV.tgz.partNN
+#      (under 16 MiB each): unpack it under .whl/lm_start/ENV here and carry .whl, and a later
+#      session skips steps 1-3 for that env (RL from the same start).
+# ENVS (default "household shop") picks the envs, SFT_ROWS (default: the three) the SFT
+# candidates. CHECKS=quick runs only the packed-scoring CUDA tests instead of step 0's checks and
+# then uses score_impl=auto (the default, which the full checks' figures chose). The commands of
+# each try are in results/lm/README.md.
 # Needs .whl/ as results/run_device_study.sh does: carry it.
 set -u
 MODE=${1:?start, watch or finish}
@@ -34,6 +40,9 @@ export RES=/tmp/lmres
 export RL_ROWS=${RL_ROWS:-grpo_lm grpo_proas_lm}
 export SHOP_SEED0_ROWS=${SHOP_SEED0_ROWS-grpo_lm_lr3e-4 grpo_proas_lm_lr3e-4}
 ENVS=${ENVS:-household shop}
+export SFT_ROWS=${SFT_ROWS:-sft_t400_e10 sft_t800_e8 sft_t1600_e5}
+export RL_SEEDS=${RL_SEEDS:-0 1 2}
+CHECKS=${CHECKS:-full}
 OUT=${OUT:-/tmp/out}
 T0=$SECONDS
 export PYTHONPATH=/tmp/site:/tmp/code/pkgs:/tmp/code/src
@@ -44,9 +53,14 @@ if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p /tmp/code "$RES" && cp -r src .whl/pkgs /tmp/code/ || exit 1
+  [ -d .whl/lm_start ] && cp -r .whl/lm_start /tmp/code/carried_start
   echo $(( $(date +%s) + RL_END )) > "$RES/rl_deadline"
   echo "$ENVS" > "$RES/envs"
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+  if [ "$CHECKS" = quick ]; then
+    { python3 -m pytest -q -p no:cacheprovider tests/test_policies_lm.py -k cuda 2>&1 | tail -n 3
+      echo "tests rc ${PIPESTATUS[0]}"; } > "$RES/gpu_checks.txt" 2>&1
+  else
   {
     python3 -m pytest -q -p no:cacheprovider tests/test_lm_decode.py 2>&1 | tail -n 3; r1=${PIPESTATUS[0]}
     python3 -m pytest -q -p no:cacheprovider tests/test_policies_lm.py -k cuda 2>&1 | tail -n 3; r2=${PIPESTATUS[0]}
@@ -64,6 +78,8 @@ ups = [float(x) for x in re.findall(r"packed speed-up, [a-z+]+: ([0-9.]+)x", tex
 act, loss = ups if len(ups) == 2 else (0.0, 0.0)
 print("expand" if not ok or loss <= 1.0 else "packed" if act > 1.0 else "auto")
 EOP
+  fi
+  [ "$CHECKS" = quick ] && { grep -q "tests rc 0$" "$RES/gpu_checks.txt" && echo auto || echo expand; } > "$RES/score_impl.txt"
   IMPL=$(cat "$RES/score_impl.txt"); echo "score_impl: $IMPL"
   sed "s/policy.lm.score_impl=expand/policy.lm.score_impl=$IMPL/" "${LM_STUDY:-src/proas/experiments/configs/lm_warm.yaml}" \
     > "$RES/lm_warm.yaml"
@@ -71,10 +87,16 @@ EOP
 env=$1
 cd /tmp/code
 left() { local s=$(( $(cat "$RES/rl_deadline") - $(date +%s) )); echo $(( s > 30 ? s : 30 )); }
+mkdir -p "$RES/lm_start"
+if [ -d "/tmp/code/carried_start/$env" ]; then  # a start carried from an earlier session
+  ln -sfn "/tmp/code/carried_start/$env" "$RES/lm_start/$env"
+  cp "/tmp/code/carried_start/$env/choice_$env.json" "$RES/lm_start/" 2>/dev/null
+  echo "carried start: $(cat "$RES/lm_start/choice_$env.json" 2>/dev/null)" > "$RES/log_choice_$env.txt"
+else
 { python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --out "$RES/tok/$env" \
     && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env"
 } > "$RES/log_models_$env.txt" 2>&1 || exit 1
-python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows sft_t400_e10 sft_t800_e8 sft_t1600_e5 \
+python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $SFT_ROWS \
   --seeds 0 --jobs 3 --out "$RES" > "$RES/log_sft_$env.txt" 2>&1
 python3 - "$RES" $env <<'EOP' > "$RES/log_choice_$env.txt" 2>&1 || exit 1
 import json, os, pathlib, sys
@@ -94,7 +116,12 @@ choice = {"chosen": pick, "best_val_sr": runs, "in_band": bool(inside)}
 print(json.dumps(choice, indent=1))
 (res / "lm_start" / f"choice_{env}.json").write_text(json.dumps(choice, indent=1) + "\n")
 EOP
-python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $RL_ROWS --jobs 12 \
+{ python3 -m proas lm export "$RES/lm_start/$env" "$RES/export/$env" \
+    && cp "$RES/lm_start/choice_$env.json" "$RES/export/$env/" \
+    && tar cf - -C "$RES/export" $env | gzip -1 | split -b 15m -d - "$RES/export/start_$env.tgz.part"
+} >> "$RES/log_choice_$env.txt" 2>&1
+fi
+python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $RL_ROWS --seeds $RL_SEEDS --jobs 12 \
   --time-limit $(left) --out "$RES" > "$RES/log_rl_$env.txt" 2>&1 &
 if [ $env = shop ] && [ -n "$SHOP_SEED0_ROWS" ]; then
   python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $SHOP_SEED0_ROWS \
@@ -143,6 +170,7 @@ if [ "$MODE" = finish ]; then  # SIGTERM: each run keeps the steps it logged
 fi
 mkdir -p "$OUT"
 tar czf "$OUT/lm_study.tgz" -C "$RES" --exclude=tb --exclude='*.pt' --exclude='*.safetensors' --exclude=graph.json \
-  --exclude=rollouts --exclude=checkpoints --exclude=best --exclude=models --exclude=tok . 2>/dev/null; ls -la "$OUT"
+  --exclude=rollouts --exclude=checkpoints --exclude=best --exclude=models --exclude=tok --exclude=export . 2>/dev/null
+cp "$RES"/export/start_*.tgz.part* "$OUT/" 2>/dev/null; ls -la "$OUT"
 echo "=== after $((SECONDS - T0)) s"; progress; cat "$RES"/log_choice_*.txt 2>/dev/null; tail -n 3 "$RES"/log_*.txt
 tail -n 5 /tmp/lmstudy_*.log
