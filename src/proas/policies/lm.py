@@ -349,7 +349,7 @@ class LMPolicy(Policy):
         elif model_path:
             try:
                 tokenizer = load_tokenizer(lm.tokenizer_path or model_path)
-                model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=dtype, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise ProasError(f"policy.lm.{key}={model_path!r}: cannot load a local model "
                                  f"({str(exc).splitlines()[0]})") from None
