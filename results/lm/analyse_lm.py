@@ -8,10 +8,14 @@ Prints markdown:
   env-error rate over the first and the last 10 steps, PPO clip fraction and candidate entropy
   over the same windows, seconds per step, how it ended;
 - per env and row, over seeds: training SR over the first 10 steps and over steps K-9..K, where K
-  is the fewest steps any run of that env reached (so every run is read over the same steps), and
-  validation SR at step 0 and at the last step every run validated; then GRPO+ProAS minus GRPO.
-Writes lm_curves.png beside this script (validation SR and 10-step means of training SR; a run
+  is the fewest steps any run of that setting (a GRPO row and its GRPO+ProAS twin: same rate, same
+  KL) reached in that env, so both are read over the same steps, and validation SR at step 0 and
+  at the last step every run of the setting validated; then GRPO+ProAS minus GRPO per setting.
+Writes the curves to PNG (default: lm_curves.png beside this script): per env and setting,
+validation SR and 10-step means of training SR, each seed thin and the seeds' mean thick (a run
 of fewer than 10 steps shows each step's).
+
+    python results/lm/analyse_lm.py RUNS [PNG]
 """
 
 from __future__ import annotations
@@ -23,9 +27,15 @@ from pathlib import Path
 import numpy as np
 
 ENVS = ("household", "shop")
-RL_ROWS = ("grpo_lm", "grpo_proas_lm", "grpo_lm_lr3e-4", "grpo_proas_lm_lr3e-4")
-LABELS = {"grpo_lm": "GRPO", "grpo_proas_lm": "GRPO+ProAS", "grpo_lm_lr3e-4": "GRPO, lr 3e-4",
-          "grpo_proas_lm_lr3e-4": "GRPO+ProAS, lr 3e-4"}
+#: settings: (GRPO row, GRPO+ProAS row, what they share)
+SETTINGS = (("grpo_lm", "grpo_proas_lm", "lr 1e-3, no KL"),
+            ("grpo_lm_lr3e-4", "grpo_proas_lm_lr3e-4", "lr 3e-4, no KL"),
+            ("grpo_lm_kl", "grpo_proas_lm_kl", "lr 1e-3, KL 0.01"),
+            ("grpo_lm_kl_lr3e-4", "grpo_proas_lm_kl_lr3e-4", "lr 3e-4, KL 0.01"))
+RL_ROWS = tuple(row for base, proas, _ in SETTINGS for row in (base, proas))
+LABELS = {row: f"{name}, {what}" for base, proas, what in SETTINGS
+          for row, name in ((base, "GRPO"), (proas, "GRPO+ProAS"))}
+SETTING_OF = {row: i for i, (base, proas, _) in enumerate(SETTINGS) for row in (base, proas)}
 WIN = 10
 
 
@@ -73,8 +83,9 @@ def fmt_ms(vals: list[float]) -> str:
     return f"{a.mean():.1f} ± {a.std(ddof=1):.1f}" if len(a) > 1 else f"{a[0]:.1f}"
 
 
-def main(root: str) -> int:
+def main(root: str, png: str | None = None) -> int:
     res = Path(root)
+    png = png or str(Path(__file__).with_name("lm_curves.png"))
     chosen = choices(res)
     runner_logs = "".join(p.read_text(errors="replace") for p in res.glob("log_*.txt"))
     print("## SFT candidates (seed 0)\n")
@@ -124,40 +135,43 @@ def main(root: str) -> int:
               f"{ended(r['dir'], runner_logs)} |")
 
     print("\n## Per row, over seeds (mean ± sd)\n")
-    print(f"K: the fewest steps any RL run of the env reached; training SR over steps 1-{WIN} and over "
-          f"steps K-{WIN - 1}..K; validation SR at step 0 and at the last step every run of the env "
-          "validated.\n")
+    print(f"K: the fewest steps any run of the setting (GRPO and GRPO+ProAS at one rate and KL) reached in "
+          f"the env; training SR over steps 1-{WIN} and over steps K-{WIN - 1}..K; validation SR at step 0 and "
+          "at the last step every run of the setting validated.\n")
     print("| env | row | seeds | K | train SR first | train SR at K | change | val SR step 0 | val SR (step) "
           "| change |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     summary: dict[tuple[str, str], list[float]] = {}
     for env in ENVS:
-        mine = {k: r for k, r in runs.items() if k[0] == env and len(r["sr"]) >= WIN}
-        if not mine:
-            continue
-        k_steps = min(len(r["sr"]) for r in mine.values())
-        common = set.intersection(*({s for s, _ in r["val"]} for r in mine.values()))
-        vstep = max(common) if common else None
-        for row in RL_ROWS:
-            sel = [r for (e, ro, _), r in mine.items() if ro == row]
-            if not sel:
+        for base, proas, _ in SETTINGS:
+            mine = {k: r for k, r in runs.items() if k[0] == env and k[1] in (base, proas) and len(r["sr"]) >= WIN}
+            if not mine:
                 continue
-            first = [float(r["sr"][:WIN].mean()) for r in sel]
-            at_k = [float(r["sr"][k_steps - WIN:k_steps].mean()) for r in sel]
-            delta = [b - a for a, b in zip(first, at_k)]
-            v0 = [dict(r["val"]).get(0, np.nan) for r in sel]
-            vk = [dict(r["val"]).get(vstep, np.nan) for r in sel] if vstep is not None else []
-            vdelta = [b - a for a, b in zip(v0, vk)]
-            summary[(env, row)] = at_k
-            print(f"| {env} | {LABELS[row]} | {len(sel)} | {k_steps} | {fmt_ms(first)} | {fmt_ms(at_k)} | "
-                  f"{fmt_ms(delta)} | {fmt_ms(v0)} | {fmt_ms(vk)} ({vstep}) | {fmt_ms(vdelta)} |")
-    print("\n## GRPO+ProAS minus GRPO (training SR at K, lr 1e-3)\n")
+            k_steps = min(len(r["sr"]) for r in mine.values())
+            common = set.intersection(*({s for s, _ in r["val"]} for r in mine.values()))
+            vstep = max(common) if common else None
+            for row in (base, proas):
+                sel = [r for (e, ro, _), r in mine.items() if ro == row]
+                if not sel:
+                    continue
+                first = [float(r["sr"][:WIN].mean()) for r in sel]
+                at_k = [float(r["sr"][k_steps - WIN:k_steps].mean()) for r in sel]
+                delta = [b - a for a, b in zip(first, at_k)]
+                v0 = [dict(r["val"]).get(0, np.nan) for r in sel]
+                vk = [dict(r["val"]).get(vstep, np.nan) for r in sel] if vstep is not None else []
+                vdelta = [b - a for a, b in zip(v0, vk)]
+                summary[(env, row)] = at_k
+                print(f"| {env} | {LABELS[row]} | {len(sel)} | {k_steps} | {fmt_ms(first)} | {fmt_ms(at_k)} | "
+                      f"{fmt_ms(delta)} | {fmt_ms(v0)} | {fmt_ms(vk)} ({vstep}) | {fmt_ms(vdelta)} |")
+    print("\n## GRPO+ProAS minus GRPO (training SR at K, per setting)\n")
     for env in ENVS:
-        a, b = summary.get((env, "grpo_lm")), summary.get((env, "grpo_proas_lm"))
-        if a and b:
-            d = np.mean(b) - np.mean(a)
-            se = np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b)) if min(len(a), len(b)) > 1 else np.nan
-            print(f"- {env}: {d:+.1f} points (standard error {se:.1f}; {len(a)} and {len(b)} seeds)")
+        for base, proas, what in SETTINGS:
+            a, b = summary.get((env, base)), summary.get((env, proas))
+            if a and b:
+                d = np.mean(b) - np.mean(a)
+                se = (np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b))
+                      if min(len(a), len(b)) > 1 else np.nan)
+                print(f"- {env}, {what}: {d:+.1f} points (standard error {se:.1f}; {len(a)} and {len(b)} seeds)")
 
     try:
         import matplotlib
@@ -166,32 +180,46 @@ def main(root: str) -> int:
         import matplotlib.pyplot as plt
     except ImportError:
         return 0
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    colours = {"grpo_lm": "tab:blue", "grpo_proas_lm": "tab:orange", "grpo_lm_lr3e-4": "tab:cyan",
-               "grpo_proas_lm_lr3e-4": "tab:red"}
-    for (env, row, seed), r in runs.items():
-        i = ENVS.index(env)
-        label = f"{LABELS[row]} {seed}"
-        v = r["val"]
-        axes[i, 0].plot([s for s, _ in v], [x for _, x in v], marker=".", color=colours[row], alpha=0.7, label=label)
-        if len(r["sr"]) >= WIN:
-            means = np.convolve(r["sr"], np.ones(WIN) / WIN, mode="valid")
-            axes[i, 1].plot(np.arange(WIN, len(r["sr"]) + 1), means, color=colours[row], alpha=0.7, label=label)
-        elif len(r["sr"]):  # too few steps for a mean: each step's own
-            axes[i, 1].plot(np.arange(1, len(r["sr"]) + 1), r["sr"], marker=".", color=colours[row], alpha=0.7,
-                            label=label)
-    for i, env in enumerate(ENVS):
-        axes[i, 0].set(title=f"{env}: validation SR", xlabel="RL step", ylabel="%")
-        axes[i, 1].set(title=f"{env}: training SR, {WIN}-step means (each step's under {WIN} steps)",
-                       xlabel="RL step", ylabel="%")
+    panels = sorted({(env, SETTING_OF[row]) for env, row, _ in runs}, key=lambda k: (ENVS.index(k[0]), k[1]))
+    if not panels:
+        return 0
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.2 * len(panels), 7), squeeze=False)
+    colours = {0: "tab:blue", 1: "tab:orange"}  # GRPO, GRPO+ProAS
+    for col, (env, setting) in enumerate(panels):
+        base, proas, what = SETTINGS[setting]
+        for which, row in enumerate((base, proas)):
+            mine = [r for (e, ro, _), r in runs.items() if e == env and ro == row]
+            name = "GRPO+ProAS" if which else "GRPO"
+            c = colours[which]
+            for r in mine:
+                v = r["val"]
+                axes[0, col].plot([s for s, _ in v], [x for _, x in v], color=c, alpha=0.3, lw=0.8)
+                if len(r["sr"]) >= WIN:
+                    means = np.convolve(r["sr"], np.ones(WIN) / WIN, mode="valid")
+                    axes[1, col].plot(np.arange(WIN, len(r["sr"]) + 1), means, color=c, alpha=0.3, lw=0.8)
+                elif len(r["sr"]):  # too few steps for a mean: each step's own
+                    axes[1, col].plot(np.arange(1, len(r["sr"]) + 1), r["sr"], marker=".", color=c, alpha=0.3)
+            if not mine:
+                continue
+            # the seeds' mean, over the steps every seed reached
+            steps = sorted(set.intersection(*({s for s, _ in r["val"]} for r in mine)))
+            axes[0, col].plot(steps, [np.mean([dict(r["val"])[s] for r in mine]) for s in steps], color=c, lw=2,
+                              marker=".", label=f"{name} (mean of {len(mine)})")
+            n = min(len(r["sr"]) for r in mine)
+            if n >= WIN:
+                means = np.mean([np.convolve(r["sr"][:n], np.ones(WIN) / WIN, mode="valid") for r in mine], axis=0)
+                axes[1, col].plot(np.arange(WIN, n + 1), means, color=c, lw=2, label=f"{name} (mean of {len(mine)})")
+        axes[0, col].set(title=f"{env}, {what}\nvalidation SR", xlabel="RL step", ylabel="%")
+        axes[1, col].set(title=f"{env}, {what}\ntraining SR ({WIN}-step means)", xlabel="RL step", ylabel="%")
     for a in axes.flat:
         a.grid(alpha=0.3)
-        if a.lines:
-            a.legend(fontsize=6)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(__file__).with_name("lm_curves.png"), dpi=110)
+    fig.savefig(png, dpi=100)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).with_name("runs"))))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).with_name("runs")),
+                  sys.argv[2] if len(sys.argv) > 2 else None))
