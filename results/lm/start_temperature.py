@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from proas.train.config import build_config
-    from proas.train.loop import Trainer, validate
+    from proas.train.loop import Trainer, val_seed, validate
 
     val: dict[float, list[float]] = {t: [] for t in a.temperatures}
     train: dict[tuple[int, int], list[float]] = {w: [] for w in a.windows}
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             t = Trainer(cfg, Path(tmp))
             common = dict(max_steps=t.max_steps, env_name=t.env_name, success_reward=cfg.env.success_reward)
             for temp in a.temperatures:  # the RNG of run_validation(0)
-                res = validate(t.policy, t._env_pool(len(t.val_ids)), t.val_ids, seed=seed * 7919,
+                res = validate(t.policy, t._env_pool(len(t.val_ids)), t.val_ids, seed=val_seed(seed, 0),
                                temperature=temp, **common)
                 val[temp].append(100 * res.sr)
             for lo, hi in a.windows:

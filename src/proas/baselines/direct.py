@@ -21,6 +21,7 @@ from proas.train.loop import (
     ValResult,
     build_policy,
     make_env_factory,
+    val_seed,
     validate,
     write_run_config,
 )
@@ -32,7 +33,7 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
                 seed: int | None = None, save: Path | None = None) -> tuple[ValResult, dict[str, Any]]:
     """Validate the untrained policy of ``cfg``; optionally save it as run directory ``save``.
 
-    ``seed`` defaults to what the trainer uses for its step-0 validation (``cfg.seed * 7919``).
+    ``seed`` defaults to what the trainer uses for its step-0 validation (``val_seed(cfg.seed, 0)``).
     """
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)
@@ -53,7 +54,7 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
         write_checkpoint_dir(save / "best", config_yaml=config_to_yaml(cfg), policy_state=policy.state_dict(),
                              step=0, meta={"baseline": "direct"})
     envs = [env0] + [make() for _ in range(len(ids) - 1)]
-    res = validate(policy, envs, ids, seed=cfg.seed * 7919 if seed is None else seed,
+    res = validate(policy, envs, ids, seed=val_seed(cfg.seed, 0) if seed is None else seed,
                    temperature=cfg.policy.val_temperature if temperature is None else temperature,
                    max_steps=int(cfg.env.max_steps or env0.max_steps), env_name=name,
                    success_reward=cfg.env.success_reward)

@@ -40,7 +40,7 @@ from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
 from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml
-from proas.train.loop import make_env_factory, validate, write_run_config
+from proas.train.loop import make_env_factory, val_seed, validate, write_run_config
 from proas.train.warm_start import build_policy
 
 __all__ = [
@@ -185,7 +185,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     def run_val(epoch: int) -> dict[str, Any]:
         if not val_ids:
             return {}
-        res = validate(policy, envs[: len(val_ids)], val_ids, seed=cfg.seed * 7919 + epoch,
+        res = validate(policy, envs[: len(val_ids)], val_ids, seed=val_seed(cfg.seed, epoch),
                        temperature=cfg.policy.val_temperature, max_steps=max_steps, env_name=label,
                        success_reward=cfg.env.success_reward)
         return res.metrics()

@@ -96,6 +96,12 @@ class ValResult:
         return out
 
 
+def val_seed(seed: int, step: int) -> int:
+    """The RNG seed of a run's validation at ``step`` (SFT: at ``epoch``): distinct per step and
+    per run seed, so a later validation never replays an earlier one's samples."""
+    return seed * 7919 + step
+
+
 def validate(policy: Policy, envs: list[Env], task_ids: list[str], *, seed: int, temperature: float,
              max_steps: int, env_name: str, success_reward: float) -> ValResult:
     """One episode per validation task; SR overall and per task type, TS = mean score x 100."""
@@ -418,7 +424,7 @@ class Trainer:
             return {}
         t0 = time.perf_counter()
         res = validate(self.policy, self._env_pool(len(self.val_ids)), self.val_ids,
-                       seed=self.cfg.seed * 7919 + step, temperature=self.cfg.policy.val_temperature,
+                       seed=val_seed(self.cfg.seed, step), temperature=self.cfg.policy.val_temperature,
                        max_steps=self.max_steps, env_name=self.env_name,
                        success_reward=self.cfg.env.success_reward)
         out = res.metrics()
