@@ -60,6 +60,7 @@ if [ "$MODE" = start ]; then
   if [ "$CHECKS" = quick ]; then
     { python3 -m pytest -q -p no:cacheprovider tests/test_policies_lm.py -k cuda 2>&1 | tail -n 3
       echo "tests rc ${PIPESTATUS[0]}"; } > "$RES/gpu_checks.txt" 2>&1
+    { grep -q "tests rc 0$" "$RES/gpu_checks.txt" && echo auto || echo expand; } > "$RES/score_impl.txt"
   else
   {
     python3 -m pytest -q -p no:cacheprovider tests/test_lm_decode.py 2>&1 | tail -n 3; r1=${PIPESTATUS[0]}
@@ -79,7 +80,6 @@ act, loss = ups if len(ups) == 2 else (0.0, 0.0)
 print("expand" if not ok or loss <= 1.0 else "packed" if act > 1.0 else "auto")
 EOP
   fi
-  [ "$CHECKS" = quick ] && { grep -q "tests rc 0$" "$RES/gpu_checks.txt" && echo auto || echo expand; } > "$RES/score_impl.txt"
   IMPL=$(cat "$RES/score_impl.txt"); echo "score_impl: $IMPL"
   sed "s/policy.lm.score_impl=expand/policy.lm.score_impl=$IMPL/" "${LM_STUDY:-src/proas/experiments/configs/lm_warm.yaml}" \
     > "$RES/lm_warm.yaml"
