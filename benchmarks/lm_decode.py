@@ -22,7 +22,10 @@ Printed: the setup; per path the seconds per call (prefill included), new tokens
 the peak GPU memory allocated while timed (model included);
 ``static`` with its step run eagerly (no graph), which separates the graph's share; the speed-up
 of ``static`` over ``hf``; and, greedy, the share of rows whose tokens agree between the paths
-(bf16 rounding can flip near-ties of a random model).
+(bf16 rounding can flip near-ties of a random model). Then each path's call with one new token
+(the prompts' prefill and one draw, the same work on both paths up to the kernels) and what is
+left of a whole call without it: the decode steps' own rate and speed-up, and the bound the
+prefill puts on the whole call's speed-up (``hf``'s call over ``static``'s prefill call).
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(decode=None, decoder=None):
         if decoder is not None:
             return decoder.generate(prompts, args.new, args.temperature, policy.stop_ids, min_new_tokens=args.new)
-        return policy.generate_ids(prompts, args.temperature, decode=decode, min_new_tokens=args.new)
+        return policy.generate_ids(prompts, args.temperature, decode=decode, min_new_tokens=policy.max_new_tokens)
 
     n_param = sum(p.numel() for p in policy.module.parameters())
     print(f"lm decode: model={args.model_path or args.model_config} ({n_param / 1e6:.1f}M parameters) "
@@ -102,6 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     if static.graphs:
         print(f"graph capture (first call of the bucket, not timed): {static.capture_s:.2f}s")
     print(f"speed-up static / hf: {hf_s / st_s:.2f}x")
+    # the prefill's share: the same calls with one new token
+    policy.max_new_tokens = 1
+    hf1_s, _, _ = timed(lambda: run("hf"))
+    st1_s, _, _ = timed(lambda: run("static"))
+    policy.max_new_tokens = args.new
+    print(f"one new token (prefill): hf {hf1_s:.3f} s/call, static {st1_s:.3f}")
+    if args.new > 1:
+        steps_tok = args.batch * (args.new - 1)
+        hf_dec, st_dec = hf_s - hf1_s, st_s - st1_s
+        if hf_dec > 0 and st_dec > 0:
+            print(f"decode steps alone ({args.new - 1} a row): hf {steps_tok / hf_dec:.0f} new tok/s, "
+                  f"static {steps_tok / st_dec:.0f}, speed-up {hf_dec / st_dec:.2f}x")
+        print(f"bound on the whole call's speed-up with static's prefill as it is (decode steps free): "
+              f"{hf_s / st1_s:.2f}x")
     if args.temperature == 0:
         same = sum(a == b for a, b in zip(hf_tok.tolist(), st_tok.tolist()))
         print(f"greedy rows identical between hf and static: {same}/{args.batch}")

@@ -28,9 +28,11 @@
 #      (under 16 MiB each): unpack it under .whl/lm_start/ENV here and carry .whl, and a later
 #      session skips steps 1-3 for that env (RL from the same start).
 # ENVS (default "household shop") picks the envs, SFT_ROWS (default: the three) the SFT
-# candidates. CHECKS=quick runs only the packed-scoring CUDA tests instead of step 0's checks and
-# then uses score_impl=auto (the default, which the full checks' figures chose). The commands of
-# each try are in results/lm/README.md.
+# candidates, RL_ROWS_household / RL_ROWS_shop (default: $RL_ROWS) one env's RL rows. The
+# schedules under results/lm/schedules (repeat_schedule.py) are copied to /tmp/lmres/schedules,
+# where the control rows `*_rep16` read theirs. CHECKS=quick runs only the packed-scoring CUDA
+# tests instead of step 0's checks and then uses score_impl=auto (the default, which the full
+# checks' figures chose). The commands of each try are in results/lm/README.md.
 # Needs .whl/ as results/run_device_study.sh does: carry it.
 set -u
 MODE=${1:?start, watch or finish}
@@ -42,6 +44,7 @@ export SHOP_SEED0_ROWS=${SHOP_SEED0_ROWS-grpo_lm_lr3e-4 grpo_proas_lm_lr3e-4}
 ENVS=${ENVS:-household shop}
 export SFT_ROWS=${SFT_ROWS:-sft_t400_e10 sft_t800_e8 sft_t1600_e5}
 export RL_SEEDS=${RL_SEEDS:-0 1 2}
+export RL_ROWS_household=${RL_ROWS_household:-$RL_ROWS} RL_ROWS_shop=${RL_ROWS_shop:-$RL_ROWS}
 CHECKS=${CHECKS:-full}
 OUT=${OUT:-/tmp/out}
 T0=$SECONDS
@@ -54,6 +57,7 @@ if [ "$MODE" = start ]; then
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p /tmp/code "$RES" && cp -r src .whl/pkgs /tmp/code/ || exit 1
   [ -d .whl/lm_start ] && cp -r .whl/lm_start /tmp/code/carried_start
+  cp -r results/lm/schedules "$RES/schedules" || exit 1
   echo $(( $(date +%s) + RL_END )) > "$RES/rl_deadline"
   echo "$ENVS" > "$RES/envs"
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
@@ -121,7 +125,8 @@ EOP
     && tar cf - -C "$RES/export" $env | gzip -1 | split -b 15m -d - "$RES/export/start_$env.tgz.part"
 } >> "$RES/log_choice_$env.txt" 2>&1
 fi
-python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $RL_ROWS --seeds $RL_SEEDS --jobs 12 \
+rows=RL_ROWS_$env
+python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows ${!rows} --seeds $RL_SEEDS --jobs 12 \
   --time-limit $(left) --out "$RES" > "$RES/log_rl_$env.txt" 2>&1 &
 if [ $env = shop ] && [ -n "$SHOP_SEED0_ROWS" ]; then
   python3 -m proas experiment run "$RES/lm_warm.yaml" --envs $env --rows $SHOP_SEED0_ROWS \

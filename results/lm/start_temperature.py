@@ -9,8 +9,8 @@ and validates at ``policy.val_temperature`` (0.4) on the fixed validation tasks.
 weights and no update, this prints
 - validation SR at each of ``--temperatures``, with the validation RNG that an RL run of that
   seed uses at step 0 (0 = greedy);
-- training SR on the tasks that seed's schedule gives at the steps of each ``--windows`` (e.g.
-  ``1-10``), ``--group`` episodes per task at temperature 1.0;
+- training SR on the tasks that seed's schedule (or ``--schedule``) gives at the steps of each
+  ``--windows`` (e.g. ``1-10``), ``--group`` episodes per task at temperature 1.0;
 so a change in an RL run's training SR can be told apart from the temperature and from the
 schedule's tasks. START is what ``policy.lm.init_from`` takes (a Hugging Face model directory
 such as ``proas lm export`` writes, or an SFT run). Runs on the CPU: about 45 s per 128 shop
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=128, help="validation tasks (the fixed set's first N)")
     ap.add_argument("--windows", type=window, nargs="*", default=[])
     ap.add_argument("--group", type=int, default=8, help="episodes per scheduled task")
+    ap.add_argument("--schedule", help="a schedule directory to read the windows on, instead of each "
+                    "seed's shipped one (e.g. results/lm/schedules/fixed_train_set/seed0/shop)")
     a = ap.parse_args(argv)
 
     from proas.train.config import build_config
@@ -58,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in a.seeds:
         cfg = build_config([f"env={a.env}", "policy=lm", "policy.lm.mode=score", "policy.lm.dtype=fp32",
                             f"policy.lm.init_from={a.start}", f"env.fixed_val_set.size={a.tasks}",
-                            f"env.fixed_train_set.path={DATA / f'seed{seed}' / a.env}", "train.progress=false",
-                            f"seed={seed}"])
+                            f"env.fixed_train_set.path={a.schedule or DATA / f'seed{seed}' / a.env}",
+                            "train.progress=false", f"seed={seed}"])
         with tempfile.TemporaryDirectory() as tmp:
             t = Trainer(cfg, Path(tmp))
             common = dict(max_steps=t.max_steps, env_name=t.env_name, success_reward=cfg.env.success_reward)
