@@ -31,7 +31,8 @@ ENVS = ("household", "shop")
 SETTINGS = (("grpo_lm", "grpo_proas_lm", "lr 1e-3, no KL"),
             ("grpo_lm_lr3e-4", "grpo_proas_lm_lr3e-4", "lr 3e-4, no KL"),
             ("grpo_lm_kl", "grpo_proas_lm_kl", "lr 1e-3, KL 0.01"),
-            ("grpo_lm_kl_lr3e-4", "grpo_proas_lm_kl_lr3e-4", "lr 3e-4, KL 0.01"))
+            ("grpo_lm_kl_lr3e-4", "grpo_proas_lm_kl_lr3e-4", "lr 3e-4, KL 0.01"),
+            ("grpo_lm_kl_lr3e-4_rep16", "grpo_proas_lm_kl_lr3e-4_rep16", "lr 3e-4, KL 0.01, same 16 tasks"))
 RL_ROWS = tuple(row for base, proas, _ in SETTINGS for row in (base, proas))
 LABELS = {row: f"{name}, {what}" for base, proas, what in SETTINGS
           for row, name in ((base, "GRPO"), (proas, "GRPO+ProAS"))}
@@ -171,7 +172,8 @@ def main(root: str, png: str | None = None) -> int:
                 d = np.mean(b) - np.mean(a)
                 se = (np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b))
                       if min(len(a), len(b)) > 1 else np.nan)
-                print(f"- {env}, {what}: {d:+.1f} points (standard error {se:.1f}; {len(a)} and {len(b)} seeds)")
+                err = f"standard error {se:.1f}" if np.isfinite(se) else "no standard error"
+                print(f"- {env}, {what}: {d:+.1f} points ({err}; {len(a)} and {len(b)} seeds)")
 
     try:
         import matplotlib

@@ -10,7 +10,8 @@ weights and no update, this prints
 - validation SR at each of ``--temperatures``, with the validation RNG that an RL run of that
   seed uses at step 0 (0 = greedy);
 - training SR on the tasks that seed's schedule (or ``--schedule``) gives at the steps of each
-  ``--windows`` (e.g. ``1-10``), ``--group`` episodes per task at temperature 1.0;
+  ``--windows`` (e.g. ``1-10``), ``--group`` episodes per task at temperature 1.0 (or
+  ``--window-temperature``);
 so a change in an RL run's training SR can be told apart from the temperature and from the
 schedule's tasks. START is what ``policy.lm.init_from`` takes (a Hugging Face model directory
 such as ``proas lm export`` writes, or an SFT run). Runs on the CPU: about 45 s per 128 shop
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=128, help="validation tasks (the fixed set's first N)")
     ap.add_argument("--windows", type=window, nargs="*", default=[])
     ap.add_argument("--group", type=int, default=8, help="episodes per scheduled task")
+    ap.add_argument("--window-temperature", type=float, default=None,
+                    help="temperature of the window readings (default: policy.temperature, 1.0; 0 = greedy)")
     ap.add_argument("--schedule", help="a schedule directory to read the windows on, instead of each "
                     "seed's shipped one (e.g. results/lm/schedules/fixed_train_set/seed0/shop)")
     a = ap.parse_args(argv)
@@ -69,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                 res = validate(t.policy, t._env_pool(len(t.val_ids)), t.val_ids, seed=val_seed(seed, 0),
                                temperature=temp, **common)
                 val[temp].append(100 * res.sr)
+            wtemp = cfg.policy.temperature if a.window_temperature is None else a.window_temperature
             for lo, hi in a.windows:
                 ids = [task for k in range(lo, hi + 1) for task in t.schedule.tasks_at(k - 1) for _ in range(a.group)]
                 won = 0.0
                 for c in range(0, len(ids), 128):  # 128 episodes at a time, as an RL step plays them
                     chunk = ids[c:c + 128]
                     res = validate(t.policy, t._env_pool(len(chunk)), chunk, seed=seed * 104729 + 1000 * lo + c,
-                                   temperature=cfg.policy.temperature, **common)
+                                   temperature=wtemp, **common)
                     won += res.sr * len(chunk)
                 train[(lo, hi)].append(100 * won / len(ids))
                 episodes[(lo, hi)] = len(ids)
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for temp, xs in val.items():
         row(f"validation SR, temperature {temp:g}" + (" (greedy)" if temp == 0 else ""), xs, a.tasks)
     for (lo, hi), xs in train.items():
-        row(f"training SR, schedule steps {lo}-{hi}, temperature 1", xs, episodes[(lo, hi)])
+        row(f"training SR, schedule steps {lo}-{hi}, temperature {wtemp:g}", xs, episodes[(lo, hi)])
     return 0
 
 
