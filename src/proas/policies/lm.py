@@ -45,26 +45,12 @@ import torch
 from torch import nn
 
 from proas.errors import ProasError
+from proas.lm_options import DECODERS, MODES, SCORE_IMPLS
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
 __all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "SCORE_IMPLS", "build_prompt", "project_action",
            "local_tokenizer", "MODEL_CONFIGS", "is_hf_model_dir", "load_tokenizer", "score_response",
            "train_tokenizer"]
-
-#: ``generate``: write a response and parse the action from it; ``score``: choose among the
-#: candidate actions by their likelihood (see the module docstring)
-MODES = ("generate", "score")
-
-#: generate mode's decoding: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache and,
-#: on CUDA, a CUDA graph per batch bucket: ``proas.policies.lm_decode``)
-DECODERS = ("hf", "static")
-
-#: score mode's forward passes (``LMPolicy.candidate_logps``): ``expand`` (encode the prompt,
-#: copy its KV cache once per candidate, score the candidates on the copies), ``packed`` (one
-#: sequence per decision, the prompt then every candidate, with a mask that keeps them apart) or
-#: ``auto`` (``packed`` for the loss's passes everywhere and for acting on a CPU, ``expand`` for
-#: acting on a GPU: the faster of the two for each, as measured; ``LMPolicy.score_impl_for``)
-SCORE_IMPLS = ("expand", "packed", "auto")
 
 #: the thought SFT teaches before the oracle action, and the one every scored candidate carries
 LM_THOUGHT = "I will take the next step towards the goal."

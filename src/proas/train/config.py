@@ -28,6 +28,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from proas import lm_options
 from proas.credit import ESTIMATORS as CREDIT_ESTIMATORS
 from proas.credit import GROUP_STATS, REA_RULES
 from proas.credit import SHAPINGS as CREDIT_SHAPINGS
@@ -357,9 +358,9 @@ def _validate(cfg: Config) -> None:
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
     choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
-    choice("policy.lm.mode", cfg.policy.lm.mode, ("generate", "score"))
-    choice("policy.lm.decode", cfg.policy.lm.decode, ("hf", "static"))
-    choice("policy.lm.score_impl", cfg.policy.lm.score_impl, ("expand", "packed", "auto"))
+    choice("policy.lm.mode", cfg.policy.lm.mode, lm_options.MODES)
+    choice("policy.lm.decode", cfg.policy.lm.decode, lm_options.DECODERS)
+    choice("policy.lm.score_impl", cfg.policy.lm.score_impl, lm_options.SCORE_IMPLS)
     if cfg.algo.gigpo_mode is not None:
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, CREDIT_ESTIMATORS["gigpo"].options["mode"].choices)
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
