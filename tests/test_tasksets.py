@@ -56,6 +56,14 @@ def test_draw_covers_the_pool_evenly_and_batches_hold_no_repeats():
     assert set(Counter(t for b in batches for t in b).values()) == {8}
 
 
+def test_a_pool_of_one_batch_gives_every_step_the_same_tasks(tmp_path):
+    # what results/lm/repeat_schedule.py relies on: a control that sees the same tasks each step
+    tasks = TRAIN[:8]
+    sched = tasksets.load_schedule(_make(tmp_path, train_ids=tasks, steps=5, per_step=8))
+    assert all(sorted(step) == sorted(tasks) for step in sched.steps)
+    assert len({tuple(step) for step in sched.steps}) > 1  # each epoch is shuffled anew
+
+
 def test_validation_tasks_are_left_out_of_the_schedule(tmp_path):
     out = _make(tmp_path, train_ids=TRAIN + VAL)
     sched = tasksets.load_schedule(out)
