@@ -122,10 +122,14 @@ def test_clicking_a_row_selects_that_trajectory(loaded, page_file, tmp_path):
 def test_clicking_a_state_shows_its_support_and_distance(loaded, page_file):
     page, problems = loaded
     goal = next(g for g in page_file.graph.goals() if g.startswith(TYPE + "|"))
-    pos = page.evaluate(
-        f"(() => {{ const p = proasInspect.cy.getElementById({goal!r}).renderedPosition(); return [p.x, p.y]; }})()"
-    )
     page.locator("#cy").scroll_into_view_if_needed()
+    # the node enlarged and centred, its position read after the scroll and a fresh size check:
+    # the click lands on it even if the graph's neighbours sit close or the page settled late
+    # (once, in a loaded CI run, a click at the unzoomed position hit a neighbouring state)
+    pos = page.evaluate(
+        f"(() => {{ const cy = proasInspect.cy, n = cy.getElementById({goal!r}); cy.resize(); cy.zoom(3); "
+        "cy.center(n); const p = n.renderedPosition(); return [p.x, p.y]; })()"
+    )
     box = page.locator("#cy").bounding_box()
     page.mouse.click(box["x"] + pos[0], box["y"] + pos[1])
     text = page.locator("#nodeinfo").inner_text()
