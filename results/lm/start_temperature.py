@@ -25,8 +25,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "src" / "proas" / "data" / "fixed_train_set"
-
 
 def window(text: str) -> tuple[int, int]:
     lo, _, hi = text.partition("-")
@@ -54,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                     "seed's shipped one (e.g. results/lm/schedules/fixed_train_set/seed0/shop)")
     a = ap.parse_args(argv)
 
+    from proas import tasksets
     from proas.train.config import build_config
     from proas.train.loop import Trainer, val_seed, validate
 
@@ -63,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in a.seeds:
         cfg = build_config([f"env={a.env}", "policy=lm", "policy.lm.mode=score", "policy.lm.dtype=fp32",
                             f"policy.lm.init_from={a.start}", f"env.fixed_val_set.size={a.tasks}",
-                            f"env.fixed_train_set.path={a.schedule or DATA / f'seed{seed}' / a.env}",
+                            f"env.fixed_train_set.path={a.schedule or tasksets.schedule_dir(a.env, seed)}",
                             "train.progress=false", f"seed={seed}"])
         with tempfile.TemporaryDirectory() as tmp:
             t = Trainer(cfg, Path(tmp))
