@@ -52,19 +52,29 @@ def is_malformed(action: Any) -> bool:
     return not isinstance(action, str) or not _COMMAND_SHAPES.match(action.strip())
 
 
-@functools.lru_cache(maxsize=256)  # the parsed games below are what episodes use
 def _generated(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(game.tw-pddl data, traj_data) of a generated task, walkthrough included."""
+    data, traj, _ = _generated_game(task_id)
+    return data, traj
+
+
+@functools.lru_cache(maxsize=256)  # the parsed games below are what episodes use
+def _generated_game(task_id: str) -> tuple[dict[str, Any], dict[str, Any], Game]:
+    """``_generated`` and the parsed game (the one the walkthrough was solved on)."""
     spec = generator.generate_spec(task_id)
     data = generator.game_data(spec, walkthrough=None)
     game = Game.from_data(data)
     walkthrough = solve(Sim(game), spec.task_type, spec.obj, spec.recep, spec.toggle)
     data = dict(data, solvable=True, walkthrough=walkthrough)
-    return data, generator.traj_data(spec)
+    return data, generator.traj_data(spec), game
 
 
 @functools.lru_cache(maxsize=4096)
 def _parsed(task_id: str) -> tuple[Game, dict[str, Any], list[str] | None]:
+    if not (isinstance(task_id, str) and task_id.startswith(OFFICIAL_PREFIX)):
+        # the game the generator's data parses to (Game.from_data reads no walkthrough)
+        data, traj, game = _generated_game(str(task_id))
+        return game, traj, data.get("walkthrough")
     data, traj = load_task(task_id)
     return Game.from_data(data), traj, data.get("walkthrough")
 

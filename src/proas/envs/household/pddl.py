@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from proas.errors import ProasError
 
@@ -180,3 +180,206 @@ def _unbound(formula: Any, env: dict[str, str]) -> Iterator[str]:
         return
     for sub in formula:
         yield from _unbound(sub, env)
+
+
+# ---------------------------------------------------------------------------- compiled goals
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def compile_goal(formula: Any) -> Callable[[dict[str, set[tuple[str, ...]]]], bool]:
+    """``holds(formula, facts)`` as a function of ``facts``, prepared once per formula.
+
+    The search is the one ``holds`` runs, in the same order with the same first-witness rules
+    (conjunctions spliced in place, ``not`` and ``=`` deferred while their variables are unbound,
+    one witness per ``exists`` and per ``or``); what is decided once is which variables are bound
+    at each point (static: atoms bind all their variables), so an atom whose arguments are all
+    known is one set lookup instead of a scan, and no goal lists are rebuilt. A formula outside
+    that static subset (an ``or`` whose branches bind different variables, a goal ``holds`` would
+    not finish) is left to ``holds`` itself.
+    """
+    try:
+        run, _ = _compile_seq([formula], frozenset())
+    except (_Unsupported, IndexError, TypeError, ValueError, AttributeError):
+        return lambda facts: holds(formula, facts)
+    done = lambda env, facts: True  # noqa: E731
+    return lambda facts: run({}, facts, done)
+
+
+def _qvars(formula: Any) -> set[str]:
+    if isinstance(formula, str):
+        return {formula} if formula.startswith("?") else set()
+    out: set[str] = set()
+    for sub in formula:
+        out |= _qvars(sub)
+    return out
+
+
+def _compile_seq(goals: list[Any], bound: frozenset[str]):
+    """(run(env, facts, k) -> bool, variables bound after) for the goal list ``goals``."""
+    ops: list[Callable] = []  # op(nxt) -> run
+    goals = list(goals)
+    deferred = 0
+    while goals:
+        first, rest = goals[0], goals[1:]
+        if not isinstance(first, list):
+            raise _Unsupported
+        head = first[0] if first else "and"
+        if head == "and":
+            goals = list(first[1:]) + rest
+            continue
+        if head in ("not", "=") and rest and (_qvars(first) - bound):
+            deferred += 1
+            if deferred > len(goals):  # every goal left waits on another: holds never ends
+                raise _Unsupported
+            goals = rest + [first]
+            continue
+        deferred = 0
+        goals = rest
+        if head == "exists":
+            if not isinstance(first[1], list):
+                raise _Unsupported
+            names = frozenset(v for v in first[1] if isinstance(v, str) and v.startswith("?"))
+            body, body_bound = _compile_seq([first[2]], bound - names)
+            leaked = tuple(sorted(body_bound - names - bound))
+            ops.append(_exists_op(body, names, leaked))
+            bound = bound | frozenset(leaked)
+        elif head == "or":
+            subs = [_compile_seq([sub], bound) for sub in first[1:]]
+            outs = {b for _, b in subs}
+            if len(outs) > 1:
+                raise _Unsupported
+            ops.append(_or_op([s for s, _ in subs]))
+            bound = outs.pop() if outs else bound
+        elif head == "not":
+            sub, _ = _compile_seq([first[1]], bound)
+            ops.append(_not_op(sub))
+        elif head == "=":
+            a, b = first[1:3]
+            if not (isinstance(a, str) and isinstance(b, str)):
+                raise _Unsupported
+            ops.append(_eq_op(a, b))
+        else:
+            if not isinstance(head, str) or not all(isinstance(x, str) for x in first[1:]):
+                raise _Unsupported
+            ops.append(_atom_op(head, first[1:], bound))
+            bound = bound | _qvars(first[1:])
+
+    def tail(env, facts, k):
+        return k(env, facts)
+
+    run = tail
+    for op in reversed(ops):
+        run = op(run)
+    return run, bound
+
+
+def _exists_op(body, names, leaked):
+    def make(nxt):
+        def run(env, facts, k):
+            inner = {k2: v for k2, v in env.items() if k2 not in names} if names & env.keys() else env
+            found: list = []
+            if not body(inner, facts, lambda sol, _facts: found.append(sol) or True):
+                return False
+            sol = found[0]
+            if leaked:
+                env = dict(env)
+                for var in leaked:
+                    env[var] = sol[var]
+            return nxt(env, facts, k)
+
+        return run
+
+    return make
+
+
+def _or_op(subs):
+    def make(nxt):
+        def run(env, facts, k):
+            found: list = []
+            for sub in subs:
+                if sub(env, facts, lambda sol, _facts: found.append(sol) or True):
+                    return nxt(found[0], facts, k)
+            return False
+
+        return run
+
+    return make
+
+
+def _not_op(sub):
+    def make(nxt):
+        def run(env, facts, k):
+            if sub(env, facts, _yes):
+                return False
+            return nxt(env, facts, k)
+
+        return run
+
+    return make
+
+
+def _yes(env, facts):
+    return True
+
+
+def _eq_op(a, b):
+    def make(nxt):
+        def run(env, facts, k):
+            if env.get(a, a) == env.get(b, b):
+                return nxt(env, facts, k)
+            return False
+
+        return run
+
+    return make
+
+
+def _atom_op(pred: str, args: list[str], bound: frozenset[str]):
+    n = len(args)
+    if all(not a.startswith("?") or a in bound for a in args):  # a lookup
+
+        def make(nxt):
+            def run(env, facts, k):
+                if tuple([env[a] if a in bound else a for a in args]) in facts.get(pred, ()):
+                    return nxt(env, facts, k)
+                return False
+
+            return run
+
+        return make
+    # a scan: fixed positions (constants, bound variables) to match, new variables to bind
+    fixed = [(i, a) for i, a in enumerate(args) if not a.startswith("?") or a in bound]
+    new: dict[str, list[int]] = {}
+    for i, a in enumerate(args):
+        if a.startswith("?") and a not in bound:
+            new.setdefault(a, []).append(i)
+    binds = [(v, pos[0]) for v, pos in new.items()]
+    repeats = [(pos[0], j) for pos in new.values() for j in pos[1:]]
+
+    def make(nxt):
+        def run(env, facts, k):
+            want = [(i, env[a] if a in bound else a) for i, a in fixed]
+            for fact in facts.get(pred, ()):
+                if len(fact) != n:
+                    continue
+                for i, v in want:
+                    if fact[i] != v:
+                        break
+                else:
+                    for i, j in repeats:
+                        if fact[i] != fact[j]:
+                            break
+                    else:
+                        new_env = dict(env)
+                        for v, i in binds:
+                            new_env[v] = fact[i]
+                        if nxt(new_env, facts, k):
+                            return True
+            return False
+
+        return run
+
+    return make

@@ -25,9 +25,9 @@ Conformance with the real engine on generated games is checked by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from proas.envs.household.pddl import Problem, display_names, holds, parse_problem
+from proas.envs.household.pddl import Problem, compile_goal, display_names, parse_problem
 
 HELP_TEXT = (
     "Available commands:\n"
@@ -102,6 +102,10 @@ class Game:
     can_contain: set[tuple[str, str]] = field(default_factory=set)
     recs_at: dict[str, list[str]] = field(default_factory=dict)  # location -> sorted receptacles
     goal_preds: frozenset[str] = frozenset()
+    #: ``holds(problem.goal, facts)``, compiled once (``pddl.compile_goal``)
+    goal_check: Callable[[dict], bool] | None = field(default=None, repr=False, compare=False)
+    #: the start of every episode, made by the first reset: (facts, won, text, admissible map, sorted)
+    start: tuple | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> "Game":
@@ -138,6 +142,7 @@ class Game:
         for loc in game.recs_at:
             game.recs_at[loc].sort()
         game.goal_preds = goal_predicates(problem.goal)
+        game.goal_check = compile_goal(problem.goal)
         return game
 
     def name(self, ident: str) -> str:
@@ -168,13 +173,27 @@ class Sim:
         other = Sim.__new__(Sim)
         other.game = self.game
         other.facts = {k: set(v) for k, v in self.facts.items()}
-        other.won, other.moves, other._admissible, other._by_rec = self.won, self.moves, None, None
-        other._sorted_admissible, other.version = None, self.version
+        # the caches are shared: they are replaced on a change of state, never modified
+        other.won, other.moves, other._admissible, other._by_rec = self.won, self.moves, self._admissible, self._by_rec
+        other._sorted_admissible, other.version = self._sorted_admissible, self.version
         return other
 
     # ------------------------------------------------------------------ state
 
     def reset(self) -> str:
+        g = self.game
+        if g.start is None:
+            g.start = self._first_start()
+        facts, self.won, text, self._admissible, adm = g.start
+        self.facts = {k: set(v) for k, v in facts.items()}
+        self.moves = 0
+        self._by_rec = None
+        self.version = 0
+        self._sorted_admissible = (0, adm)
+        return text
+
+    def _first_start(self) -> tuple:
+        """The start state of the game, computed once: every reset copies it."""
         g = self.game
         self.facts: dict[str, set[tuple[str, ...]]] = {}
         for fact in g.problem.init:
@@ -195,14 +214,22 @@ class Sim:
             "atlocation",
         ):
             self.facts.setdefault(pred, set())
-        self.won = holds(g.problem.goal, self.facts)
+        self.won = self._goal_holds()
         self.moves = 0
         self._admissible: dict[str, tuple] | None = None
         self._by_rec: dict[str, list[str]] | None = None
         self._sorted_admissible: tuple[int, list[str]] | None = None
         #: bumped on every change of state (looking, examining and failed commands change nothing)
         self.version = 0
-        return "-= Welcome to TextWorld, ALFRED! =-\n\n" + self._look() + "\n\n" + g.intro_task
+        text = "-= Welcome to TextWorld, ALFRED! =-\n\n" + self._look() + "\n\n" + g.intro_task
+        facts = {k: frozenset(v) for k, v in self.facts.items()}
+        return (facts, self.won, text, self.admissible_map(), sorted(self.admissible_map()))
+
+    def _goal_holds(self) -> bool:
+        check = self.game.goal_check
+        if check is None:  # a Game made by hand, not by from_data
+            check = self.game.goal_check = compile_goal(self.game.problem.goal)
+        return check(self.facts)
 
     @property
     def loc(self) -> str | None:
@@ -297,7 +324,7 @@ class Sim:
         if "inreceptacle" in changed:
             self._by_rec = None
         if changed & self.game.goal_preds:
-            self.won = holds(self.game.problem.goal, self.facts)
+            self.won = self._goal_holds()
         return text
 
     # ------------------------------------------------------------------ effects and text
