@@ -177,3 +177,59 @@ def test_the_scorer_policy_passes_its_history_length_to_its_features():
     assert default.featurize(second_last)[1]["ctx"].tolist() != default.featurize(_ctx())[1]["ctx"].tolist()
     with pytest.raises(ValueError, match="history_length"):
         Featurizer(14, history_length=-1)
+
+
+def _reference_context_ids(f: Featurizer, ctx: Context) -> np.ndarray:
+    """Context features computed from scratch, as one ``np.unique`` over every part."""
+    parts = [np.array([f._id("bias"), f._id(f"n:{ctx.step}")], dtype=np.int64), f._text_ids("t", ctx.task),
+             f._text_ids("o", ctx.observation),
+             f._list_ids(tuple(a for a in ctx.admissible if a != "help"))]
+    for k, (obs, action) in enumerate(ctx.history[-f.history_length:][::-1], 1):
+        parts += [f._text_ids(f"o{k}", obs), f._text_ids(f"a{k}", action)]
+    return np.unique(np.concatenate(parts))
+
+
+def test_cached_features_equal_features_computed_afresh():
+    """The scorer caches a context's features by what they depend on and adds the step count
+    afterwards; on contexts that recur at other steps, a warm policy gives exactly what a fresh
+    featurizer computes from scratch, step-count feature included (even where its id collides
+    with another feature's)."""
+    ctxs = _episodes(task_ids("train")[:6], seed=5)
+    # the same contexts again at other step counts: cache hits that must still differ by step
+    again = [Context(c.env_name, c.task, c.observation, list(c.history), c.admissible,
+                     list(c.invalid_candidates), c.step + 7) for c in ctxs]
+    warm = ScorerPolicy(bits=6, seed=0)  # 64 rows: the step-count id often collides with another
+    collided = 0
+    for ctx in ctxs + again:
+        cands, data = warm.featurize(ctx)
+        fresh = Featurizer(6, history_length=2)
+        ref = _reference_context_ids(fresh, ctx)
+        assert np.array_equal(data["ctx"], ref)
+        collided += int(fresh._id(f"n:{ctx.step}") in set(fresh.context_base(ctx).tolist()))
+        assert cands == list(dict.fromkeys(list(ctx.admissible) + list(ctx.invalid_candidates)))
+        assert [a.tolist() for a in data["act"]] == [fresh.action_ids(a).tolist() for a in cands]
+        fresh_pairs = Featurizer(6, history_length=2).pair_ids(ctx, cands)
+        assert [p.tolist() for p in data["pair"]] == [p.tolist() for p in fresh_pairs]
+    assert collided > 0
+
+
+def test_collate_by_content_keys_equals_collate_by_bytes():
+    """The batch packing finds distinct rows from the featurizer's content keys; without the keys
+    (bytes of each array) it must give the same tensors, rows in order of first occurrence."""
+    from proas.policies.scorer import _collate
+
+    policy = ScorerPolicy(bits=10, seed=0)
+    items = [policy.featurize(c)[1] for c in _episodes(task_ids("train")[:4], seed=9)]
+    keyed = _collate(items)
+    plain = _collate([{k: v for k, v in d.items() if not k.endswith("_key")} for d in items])
+    assert keyed["shape"] == plain["shape"]
+    for k in ("ctx", "ctx_off", "act", "act_off", "pair", "pair_off", "act_of", "pair_of", "owner", "slot"):
+        assert torch.equal(keyed[k], plain[k]), k
+    # first occurrence order: the first candidate of the first item is row 0 of both tables
+    assert int(keyed["act_of"][0]) == 0 and int(keyed["pair_of"][0]) == 0
+    # and every candidate's rows hold its own features
+    flat_act = [a for d in items for a in d["act"]]
+    off = keyed["act_off"].tolist() + [len(keyed["act"])]
+    for j in (0, 5, len(flat_act) // 2, len(flat_act) - 1):
+        r = int(keyed["act_of"][j])
+        assert keyed["act"][off[r]:off[r + 1]].tolist() == flat_act[j].tolist()

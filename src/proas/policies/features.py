@@ -47,7 +47,7 @@ _GLUE = frozenset({"to", "from", "in", "on", "with", "the", "a", "an", "of", "an
 _MAX_OBS_WORDS = 96
 # bounds on the caches: a long run meets new observations forever, so each cache stops growing
 # at its bound (later misses are recomputed) instead of holding every text ever seen
-_ID_CACHE, _TEXT_CACHE, _LIST_CACHE = 1 << 20, 1 << 17, 1 << 15
+_ID_CACHE, _TEXT_CACHE, _LIST_CACHE, _CONTEXT_CACHE = 1 << 20, 1 << 17, 1 << 15, 1 << 16
 
 
 @lru_cache(maxsize=1 << 16)
@@ -79,8 +79,14 @@ class Featurizer:
         self._cache: dict[str, int] = {}
         self._text_cache: dict[tuple[str, str], np.ndarray] = {}
         self._list_cache: dict[tuple[str, ...], np.ndarray] = {}
-        self._action_cache: dict[str, np.ndarray] = {}
-        self._pair_cache: dict[tuple, np.ndarray] = {}
+        self._action_cache: dict[str, tuple[np.ndarray, int]] = {}
+        self._pair_cache: dict[tuple, tuple[np.ndarray, int]] = {}
+        self._word_cache: dict[str, tuple] = {}
+        self._base_cache: dict[tuple, np.ndarray] = {}
+        self._step_ids: dict[int, int] = {}
+        # content -> small integer, one table per embedding table (see ``_row_key``)
+        self._act_keys: dict[bytes, int] = {}
+        self._pair_keys: dict[bytes, int] = {}
 
     def _id(self, feature: str) -> int:
         fid = self._cache.get(feature)
@@ -130,10 +136,19 @@ class Featurizer:
             return []
         return ctx.history[-self.history_length:][::-1]
 
-    def context_ids(self, ctx: Context) -> np.ndarray:
-        """Feature ids of a context (the state the policy acts in), sorted and distinct."""
+    def context_key(self, ctx: Context) -> tuple:
+        """What the features of ``ctx`` depend on, apart from the step count: the task, the
+        observation, the admissible and invalid candidates and the visible history window. Two
+        contexts with the same key get the same candidates, action and pair features, and context
+        features that differ only in the step-count feature (the cache key of the scorer)."""
+        adm = ctx.admissible
+        return (ctx.task, ctx.observation, None if adm is None else tuple(adm), tuple(ctx.invalid_candidates),
+                tuple(self._recent(ctx)))
+
+    def context_base(self, ctx: Context) -> np.ndarray:
+        """Sorted distinct ids of every context feature except the step count (read-only)."""
         parts = [
-            np.array([self._id("bias"), self._id(f"n:{ctx.step}")], dtype=np.int64),
+            np.array([self._id("bias")], dtype=np.int64),
             self._text_ids("t", ctx.task),
             self._text_ids("o", ctx.observation),
             self._list_ids(shown_admissible(ctx)),
@@ -143,26 +158,84 @@ class Featurizer:
             parts.append(self._text_ids(f"a{k}", action))
         # sorted and distinct: the parts carry distinct prefixes, so a repeated id is a hash
         # collision, and one row per context keeps the embedding sum a sum over a set as before
-        return np.unique(np.concatenate(parts))
+        base = np.unique(np.concatenate(parts))
+        base.flags.writeable = False
+        return base
+
+    def with_step(self, base: np.ndarray, step: int) -> np.ndarray:
+        """``base`` with the step-count feature of ``step`` added: sorted and distinct, as
+        ``np.unique`` of all the parts would give."""
+        sid = self._step_ids.get(step)
+        if sid is None:
+            sid = self._step_ids[step] = self._id(f"n:{step}")
+        pos = int(base.searchsorted(sid))
+        if pos < len(base) and base[pos] == sid:
+            return base
+        return np.insert(base, pos, sid)
+
+    def context_ids(self, ctx: Context) -> np.ndarray:
+        """Feature ids of a context (the state the policy acts in), sorted and distinct."""
+        key = self.context_key(ctx)
+        base = self._base_cache.get(key)
+        if base is None:
+            base = self.context_base(ctx)
+            if len(self._base_cache) < _CONTEXT_CACHE:
+                self._base_cache[key] = base
+        return self.with_step(base, ctx.step)
+
+    def _row_key(self, table: dict[bytes, int], ids: np.ndarray) -> int:
+        """A small integer naming the content of ``ids`` (equal arrays, equal keys): lets a batch
+        find its distinct rows with one ``np.unique`` instead of hashing every array's bytes."""
+        raw = ids.tobytes()
+        key = table.get(raw)
+        if key is None:
+            key = table[raw] = len(table)
+        return key
+
+    def action_rows(self, actions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """``action_ids`` of each action, and each array's content key (``_row_key``)."""
+        cache = self._action_cache
+        arrays, keys = [], []
+        for action in actions:
+            hit = cache.get(action)
+            if hit is None:
+                hit = self._action_entry(action)
+            arrays.append(hit[0])
+            keys.append(hit[1])
+        return arrays, np.array(keys, dtype=np.int64)
+
+    def _action_entry(self, action: str) -> tuple[np.ndarray, int]:
+        ws = words(action)
+        feats = {"a:" + w for w in ws}
+        if ws:
+            feats.add("av:" + ws[0])
+        feats.update(f"ab:{a}_{b}" for a, b in zip(ws, ws[1:]))
+        if not feats:
+            feats.add("a:<empty>")
+        ids = self._ids(feats)
+        entry = (ids, self._row_key(self._act_keys, ids))
+        if len(self._action_cache) < 1 << 18:
+            self._action_cache[action] = entry
+        return entry
 
     def action_ids(self, action: str) -> np.ndarray:
         """Feature ids of an action on its own (cached per action string)."""
-        ids = self._action_cache.get(action)
-        if ids is None:
-            ws = words(action)
-            feats = {"a:" + w for w in ws}
-            if ws:
-                feats.add("av:" + ws[0])
-            feats.update(f"ab:{a}_{b}" for a, b in zip(ws, ws[1:]))
-            if not feats:
-                feats.add("a:<empty>")
-            ids = self._ids(feats)
-            if len(self._action_cache) < 1 << 18:
-                self._action_cache[action] = ids
-        return ids
+        hit = self._action_cache.get(action)
+        return (hit if hit is not None else self._action_entry(action))[0]
 
-    def pair_ids(self, ctx: Context, actions: list[str]) -> list[np.ndarray]:
-        """Feature ids relating each action to the context's visible text."""
+    def _action_words(self, action: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """(verb, named words, named words that are not numbers) of an action (cached)."""
+        hit = self._word_cache.get(action)
+        if hit is None:
+            ws = words(action)
+            named = tuple(w for w in ws[1:] if w not in _GLUE)
+            hit = (ws[0] if ws else "<none>", named, tuple(w for w in named if not w.isdigit()))
+            if len(self._word_cache) < 1 << 18:
+                self._word_cache[action] = hit
+        return hit
+
+    def pair_rows(self, ctx: Context, actions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """``pair_ids`` and each array's content key (``_row_key``)."""
         task_words = set(words(ctx.task))
         obs_words = set(words(ctx.observation))
         shown = set(shown_admissible(ctx))
@@ -172,30 +245,47 @@ class Featurizer:
         for k, (obs, action) in enumerate(recent, 1):
             recent_words.update(words(obs))
             position.setdefault(action, k)
-        out = []
+        out, keys = [], []
         cache = self._pair_cache
+        action_words = self._action_words
         for action in actions:
-            ws = words(action)
-            verb = ws[0] if ws else "<none>"
-            named = [w for w in ws[1:] if w not in _GLUE]
-            in_task = min(3, sum(w in task_words for w in named if not w.isdigit()))
-            in_obs = min(3, sum(w in obs_words for w in named))
-            in_recent = min(3, sum(w in recent_words for w in named))
-            adm = int(action in shown)
-            key = (verb, adm, in_task, in_obs, in_recent, position.get(action, 0), verb in task_words)
-            ids = cache.get(key)
-            if ids is None:
-                feats = (
-                    f"ad:{verb}:{adm}",
-                    f"m:{verb}:{in_task}",
-                    f"mo:{verb}:{in_obs}",
-                    f"mh:{verb}:{in_recent}",
-                    f"rl:{verb}:{key[5]}",
-                    f"vt:{verb}:{int(key[6])}",
-                    f"ma:{verb}:{in_task}:{adm}",
-                )
-                ids = np.fromiter((self._id(f) for f in feats), dtype=np.int64)
-                if len(cache) < 1 << 18:
-                    cache[key] = ids
-            out.append(ids)
-        return out
+            verb, named, named_nd = action_words(action)
+            in_task = 0
+            for w in named_nd:
+                if w in task_words:
+                    in_task += 1
+            in_obs = in_recent = 0
+            for w in named:
+                if w in obs_words:
+                    in_obs += 1
+                if w in recent_words:
+                    in_recent += 1
+            key = (verb, int(action in shown), min(3, in_task), min(3, in_obs), min(3, in_recent),
+                   position.get(action, 0), verb in task_words)
+            hit = cache.get(key)
+            if hit is None:
+                hit = self._pair_entry(key)
+            out.append(hit[0])
+            keys.append(hit[1])
+        return out, np.array(keys, dtype=np.int64)
+
+    def _pair_entry(self, key: tuple) -> tuple[np.ndarray, int]:
+        verb, adm, in_task, in_obs, in_recent, pos, verb_in_task = key
+        feats = (
+            f"ad:{verb}:{adm}",
+            f"m:{verb}:{in_task}",
+            f"mo:{verb}:{in_obs}",
+            f"mh:{verb}:{in_recent}",
+            f"rl:{verb}:{pos}",
+            f"vt:{verb}:{int(verb_in_task)}",
+            f"ma:{verb}:{in_task}:{adm}",
+        )
+        ids = np.fromiter((self._id(f) for f in feats), dtype=np.int64)
+        entry = (ids, self._row_key(self._pair_keys, ids))
+        if len(self._pair_cache) < 1 << 18:
+            self._pair_cache[key] = entry
+        return entry
+
+    def pair_ids(self, ctx: Context, actions: list[str]) -> list[np.ndarray]:
+        """Feature ids relating each action to the context's visible text."""
+        return self.pair_rows(ctx, actions)[0]

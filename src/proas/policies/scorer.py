@@ -30,6 +30,9 @@ from proas.policies.features import Featurizer
 
 __all__ = ["ScorerModule", "ScorerPolicy"]
 
+#: contexts whose features the scorer keeps (a bound: a long run meets new contexts forever)
+_FEATURE_CACHE = 1 << 16
+
 
 class ScorerModule(nn.Module):
     """The learned tables: context embeddings, action embeddings, pair weights."""
@@ -66,47 +69,61 @@ def _offsets(parts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(flat), torch.from_numpy(off)
 
 
+def _content_keys(arrays: list[np.ndarray]) -> np.ndarray:
+    """Keys naming each array's content (equal arrays, equal keys), for data without them."""
+    table: dict[bytes, int] = {}
+    return np.fromiter((table.setdefault(a.tobytes(), len(table)) for a in arrays), dtype=np.int64,
+                       count=len(arrays))
+
+
+def _distinct(arrays: list[np.ndarray], keys: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct arrays in order of first occurrence, and the row of each input in them."""
+    if len(keys) == 0:
+        return [], np.zeros(0, dtype=np.int64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # distinct keys by first occurrence
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return [arrays[i] for i in first[order]], rank[inverse.reshape(-1)]
+
+
 def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Pack per-step feature arrays into EmbeddingBag inputs.
 
     Candidates repeat across steps ("go to countertop 1"), and so do their pair features, so
     each distinct action and each distinct pair-feature tuple is embedded once per batch and
-    gathered per candidate: that halves the rows the forward and backward passes touch.
+    gathered per candidate: that halves the rows the forward and backward passes touch. Distinct
+    rows are found by content (the featurizer's ``act_key`` / ``pair_key``, else the bytes) and
+    kept in order of first occurrence.
     """
-    ctx = []
-    act_rows: dict[bytes, int] = {}
-    act_parts: list[np.ndarray] = []
-    pair_rows: dict[bytes, int] = {}
-    pair_parts: list[np.ndarray] = []
-    act_of, pair_of, owner, slot = [], [], [], []
-    max_c = 0
-    for i, item in enumerate(items):
-        ctx.append(item["ctx"])
-        n = len(item["act"])
-        max_c = max(max_c, n)
-        for j, (a, p) in enumerate(zip(item["act"], item["pair"])):
-            key = a.tobytes()
-            r = act_rows.get(key)
-            if r is None:
-                r = act_rows[key] = len(act_parts)
-                act_parts.append(a)
-            act_of.append(r)
-            key = p.tobytes()
-            r = pair_rows.get(key)
-            if r is None:
-                r = pair_rows[key] = len(pair_parts)
-                pair_parts.append(p)
-            pair_of.append(r)
-            owner.append(i)
-            slot.append(j)
+    ctx = [item["ctx"] for item in items]
+    counts = np.fromiter((len(item["act"]) for item in items), dtype=np.int64, count=len(items))
+    acts: list[np.ndarray] = []
+    pairs: list[np.ndarray] = []
+    for item in items:
+        acts.extend(item["act"])
+        pairs.extend(item["pair"])
+    if all("act_key" in item and "pair_key" in item for item in items):
+        act_keys = np.concatenate([item["act_key"] for item in items]) if items else np.zeros(0, np.int64)
+        pair_keys = np.concatenate([item["pair_key"] for item in items]) if items else np.zeros(0, np.int64)
+    else:
+        act_keys, pair_keys = _content_keys(acts), _content_keys(pairs)
+    act_parts, act_of = _distinct(acts, act_keys)
+    pair_parts, pair_of = _distinct(pairs, pair_keys)
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(items), dtype=np.int64), counts)
+    starts = np.zeros(len(items), dtype=np.int64)
+    if len(items) > 1:
+        np.cumsum(counts[:-1], out=starts[1:])
+    slot = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
     c, c_off = _offsets(ctx)
     a, a_off = _offsets(act_parts)
     p, p_off = _offsets(pair_parts)
     return {
         "ctx": c, "ctx_off": c_off, "act": a, "act_off": a_off, "pair": p, "pair_off": p_off,
-        "act_of": torch.tensor(act_of, dtype=torch.long), "pair_of": torch.tensor(pair_of, dtype=torch.long),
-        "owner": torch.tensor(owner, dtype=torch.long), "slot": torch.tensor(slot, dtype=torch.long),
-        "shape": (len(items), max(max_c, 1)),
+        "act_of": torch.from_numpy(act_of), "pair_of": torch.from_numpy(pair_of),
+        "owner": torch.from_numpy(owner), "slot": torch.from_numpy(slot),
+        "shape": (len(items), max(int(counts.max()) if len(items) else 0, 1)),
     }
 
 
@@ -125,6 +142,7 @@ class ScorerPolicy(Policy):
         self.optimizer = optimizer
         self.history_length = history_length
         self.features = Featurizer(bits, history_length=history_length)
+        self._feature_cache: dict[tuple, tuple] = {}
         self.module = ScorerModule(bits, dim, init_std, seed)
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
@@ -136,13 +154,25 @@ class ScorerPolicy(Policy):
         return candidate_actions(ctx, "scorer")
 
     def featurize(self, ctx: Context) -> tuple[list[str], dict[str, Any]]:
-        cands = self.candidates(ctx)
-        data = {
-            "ctx": self.features.context_ids(ctx),
-            "act": [self.features.action_ids(a) for a in cands],
-            "pair": self.features.pair_ids(ctx, cands),
-        }
-        return cands, data
+        """The candidates of ``ctx`` and their feature arrays (``_collate``'s input).
+
+        Contexts recur (every trajectory of a group starts alike, and a settled policy walks the
+        same states), so all but the step-count feature is cached per ``Featurizer.context_key``;
+        the arrays are shared between calls and never written to."""
+        f = self.features
+        key = f.context_key(ctx)
+        rec = self._feature_cache.get(key)
+        if rec is None:
+            cands = self.candidates(ctx)
+            act, act_key = f.action_rows(cands)
+            pair, pair_key = f.pair_rows(ctx, cands)
+            rec = (cands, f.context_base(ctx), act, act_key, pair, pair_key)
+            if len(self._feature_cache) < _FEATURE_CACHE:
+                self._feature_cache[key] = rec
+        cands, base, act, act_key, pair, pair_key = rec
+        data = {"ctx": f.with_step(base, ctx.step), "act": act, "pair": pair, "act_key": act_key,
+                "pair_key": pair_key}
+        return list(cands), data
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
