@@ -98,3 +98,16 @@ def test_state_dict_round_trip():
     q.load_state_dict(p.state_dict())
     for x, y in zip(p.module.parameters(), q.module.parameters()):
         assert torch.equal(x, y)
+
+
+def test_adamw_decays_the_weights_it_updates_and_adam_does_not():
+    """``optimizer=adamw`` is AdamW with the configured decoupled weight decay: a step with a
+    zero gradient shrinks every weight by ``lr * weight_decay``; plain Adam leaves them."""
+    for name, factor in (("adamw", 1 - 0.1 * 0.5), ("adam", 1.0)):
+        policy = ScorerPolicy(bits=6, dim=4, init_std=0.5, seed=0, optimizer=name, weight_decay=0.5)
+        opt = policy.make_optimizer(0.1)
+        before = policy.module.ctx.weight.detach().clone()
+        for p in policy.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        assert torch.allclose(policy.module.ctx.weight.detach(), before * factor, atol=1e-7), name

@@ -138,8 +138,9 @@ class ScorerPolicy(Policy):
     exact_rollout_logp = True
 
     def __init__(self, bits: int = 14, dim: int = 16, init_std: float = 0.01, seed: int = 0,
-                 optimizer: str = "sgd", history_length: int = 2):
+                 optimizer: str = "sgd", history_length: int = 2, weight_decay: float = 0.01):
         self.optimizer = optimizer
+        self.weight_decay = weight_decay
         self.history_length = history_length
         self.features = Featurizer(bits, history_length=history_length)
         self._feature_cache: dict[tuple, tuple] = {}
@@ -148,6 +149,8 @@ class ScorerPolicy(Policy):
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         if self.optimizer == "sgd":
             return torch.optim.SGD(self.parameters(), lr=lr)
+        if self.optimizer == "adamw":  # decoupled weight decay, as verl-agent's actor (0.01)
+            return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=self.weight_decay, foreach=True)
         return torch.optim.Adam(self.parameters(), lr=lr, foreach=True)
 
     def candidates(self, ctx: Context) -> list[str]:

@@ -112,11 +112,14 @@ class ScorerConfig:
     dim: int = 16
     #: log2 of the hashed feature table size (household's vocabulary needs a few thousand rows)
     hash_bits: int = 14
-    #: optimiser: sgd | adam. SGD's steps scale with the gradient; with successes this rare at
-    #: the start (about 1 episode in 100 on household), Adam's per-weight normalisation turns
-    #: a single lucky group, and the entropy bonus between them, into full-size steps that
-    #: collapse the policy (measured in docs/training.md)
+    #: optimiser: sgd | adam | adamw. SGD's steps scale with the gradient; with successes this
+    #: rare at the start (about 1 episode in 100 on household), Adam's per-weight normalisation
+    #: turns a single lucky group, and the entropy bonus between them, into full-size steps that
+    #: collapse the policy at the rates tried so far (docs/training.md); the held-out study tunes
+    #: both (docs/study-protocol.md)
     optimizer: str = "sgd"
+    #: adamw's decoupled weight decay (verl-agent's actor: 0.01); unused by sgd and adam
+    weight_decay: float = 0.01
     #: learning rate (sgd; about 0.01-0.03 for adam). 2.0 learns faster on household but its
     #: success rate falls back after step 110 (docs/training.md)
     lr: float = 1.0
@@ -357,7 +360,7 @@ def _validate(cfg: Config) -> None:
     choice("algo.estimator", cfg.algo.estimator, ESTIMATORS)
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
-    choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam"))
+    choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam", "adamw"))
     choice("policy.lm.mode", cfg.policy.lm.mode, lm_options.MODES)
     choice("policy.lm.decode", cfg.policy.lm.decode, lm_options.DECODERS)
     choice("policy.lm.score_impl", cfg.policy.lm.score_impl, lm_options.SCORE_IMPLS)
@@ -404,6 +407,7 @@ def _validate(cfg: Config) -> None:
         ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
         ("policy.lm.history_length", cfg.policy.lm.history_length),
         ("policy.scorer.history_length", cfg.policy.scorer.history_length),
+        ("policy.scorer.weight_decay", cfg.policy.scorer.weight_decay),
     ]:
         positive(key, val, allow_zero=True)
     if cfg.algo.clip_high is not None:

@@ -35,7 +35,8 @@ def build_policy(cfg: Config, seed: int) -> Policy:
 
         s = cfg.policy.scorer
         policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed,
-                              optimizer=s.optimizer, history_length=s.history_length)
+                              optimizer=s.optimizer, history_length=s.history_length,
+                              weight_decay=s.weight_decay)
         if s.init_from:  # a warm start (an SFT run): its weights, and so the KL reference's
             policy.load_state_dict(scorer_init_state(s.init_from, s))
         return policy
