@@ -1,6 +1,7 @@
 """The RL loop end to end on the toy env: it learns, every estimator runs, graph options work."""
 
 import json
+import math
 import re
 
 import pytest
@@ -10,7 +11,7 @@ from proas.cli import main as proas_main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.train.config import ESTIMATORS, SHAPINGS, build_config
-from proas.train.loop import Trainer
+from proas.train.loop import Trainer, val_seed, validate
 from proas.train.run import train
 
 torch.set_num_threads(1)
@@ -360,3 +361,30 @@ def test_eval_table_shows_env_task_types_literally(capsys):
     print_val_table(ValResult(sr=0.5, ts=50.0, steps=3.0, by_type={"[bold]t\x1b[2J": (1, 2)}))
     out = capsys.readouterr().out
     assert r"[bold]t\x1b[2J" in out and "\x1b" not in out
+
+
+def test_the_final_policy_is_validated_again_at_each_extra_temperature(tmp_path, monkeypatch):
+    """``train.final_val_temperatures``: after the last step only, the same tasks at each extra
+    temperature, with the error rate and the policy's candidate entropy; greedy is deterministic,
+    so a second greedy pass reads the same; and the summary names the commit that ran."""
+    monkeypatch.setenv("PROAS_COMMIT", "abc123")
+    c = cfg("train.steps=4", "train.val_every=2", "train.final_val_temperatures=[1.0,0.0]")
+    summary = train(c, run_dir=tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["commit"] == "abc123"
+    assert not any(k.startswith("val_t") for r in rows[:-1] for k in r)  # only after the last step
+    last = rows[-1]
+    for t in ("1", "0"):
+        for key in ("sr", "errors", "entropy", "steps"):
+            assert f"val_t{t}/{key}" in last
+        assert 0.0 <= last[f"val_t{t}/errors"] <= 1.0
+    # the toy env offers invalid candidates: sampling at temperature 1 from a barely trained
+    # policy hits some, so the error rate is measured, not a constant
+    assert last["val_t1/errors"] > 0.0
+    # entropy of a distribution over at most a handful of candidates, in nats
+    assert 0.0 < last["val/entropy"] <= math.log(12)
+    trainer = Trainer(c, tmp_path / "run", resume=True)
+    greedy = [validate(trainer.policy, trainer._env_pool(len(trainer.val_ids)), trainer.val_ids, seed=s,
+                       temperature=0.0, max_steps=trainer.max_steps, env_name=trainer.env_name,
+                       success_reward=1.0).sr for s in (val_seed(0, 4), 12345)]
+    assert greedy == [last["val_t0/sr"]] * 2

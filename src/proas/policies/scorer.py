@@ -183,7 +183,11 @@ class ScorerPolicy(Policy):
             return []
         featurized = [self.featurize(c) for c in contexts]
         scores = self.module.scores(_collate([d for _, d in featurized])).double()
-        logp = torch.log_softmax(scores, dim=-1).numpy()
+        logp_t = torch.log_softmax(scores, dim=-1)
+        # the entropy of the policy's own candidate distribution (temperature 1), whatever the
+        # sampling temperature: how sharp the policy is (validation reports its mean)
+        entropy = (-(logp_t.exp() * torch.where(torch.isfinite(logp_t), logp_t, 0.0)).sum(-1)).tolist()
+        logp = logp_t.numpy()
         if temperature > 0:
             sample_logp = torch.log_softmax(scores / temperature, dim=-1).numpy()
         out = []
@@ -196,7 +200,7 @@ class ScorerPolicy(Policy):
                 k = min(k, n - 1)
             else:
                 k = int(np.argmax(logp[i, :n]))
-            data = dict(data, choice=k)
+            data = dict(data, choice=k, entropy=entropy[i])
             out.append(Decision(action=cands[k], response=cands[k], malformed=False,
                                 logp=float(logp[i, k]), data=data))
         return out

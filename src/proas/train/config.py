@@ -21,6 +21,7 @@ CPU cores in minutes.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -314,6 +315,10 @@ class TrainConfig:
     val_every: int = 10
     #: validate the untrained policy before step 0
     val_before_train: bool = True
+    #: after the last step, validate the final policy again at each of these temperatures
+    #: (0 = greedy), on the same tasks with the same sampling seed; recorded as
+    #: ``val_t<T>/sr``, ``val_t<T>/errors``, ``val_t<T>/entropy`` (docs/study-protocol.md)
+    final_val_temperatures: list[float] = field(default_factory=list)
     #: write a resumable checkpoint every N steps (and after the last)
     save_every: int = 10
     #: parent directory of run directories
@@ -410,6 +415,9 @@ def _validate(cfg: Config) -> None:
         ("policy.scorer.weight_decay", cfg.policy.scorer.weight_decay),
     ]:
         positive(key, val, allow_zero=True)
+    for temp in cfg.train.final_val_temperatures:
+        if not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
+            raise ProasError(f"config: train.final_val_temperatures holds {temp!r}; each must be a number >= 0")
     if cfg.algo.clip_high is not None:
         positive("algo.clip_high", cfg.algo.clip_high, allow_zero=True)
     if cfg.algo.kl_coef is not None:

@@ -88,11 +88,19 @@ class ValResult:
     ts: float
     steps: float
     by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # type -> (won, total)
+    #: share of the episodes' steps that the env rejected
+    errors: float = 0.0
+    #: mean entropy (nats) of the policy's own candidate distribution (temperature 1) over the
+    #: states visited; None for a policy that does not report it (the lm)
+    entropy: float | None = None
 
     def metrics(self, prefix: str = "val/") -> dict[str, float]:
         out = {f"{prefix}sr": self.sr, f"{prefix}ts": self.ts, f"{prefix}steps": self.steps}
         for t, (won, total) in sorted(self.by_type.items()):
             out[f"{prefix}sr/{t}"] = won / total if total else 0.0
+        out[f"{prefix}errors"] = self.errors
+        if self.entropy is not None:
+            out[f"{prefix}entropy"] = self.entropy
         return out
 
 
@@ -120,11 +128,16 @@ def val_result(trajs: Sequence[Trajectory]) -> ValResult:
         rec[0] += int(t.success)
         rec[1] += 1
     n = max(1, len(trajs))
+    steps = [s for t in trajs for s in t.steps]
+    ents = [s.extra["policy"]["entropy"] for s in steps
+            if isinstance(s.extra.get("policy"), dict) and "entropy" in s.extra["policy"]]
     return ValResult(
         sr=sum(t.success for t in trajs) / n,
         ts=100.0 * sum(float(t.extra.get("score", 0.0)) for t in trajs) / n,
         steps=sum(len(t) for t in trajs) / n,
         by_type={k: (v[0], v[1]) for k, v in by_type.items()},
+        errors=sum(bool(s.error) for s in steps) / max(1, len(steps)),
+        entropy=float(np.mean(ents)) if ents and len(ents) == len(steps) else None,
     )
 
 
@@ -434,6 +447,15 @@ class Trainer:
             out["val/best_sr"] = res.sr
             self._save_best(step, out)
         out["val/best_sr"] = self.best_sr
+        if step == self.cfg.train.steps:
+            # the final policy again at other temperatures, on the same tasks and sampling seed
+            # (docs/study-protocol.md: what ProAS changes, preferences or sharpness)
+            for temp in self.cfg.train.final_val_temperatures:
+                extra = validate(self.policy, self._env_pool(len(self.val_ids)), self.val_ids,
+                                 seed=val_seed(self.cfg.seed, step), temperature=float(temp),
+                                 max_steps=self.max_steps, env_name=self.env_name,
+                                 success_reward=self.cfg.env.success_reward)
+                out.update({k: v for k, v in extra.metrics(f"val_t{float(temp):g}/").items() if "/sr/" not in k})
         return out
 
     def state(self) -> dict[str, Any]:

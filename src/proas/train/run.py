@@ -6,6 +6,7 @@ import gc
 import io
 import math
 import os
+import subprocess
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -254,6 +255,26 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def source_commit() -> str | None:
+    """The commit of the code that runs: ``PROAS_COMMIT`` when set (a copy of a checkout without
+    its ``.git``, as on the device machine), else ``git rev-parse HEAD`` of the checkout this
+    package lives in, with ``-dirty`` when it has uncommitted changes; None when neither is known."""
+    env = os.environ.get("PROAS_COMMIT")
+    if env:
+        return env.strip()
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def _summarise(cfg: Config, run_dir: Path, history: list[dict[str, Any]], wall: float, trainer) -> dict[str, Any]:
     vals = [(r["step"], r["val/sr"]) for r in history if r.get("val/sr") is not None]
     best = max(vals, key=lambda x: (x[1], -x[0])) if vals else (None, None)
@@ -266,4 +287,6 @@ def _summarise(cfg: Config, run_dir: Path, history: list[dict[str, Any]], wall: 
         "last_val_sr": vals[-1][1] if vals else None,
         "first_val_sr": vals[0][1] if vals else None,
         "last_train_sr": next((r["train/sr"] for r in reversed(history) if "train/sr" in r), None),
+        # the code that finished the run (docs/study-protocol.md: each per-seed row names it)
+        "commit": source_commit(),
     }
