@@ -43,6 +43,7 @@ __all__ = [
     "schedule_from_config",
     "val_set_from_config",
     "schedule_dir",
+    "tuning_val_set_path",
     "val_set_path",
 ]
 
@@ -51,6 +52,8 @@ GENERATOR_VERSION = 1
 GRPO_DIR = "fixed_train_set"
 PPO_DIR = "fix_train_set_ppo"
 VAL_DIR = "fixed_val_set"
+#: validation sets for tuning only (other tasks than ``fixed_val_set``; docs/study-protocol.md)
+TUNE_DIR = "tuning_val_set"
 SCHEDULE_FILE = "schedule.jsonl"
 MANIFEST_FILE = "manifest.json"
 
@@ -62,6 +65,10 @@ def default_root() -> Path:
 
 def val_set_path(env: str, root: str | Path | None = None) -> Path:
     return Path(root if root is not None else default_root()) / VAL_DIR / f"{env}.jsonl"
+
+
+def tuning_val_set_path(env: str, root: str | Path | None = None) -> Path:
+    return Path(root if root is not None else default_root()) / TUNE_DIR / f"{env}.jsonl"
 
 
 def _val_manifest_path(val_path: Path) -> Path:
@@ -119,18 +126,27 @@ def make_val_set(
     task_ids: Sequence[str],
     root: str | Path | None = None,
     source: str = "",
+    path: str | Path | None = None,
+    kind: str = "fixed_val_set",
 ) -> Path:
-    """Write the validation set ``task_ids`` (unique, in this order) for ``env``; return its path."""
+    """Write the validation set ``task_ids`` (unique, in this order) for ``env``; return its path.
+
+    It goes to ``fixed_val_set/{env}.jsonl`` under ``root``, or to ``path`` (a ``.jsonl`` file,
+    its manifest beside it) when given; ``kind`` is recorded in the manifest (``tuning_val_set``
+    for the tuning sets of the held-out study, docs/study-protocol.md).
+    """
     ids = _check_ids(task_ids, f"validation set of {env}")
     if not ids:
         raise ProasError(f"validation set of {env}: no task ids given")
     dup = _first_duplicate(ids)
     if dup is not None:
         raise ProasError(f"validation set of {env}: task {dup!r} appears twice; tasks must be unique")
-    path = val_set_path(env, root)
+    path = Path(path) if path is not None else val_set_path(env, root)
+    if not path.name.endswith(".jsonl"):
+        raise ProasError(f"{path}: a validation set is a .jsonl file")
     atomic_write_jsonl(path, ({"task_id": t} for t in ids))
     manifest = {
-        "kind": "fixed_val_set",
+        "kind": kind,
         "env": env,
         "size": len(ids),
         "generator_version": GENERATOR_VERSION,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import random
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,34 @@ def cmd_make(args: argparse.Namespace) -> int:
     return 0
 
 
+#: where each env's tuning validation set is drawn from: a split that neither the training
+#: schedules nor the evaluation validation set (``valid``) draws from
+TUNING_SPLITS = {"household": "valid_unseen", "shop": "test"}
+
+
+def cmd_make_tuning_val(args: argparse.Namespace) -> int:
+    """The tuning validation set: ``--size`` tasks of the env's tuning split, drawn with
+    ``--draw-seed`` (all of them when the split is smaller), disjoint from the training pool and
+    from the evaluation validation set, both checked here."""
+    if args.env not in TUNING_SPLITS:
+        raise ProasError(f"no tuning split for env {args.env!r}; known: {sorted(TUNING_SPLITS)}")
+    if args.size <= 0:
+        raise ProasError(f"--size must be positive, got {args.size}")
+    env = resolve_env(args.env)
+    split = TUNING_SPLITS[args.env]
+    pool = sorted(set(env.task_ids(split)))
+    shared = (set(pool) & set(env.task_ids("train"))) | (set(pool) & set(env.task_ids("valid")))
+    if shared:
+        raise ProasError(f"{args.env} split {split!r} shares task {sorted(shared)[0]!r} with train or valid")
+    ids = sorted(random.Random(f"proas-tuning:{args.draw_seed}").sample(pool, k=min(args.size, len(pool))))
+    source = (f"{getattr(env, 'taskset_source', args.env)}; tuning = {len(ids)} of the {len(pool)} tasks of "
+              f"split {split!r}, drawn with random.Random('proas-tuning:{args.draw_seed}'), sorted")
+    out = Path(args.out) if args.out else tasksets.tuning_val_set_path(args.env)
+    path = tasksets.make_val_set(args.env, ids, source=source, path=out, kind="tuning_val_set")
+    print(f"tuning validation set: {path} ({len(ids)} tasks of split {split!r})")
+    return 0
+
+
 def _command_line(args: argparse.Namespace) -> str:
     parts = ["proas schedule make", f"--env {args.env}", f"--seed {args.seed}"]
     if args.ppo:
@@ -99,6 +128,12 @@ def register(sub: Any) -> None:
     mk.add_argument("--per-step", type=int, default=None, help="tasks a step (default 16, or 128 with --ppo)")
     mk.add_argument("--out", default=None, help="data root to write under (default: the package's shipped data)")
     mk.set_defaults(func=cmd_make)
+    tv = ssub.add_parser("make-tuning-val", help="write a tuning validation set (tasks no study evaluates on)")
+    tv.add_argument("--env", required=True, help=f"environment: {', '.join(TUNING_SPLITS)}")
+    tv.add_argument("--size", type=int, default=128, help="tasks (default 128; all of a smaller split)")
+    tv.add_argument("--draw-seed", type=int, default=0, help="seed of the draw from the split (default 0)")
+    tv.add_argument("--out", default=None, help="the .jsonl to write (default: the package's tuning_val_set/ENV.jsonl)")
+    tv.set_defaults(func=cmd_make_tuning_val)
     vf = ssub.add_parser("verify", help="check a schedule directory or a validation .jsonl (hashes, disjointness)")
     vf.add_argument("path")
     vf.set_defaults(func=cmd_verify)
