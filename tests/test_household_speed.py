@@ -66,6 +66,10 @@ def test_compiled_goals_agree_with_holds_on_random_facts():
         for _ in range(300):
             facts = _random_facts(rng)
             assert _outcome(check, facts) == _outcome(holds, formula, facts), (text, facts)
+            # the same with the type facts fixed (indexed by the compiled goal)
+            fixed = {p: frozenset(facts[p]) for p in ("objecttype", "receptacletype", "istoggled") if p in facts}
+            facts.update(fixed)
+            assert _outcome(compile_goal(formula, fixed), facts) == _outcome(holds, formula, facts), (text, facts)
 
 
 def test_compiled_goals_agree_with_holds_in_played_games():

@@ -46,19 +46,30 @@ class TaskRoles:
         return cls(task_type, low(obj), low(recep), low(toggle))
 
 
+def _tables(sim: Sim, roles: TaskRoles) -> tuple:
+    """What the abstraction reads of a game for a task's roles; made once per game and roles."""
+    g = sim.game
+    key = ("abstraction", roles)
+    out = g.memo.get(key)
+    if out is None:
+        task_objs = frozenset(o for o, t in g.otype.items() if t == roles.otype)
+        target_recs = frozenset(r for r, t in g.rtype.items() if roles.rtype and t == roles.rtype)
+        lamp_objs = frozenset(o for o, t in g.otype.items() if roles.ttype and t == roles.ttype)
+        out = g.memo[key] = (task_objs, target_recs, lamp_objs)
+    return out
+
+
 def abstract_state(sim: Sim, roles: TaskRoles) -> str:
     g, f = sim.game, sim.facts
     flag, station = _TREATMENT.get(roles.task_type, ("", ""))
-
-    def done(o: str) -> bool:
-        return not flag or (o,) in f[flag]
-
-    def is_task_obj(o: str) -> bool:
-        return g.otype.get(o) == roles.otype
+    task_objs, target_recs, lamp_objs = _tables(sim, roles)
+    treated = f[flag] if flag else ()
 
     placed = 0
     if roles.rtype:
-        placed_objs = {o for o, r in f["inreceptacle"] if is_task_obj(o) and g.rtype.get(r) == roles.rtype and done(o)}
+        placed_objs = {
+            o for o, r in f["inreceptacle"] if o in task_objs and r in target_recs and (not flag or (o,) in treated)
+        }
         if roles.task_type == "pick_two_obj_and_place":
             per_rec: dict[str, int] = {}
             for o, r in f["inreceptacle"]:
@@ -71,36 +82,36 @@ def abstract_state(sim: Sim, roles: TaskRoles) -> str:
     loc = sim.loc
     here = g.recs_at.get(loc, []) if loc is not None else []
     at = "start" if not here else "other"
-    lamp_hosts = {r for o, r in f["inreceptacle"] if roles.ttype and g.otype.get(o) == roles.ttype}
-    for r in here:
-        rt = g.rtype.get(r)
-        if roles.rtype and rt == roles.rtype:
-            at = "target"
-        elif station and rt == station:
-            at = "station"
-        elif r in lamp_hosts:
-            at = "lamp"
-        elif any(is_task_obj(o) and not (roles.rtype and g.rtype.get(r) == roles.rtype) for o in sim.contents(r)):
-            at = "obj"
-        else:
-            continue
-        break
-    # closedness matters only where the task must reach inside (the object's or the target's
-    # receptacle); stations work closed, so marking them would split states for nothing
-    if at in ("target", "obj") and any(g.is_("openable", r) and (r,) not in f["opened"] for r in here):
-        at += ":closed"
+    if here:
+        lamp_hosts = {r for o, r in f["inreceptacle"] if o in lamp_objs} if lamp_objs else ()
+        for r in here:
+            if r in target_recs:
+                at = "target"
+            elif station and g.rtype.get(r) == station:
+                at = "station"
+            elif r in lamp_hosts:
+                at = "lamp"
+            elif any(o in task_objs for o in sim.contents(r)):
+                at = "obj"
+            else:
+                continue
+            break
+        # closedness matters only where the task must reach inside (the object's or the target's
+        # receptacle); stations work closed, so marking them would split states for nothing
+        if at in ("target", "obj") and any(g.is_("openable", r) and (r,) not in f["opened"] for r in here):
+            at += ":closed"
 
     held = sim.held()
     if not held:
         hold = "none"
-    elif any(is_task_obj(o) for o in held):
-        hold = "obj+done" if flag and any(is_task_obj(o) and done(o) for o in held) else "obj"
+    elif any(o in task_objs for o in held):
+        hold = "obj+done" if flag and any(o in task_objs and (o,) in treated for o in held) else "obj"
     else:
         hold = "other"
 
     parts = [roles.task_type, f"at={at}", f"hold={hold}"]
     if roles.task_type == "look_at_obj_in_light":
-        lamp_on = any(g.otype.get(o) == roles.ttype for (o,) in f["istoggled"])
+        lamp_on = any(o in lamp_objs for (o,) in f["istoggled"])
         parts.append(f"lamp={'on' if lamp_on else 'off'}")
     else:
         parts.append(f"placed={placed}")

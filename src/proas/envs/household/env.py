@@ -325,30 +325,30 @@ class HouseholdEnv:
 
     @staticmethod
     def _candidate_stream(sim: Sim):
-        g, n = sim.game, sim.game.name
+        g = sim.game
         loc = sim.loc
         here = g.recs_at.get(loc, []) if loc is not None else []
         held = sim.held()
         for r in here:
-            yield f"go to {n(r)}"  # already there
+            yield f"go to {g.name(r)}"  # already there
         for r in g.receptacles:
             if r in here:
                 continue
             inside = sim.contents(r)
             if inside:
-                yield f"take {n(inside[0])} from {n(r)}"  # from afar
+                yield g.command("take", inside[0], r)[0]  # from afar
             if g.is_("openable", r):
-                yield f"open {n(r)}"
+                yield f"open {g.name(r)}"
             if held:
-                yield f"move {n(held[0])} to {n(r)}"
+                yield g.command("put", held[0], r)[0]
             break
         for r in here:
             for o in sim.contents(r)[:1]:
-                yield f"move {n(o)} to {n(r)}"  # not held
+                yield g.command("put", o, r)[0]  # not held
         for verb, st in (("heat", "microwavetype"), ("clean", "sinkbasintype"), ("cool", "fridgetype")):
             for r in g.receptacles:
                 if g.rtype.get(r) == st and r not in here:
-                    yield f"{verb} {n(held[0] if held else g.objects[0])} with {n(r)}"
+                    yield g.command(verb, held[0] if held else g.objects[0], r)[0]
 
     def _info(self, error: bool, kind: str | None) -> dict[str, Any]:
         assert self._sim is not None

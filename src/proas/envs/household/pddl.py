@@ -189,7 +189,7 @@ class _Unsupported(Exception):
     pass
 
 
-def compile_goal(formula: Any) -> Callable[[dict[str, set[tuple[str, ...]]]], bool]:
+def compile_goal(formula: Any, static: dict[str, frozenset] | None = None) -> Callable[[dict[str, Any]], bool]:
     """``holds(formula, facts)`` as a function of ``facts``, prepared once per formula.
 
     The search is the one ``holds`` runs, in the same order with the same first-witness rules
@@ -199,9 +199,14 @@ def compile_goal(formula: Any) -> Callable[[dict[str, set[tuple[str, ...]]]], bo
     known is one set lookup instead of a scan, and no goal lists are rebuilt. A formula outside
     that static subset (an ``or`` whose branches bind different variables, a goal ``holds`` would
     not finish) is left to ``holds`` itself.
+
+    ``static``: facts that never change, by predicate: the function is then only for fact sets
+    that hold these very sets under these predicates; an atom over one of them that binds
+    variables looks its candidates up in an index (made on first use, in the set's own order)
+    instead of scanning.
     """
     try:
-        run, _ = _compile_seq([formula], frozenset())
+        run, _ = _compile_seq([formula], frozenset(), static or {})
     except (_Unsupported, IndexError, TypeError, ValueError, AttributeError):
         return lambda facts: holds(formula, facts)
     done = lambda env, facts: True  # noqa: E731
@@ -217,7 +222,7 @@ def _qvars(formula: Any) -> set[str]:
     return out
 
 
-def _compile_seq(goals: list[Any], bound: frozenset[str]):
+def _compile_seq(goals: list[Any], bound: frozenset[str], static: dict[str, frozenset]):
     """(run(env, facts, k) -> bool, variables bound after) for the goal list ``goals``."""
     ops: list[Callable] = []  # op(nxt) -> run
     goals = list(goals)
@@ -242,19 +247,19 @@ def _compile_seq(goals: list[Any], bound: frozenset[str]):
             if not isinstance(first[1], list):
                 raise _Unsupported
             names = frozenset(v for v in first[1] if isinstance(v, str) and v.startswith("?"))
-            body, body_bound = _compile_seq([first[2]], bound - names)
+            body, body_bound = _compile_seq([first[2]], bound - names, static)
             leaked = tuple(sorted(body_bound - names - bound))
             ops.append(_exists_op(body, names, leaked))
             bound = bound | frozenset(leaked)
         elif head == "or":
-            subs = [_compile_seq([sub], bound) for sub in first[1:]]
+            subs = [_compile_seq([sub], bound, static) for sub in first[1:]]
             outs = {b for _, b in subs}
             if len(outs) > 1:
                 raise _Unsupported
             ops.append(_or_op([s for s, _ in subs]))
             bound = outs.pop() if outs else bound
         elif head == "not":
-            sub, _ = _compile_seq([first[1]], bound)
+            sub, _ = _compile_seq([first[1]], bound, static)
             ops.append(_not_op(sub))
         elif head == "=":
             a, b = first[1:3]
@@ -264,8 +269,27 @@ def _compile_seq(goals: list[Any], bound: frozenset[str]):
         else:
             if not isinstance(head, str) or not all(isinstance(x, str) for x in first[1:]):
                 raise _Unsupported
-            ops.append(_atom_op(head, first[1:], bound))
-            bound = bound | _qvars(first[1:])
+            after = bound | _qvars(first[1:])
+            # the atoms right after a scan whose variables it binds are checked on each fact it
+            # meets before anything is bound (the search would test them next, in this order)
+            checks = []
+            if not all(not a.startswith("?") or a in bound for a in first[1:]):
+                while goals and isinstance(goals[0], list):
+                    nxt_goal = goals[0]
+                    if not nxt_goal or nxt_goal[0] == "and":
+                        goals = list(nxt_goal[1:]) + goals[1:]
+                        continue
+                    h = nxt_goal[0]
+                    if (
+                        not isinstance(h, str)
+                        or h in ("or", "not", "exists", "=")
+                        or not all(isinstance(x, str) and (not x.startswith("?") or x in after) for x in nxt_goal[1:])
+                    ):
+                        break
+                    checks.append((h, nxt_goal[1:]))
+                    goals = goals[1:]
+            ops.append(_atom_op(head, first[1:], bound, static.get(head), checks, static))
+            bound = after
 
     def tail(env, facts, k):
         return k(env, facts)
@@ -337,15 +361,25 @@ def _eq_op(a, b):
     return make
 
 
-def _atom_op(pred: str, args: list[str], bound: frozenset[str]):
+def _atom_op(pred: str, args: list[str], bound: frozenset[str], fixed_facts: frozenset | None,
+             checks: list | None = None, static: dict[str, frozenset] | None = None):
     n = len(args)
     if all(not a.startswith("?") or a in bound for a in args):  # a lookup
 
         def make(nxt):
-            def run(env, facts, k):
-                if tuple([env[a] if a in bound else a for a in args]) in facts.get(pred, ()):
-                    return nxt(env, facts, k)
-                return False
+            if fixed_facts is not None:
+
+                def run(env, facts, k):
+                    if tuple([env[a] if a in bound else a for a in args]) in fixed_facts:
+                        return nxt(env, facts, k)
+                    return False
+
+            else:
+
+                def run(env, facts, k):
+                    if tuple([env[a] if a in bound else a for a in args]) in facts.get(pred, ()):
+                        return nxt(env, facts, k)
+                    return False
 
             return run
 
@@ -358,6 +392,36 @@ def _atom_op(pred: str, args: list[str], bound: frozenset[str]):
             new.setdefault(a, []).append(i)
     binds = [(v, pos[0]) for v, pos in new.items()]
     repeats = [(pos[0], j) for pos in new.values() for j in pos[1:]]
+    first_pos = {v: pos[0] for v, pos in new.items()}
+    tests = [_check(p, cargs, bound, first_pos, (static or {}).get(p)) for p, cargs in checks or ()]
+
+    def matches(fact) -> bool:  # the fact's shape: its length and repeated variables
+        return len(fact) == n and all(fact[i] == fact[j] for i, j in repeats)
+
+    if fixed_facts is not None:
+        # candidates by the values at the fixed positions, in the order a scan meets them
+        index: dict[tuple, list] = {}
+        for fact in fixed_facts:
+            if matches(fact):
+                index.setdefault(tuple(fact[i] for i, _ in fixed), []).append(fact)
+
+        def make(nxt):
+            def run(env, facts, k):
+                for fact in index.get(tuple([env[a] if a in bound else a for _, a in fixed]), ()):
+                    for test in tests:
+                        if not test(fact, env, facts):
+                            break
+                    else:
+                        new_env = dict(env)
+                        for v, i in binds:
+                            new_env[v] = fact[i]
+                        if nxt(new_env, facts, k):
+                            return True
+                return False
+
+            return run
+
+        return make
 
     def make(nxt):
         def run(env, facts, k):
@@ -373,13 +437,39 @@ def _atom_op(pred: str, args: list[str], bound: frozenset[str]):
                         if fact[i] != fact[j]:
                             break
                     else:
-                        new_env = dict(env)
-                        for v, i in binds:
-                            new_env[v] = fact[i]
-                        if nxt(new_env, facts, k):
-                            return True
+                        for test in tests:
+                            if not test(fact, env, facts):
+                                break
+                        else:
+                            new_env = dict(env)
+                            for v, i in binds:
+                                new_env[v] = fact[i]
+                            if nxt(new_env, facts, k):
+                                return True
             return False
 
         return run
 
     return make
+
+
+def _check(pred: str, args: list[str], bound: frozenset[str], pos: dict[str, int], fixed_facts: frozenset | None):
+    """test(fact, env, facts): the atom ``(pred *args)`` holds, its variables bound by ``env`` or
+    by the positions ``pos`` of the scanned ``fact``."""
+    parts = [(0, pos[a]) if a in pos else (1, a) if a in bound else (2, a) for a in args]
+    if fixed_facts is None:
+        return lambda fact, env, facts: _key(parts, fact, env) in facts.get(pred, ())
+    if len(parts) == 1 and parts[0][0] == 0:
+        i = parts[0][1]
+        return lambda fact, env, facts: (fact[i],) in fixed_facts
+    if len(parts) == 2 and parts[0][0] == 0 and parts[1][0] == 2:
+        i, c = parts[0][1], parts[1][1]
+        return lambda fact, env, facts: (fact[i], c) in fixed_facts
+    if len(parts) == 2 and parts[0][0] == 0 and parts[1][0] == 0:
+        i, j = parts[0][1], parts[1][1]
+        return lambda fact, env, facts: (fact[i], fact[j]) in fixed_facts
+    return lambda fact, env, facts: _key(parts, fact, env) in fixed_facts
+
+
+def _key(parts, fact, env) -> tuple:
+    return tuple([fact[x] if m == 0 else env[x] if m == 1 else x for m, x in parts])

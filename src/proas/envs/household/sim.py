@@ -47,6 +47,22 @@ HELP_TEXT = (
 )
 NOTHING = "Nothing happens."
 _STATIONS = {"clean": "sinkbasintype", "heat": "microwavetype", "cool": "fridgetype"}
+#: the predicates that actions change; every other fact of a game is fixed
+DYNAMIC = (
+    "opened",
+    "holds",
+    "holdsany",
+    "isclean",
+    "ishot",
+    "iscool",
+    "ison",
+    "istoggled",
+    "issliced",
+    "inreceptacle",
+    "objectatlocation",
+    "not_inreceptacle",
+    "atlocation",
+)
 _TAKE_PUT = frozenset({"inreceptacle", "not_inreceptacle", "holds", "holdsany", "objectatlocation"})
 #: the predicates each action kind can change: the goal is re-evaluated only when one it reads changed
 CHANGES = {
@@ -102,10 +118,18 @@ class Game:
     can_contain: set[tuple[str, str]] = field(default_factory=set)
     recs_at: dict[str, list[str]] = field(default_factory=dict)  # location -> sorted receptacles
     goal_preds: frozenset[str] = frozenset()
-    #: ``holds(problem.goal, facts)``, compiled once (``pddl.compile_goal``)
+    #: ``holds(problem.goal, facts)``, compiled by the first reset (``pddl.compile_goal``)
     goal_check: Callable[[dict], bool] | None = field(default=None, repr=False, compare=False)
     #: the start of every episode, made by the first reset: (facts, won, text, admissible map, sorted)
     start: tuple | None = field(default=None, repr=False, compare=False)
+    #: what other code derives from the game once and keeps (the abstraction's tables per roles)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the commands of the game, made when first admissible: (kind, args) -> (text, action)
+    commands: dict[tuple, tuple[str, tuple]] = field(default_factory=dict, repr=False, compare=False)
+    #: per receptacle: (examine command, openable, open command, close command, type, station verb)
+    rec_info: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
+    #: (location, "go to" command) of every receptacle that has a location, in id order
+    gotos: list[tuple[str, tuple[str, tuple]]] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> "Game":
@@ -142,8 +166,44 @@ class Game:
         for loc in game.recs_at:
             game.recs_at[loc].sort()
         game.goal_preds = goal_predicates(problem.goal)
-        game.goal_check = compile_goal(problem.goal)
+        game._tables()
         return game
+
+    def _tables(self) -> None:
+        n = self.name
+        self.gotos = [(self.rloc[r], (f"go to {n(r)}", ("goto", r))) for r in self.receptacles if r in self.rloc]
+        openable = self.static.get("openable", set())
+        verbs = {station: verb for verb, station in _STATIONS.items()}
+        for r in self.receptacles:
+            rt = self.rtype.get(r)
+            self.rec_info[r] = (
+                (f"examine {n(r)}", ("examine_r", r)),
+                r in openable,
+                (f"open {n(r)}", ("open", r)),
+                (f"close {n(r)}", ("close", r)),
+                rt,
+                verbs.get(rt),  # type: ignore[arg-type]
+            )
+
+    def command(self, kind: str, a: str, b: str) -> tuple[str, tuple]:
+        """(text, action) of a two-argument command: take, toggle (use), put (move), clean, heat,
+        cool, slice; made once per game."""
+        key = (kind, a, b)
+        out = self.commands.get(key)
+        if out is None:
+            n = self.name
+            if kind == "take":
+                text = f"take {n(a)} from {n(b)}"
+            elif kind == "toggle":
+                text = f"use {n(a)}"
+            elif kind == "put":
+                text = f"move {n(a)} to {n(b)}"
+            elif kind == "slice":
+                text = f"slice {n(a)} with {n(b)}"
+            else:
+                text = f"{kind} {n(a)} with {n(b)}"
+            out = self.commands[key] = (text, key)
+        return out
 
     def name(self, ident: str) -> str:
         return self.names.get(ident, ident)
@@ -172,7 +232,9 @@ class Sim:
         """An independent copy of this episode (the game is shared; it never changes)."""
         other = Sim.__new__(Sim)
         other.game = self.game
-        other.facts = {k: set(v) for k, v in self.facts.items()}
+        other.facts = dict(self.facts)  # the fixed facts are shared: nothing modifies them
+        for pred in DYNAMIC:
+            other.facts[pred] = set(self.facts[pred])
         # the caches are shared: they are replaced on a change of state, never modified
         other.won, other.moves, other._admissible, other._by_rec = self.won, self.moves, self._admissible, self._by_rec
         other._sorted_admissible, other.version = self._sorted_admissible, self.version
@@ -185,7 +247,9 @@ class Sim:
         if g.start is None:
             g.start = self._first_start()
         facts, self.won, text, self._admissible, adm = g.start
-        self.facts = {k: set(v) for k, v in facts.items()}
+        self.facts = dict(facts)  # the fixed facts are shared: nothing modifies them
+        for pred in DYNAMIC:
+            self.facts[pred] = set(facts[pred])
         self.moves = 0
         self._by_rec = None
         self.version = 0
@@ -198,22 +262,14 @@ class Sim:
         self.facts: dict[str, set[tuple[str, ...]]] = {}
         for fact in g.problem.init:
             self.facts.setdefault(fact[0], set()).add(fact[1:])
-        for pred in (
-            "opened",
-            "holds",
-            "holdsany",
-            "isclean",
-            "ishot",
-            "iscool",
-            "ison",
-            "istoggled",
-            "issliced",
-            "inreceptacle",
-            "objectatlocation",
-            "not_inreceptacle",
-            "atlocation",
-        ):
+        for pred in DYNAMIC:
             self.facts.setdefault(pred, set())
+        facts = {k: frozenset(v) for k, v in self.facts.items()}
+        # the fixed facts are these very sets in every episode: the goal indexes them
+        self.facts = dict(facts)
+        for pred in DYNAMIC:
+            self.facts[pred] = set(facts[pred])
+        g.goal_check = compile_goal(g.problem.goal, {k: v for k, v in facts.items() if k not in DYNAMIC})
         self.won = self._goal_holds()
         self.moves = 0
         self._admissible: dict[str, tuple] | None = None
@@ -222,7 +278,6 @@ class Sim:
         #: bumped on every change of state (looking, examining and failed commands change nothing)
         self.version = 0
         text = "-= Welcome to TextWorld, ALFRED! =-\n\n" + self._look() + "\n\n" + g.intro_task
-        facts = {k: frozenset(v) for k, v in self.facts.items()}
         return (facts, self.won, text, self.admissible_map(), sorted(self.admissible_map()))
 
     def _goal_holds(self) -> bool:
@@ -263,43 +318,58 @@ class Sim:
             return self._admissible
         g, f = self.game, self.facts
         out: dict[str, tuple] = {}
+        add = out.setdefault
         loc = self.loc
         here = g.recs_at.get(loc, []) if loc is not None else []
         held = self.held()
         hands_free = (g.agent,) not in f["holdsany"]
-        n = g.name
-        for r in g.receptacles:
-            rl = g.rloc.get(r)
-            if rl is not None and rl != loc:
-                out.setdefault(f"go to {n(r)}", ("goto", r))
-        for r in here:
-            out.setdefault(f"examine {n(r)}", ("examine_r", r))
-            if g.is_("openable", r):
-                if (r,) in f["opened"]:
-                    out.setdefault(f"close {n(r)}", ("close", r))
-                else:
-                    out.setdefault(f"open {n(r)}", ("open", r))
-            open_ = self.accessible(r)
-            for o in self.contents(r):
-                # the domain's examineObject also allows objects in an open receptacle here, but
-                # the real engine's planner drops that disjunct: only held objects are examinable
-                if open_ and hands_free and g.is_("pickupable", o):
-                    out.setdefault(f"take {n(o)} from {n(r)}", ("take", o, r))
-                if g.is_("toggleable", o):
-                    out.setdefault(f"use {n(o)}", ("toggle", o, r))
-            rt = g.rtype.get(r)
+        for rl, (cmd, act) in g.gotos:
+            if rl != loc:
+                add(cmd, act)
+        if here or held:
+            static = g.static
+            pickupable = static.get("pickupable", ())
+            toggleable = static.get("toggleable", ())
+            opened = f["opened"]
+            command = g.command
+            otype = g.otype
+            for r in here:
+                info = g.rec_info.get(r)
+                if info is None:  # pragma: no cover - a receptacle the problem does not declare
+                    g.rec_info[r] = info = (
+                        (f"examine {g.name(r)}", ("examine_r", r)),
+                        g.is_("openable", r),
+                        (f"open {g.name(r)}", ("open", r)),
+                        (f"close {g.name(r)}", ("close", r)),
+                        g.rtype.get(r),
+                        {st: v for v, st in _STATIONS.items()}.get(g.rtype.get(r)),  # type: ignore[arg-type]
+                    )
+                (cmd, act), openable, open_cmd, close_cmd, rt, verb = info
+                add(cmd, act)
+                if openable:
+                    if (r,) in opened:
+                        add(*close_cmd)
+                    else:
+                        add(*open_cmd)
+                open_ = not openable or (r,) in opened
+                for o in self.contents(r):
+                    # the domain's examineObject also allows objects in an open receptacle here, but
+                    # the real engine's planner drops that disjunct: only held objects are examinable
+                    if open_ and hands_free and o in pickupable:
+                        add(*command("take", o, r))
+                    if o in toggleable:
+                        add(*(command("toggle", o, r)))
+                for o in held:
+                    if open_ and (rt, otype.get(o)) in g.can_contain:
+                        add(*command("put", o, r))
+                    if verb is not None and o in static.get(verb + "able", ()):
+                        add(*command(verb, o, r))
             for o in held:
-                if open_ and (rt, g.otype.get(o)) in g.can_contain:
-                    out.setdefault(f"move {n(o)} to {n(r)}", ("put", o, r))
-                for verb, station in _STATIONS.items():
-                    if rt == station and g.is_(verb + "able", o):
-                        out.setdefault(f"{verb} {n(o)} with {n(r)}", (verb, o, r))
-        for o in held:
-            out.setdefault(f"examine {n(o)}", ("examine_o", o))
-            if g.otype.get(o) in ("knifetype", "butterknifetype") and loc is not None:
-                for co, cl in sorted(f["objectatlocation"]):
-                    if cl == loc and g.is_("sliceable", co):
-                        out.setdefault(f"slice {n(co)} with {n(o)}", ("slice", co, o))
+                add(f"examine {g.name(o)}", ("examine_o", o))
+                if otype.get(o) in ("knifetype", "butterknifetype") and loc is not None:
+                    for co, cl in sorted(f["objectatlocation"]):
+                        if cl == loc and g.is_("sliceable", co):
+                            add(*command("slice", co, o))
         for cmd in ("help", "inventory", "look"):
             out[cmd] = (cmd,)
         self._admissible = out
