@@ -48,6 +48,55 @@ def register(sub) -> None:
     rep.add_argument("--no-plots", action="store_true", help="skip the PNG curves")
     rep.set_defaults(func=_report)
 
+    h = sub.add_parser("heldout", help="the held-out study (docs/study-protocol.md): configs, tuning selection")
+    hsub = h.add_subparsers(dest="heldout_command", metavar="ACTION")
+    hsub.required = True
+    hc = hsub.add_parser("configs", help="write the tuning study configs from the protocol's constants")
+    hc.add_argument("--check", action="store_true", help="only check that the shipped configs are up to date")
+    hc.set_defaults(func=_heldout_configs)
+    hs = hsub.add_parser("select", help="each arm's tuned setting from a tuning results directory")
+    hs.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run heldout_tune`")
+    hs.add_argument("--start", choices=["random", "sft"], default="random", help="which tuning grid (default random)")
+    hs.add_argument("--out", help="write the selection as Markdown here (default: print it)")
+    hs.set_defaults(func=_heldout_select)
+
+
+def _heldout_configs(args) -> int:
+    from proas.experiments.heldout import config_path, study_yaml
+
+    stale = []
+    for start in ("random", "sft"):
+        path, text = config_path(start), study_yaml(start)
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        if args.check:
+            stale.append(path.name)
+            continue
+        from proas.fileio import atomic_write_bytes
+
+        atomic_write_bytes(path, text.encode("utf-8"))
+        print(f"wrote {path}")
+    if stale:
+        raise ProasError(f"out of date with the protocol's constants: {', '.join(stale)} (proas heldout configs)")
+    return 0
+
+
+def _heldout_select(args) -> int:
+    from proas.experiments.heldout import render_selection, select
+
+    results = Path(args.results)
+    if not results.is_dir():
+        raise ProasError(f"{results}: no such results directory")
+    text = render_selection(select(results, args.start), args.start)
+    if args.out:
+        from proas.fileio import atomic_write_bytes
+
+        atomic_write_bytes(Path(args.out), (text + "\n").encode("utf-8"))
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+    return 0
+
 
 def _run(args) -> int:
     from proas.experiments.runner import plan, run_grid

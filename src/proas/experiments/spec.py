@@ -53,7 +53,7 @@ SCHEDULES = ("group", "ppo")
 SFT_OPTIONS = ("--epochs", "--lr", "--batch-size", "--val-every", "--max-tasks")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note", "untrained_of",
-             "sft"}
+             "sft", "envs"}
 _TOP_KEYS = {"study", "title", "kind", "reference", "envs", "seeds", "steps", "common", "env_overrides",
              "rows", "description"}
 
@@ -76,6 +76,9 @@ class RowSpec:
     #: with ``proas sft`` on the row's config instead of ``proas train``; its records are epochs,
     #: outside the RL step budget
     sft: tuple[str, ...] | None = None
+    #: the envs this row runs on (None: every env of the study); a row that only makes sense on
+    #: one env, such as GiGPO's modes tuned on shop in the held-out study
+    envs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ class Study:
             for seed in (seeds if seeds is not None else list(self.seeds)):
                 for row in self.rows:
                     if row.id not in chosen or row.not_run or row.untrained_of:
+                        continue
+                    if row.envs is not None and env not in row.envs:
                         continue
                     specs.append(RunSpec(self.name, row.id, env, int(seed),
                                          self.resolve(row, env, int(seed), out, data), row.needs,
@@ -241,6 +246,9 @@ def parse_study(data: Any, where: str) -> Study:
             raise ProasError(f"{at}: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason")
         if sft is not None and (r.get("base") or untrained_of):
             raise ProasError(f"{at}: an 'sft' row has no 'base' or 'untrained_of'")
+        row_envs = _strs(r.get("envs"), f"{at}: envs") if "envs" in r else None
+        if row_envs is not None and (not row_envs or set(row_envs) - set(envs)):
+            raise ProasError(f"{at}: 'envs' must name some of the study's envs ({', '.join(envs)})")
         rows.append(
             RowSpec(
                 id=rid,
@@ -254,6 +262,7 @@ def parse_study(data: Any, where: str) -> Study:
                 schedule=schedule,
                 note=r.get("note"),
                 sft=sft,
+                envs=row_envs,
             )
         )
     ids = {r.id for r in rows}

@@ -1,0 +1,233 @@
+"""The held-out study (docs/study-protocol.md): its grids, its configs, tuning selection, analysis.
+
+The protocol's fixed choices live here once, as constants. The shipped study configs
+(``configs/heldout_tune.yaml``, ...) are written from them by ``proas heldout configs``, and a
+test checks that the shipped files are what these constants give, so a config cannot drift from
+the protocol unseen. ``select`` reads a tuning results directory and names each arm's setting;
+``analyse`` reads an evaluation results directory and writes the per-seed CSV, the paired
+intervals and the verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from proas.errors import ProasError
+
+__all__ = [
+    "ESTIMATORS", "EVAL_SEEDS", "SHAPINGS", "TUNING_SEEDS", "WINDOW", "Arm", "Setting", "arms", "mean_val",
+    "select", "settings", "tuning_study",
+]
+
+#: seeds (docs/study-protocol.md, "Seeds and tasks")
+TUNING_SEEDS = (200, 201)
+EVAL_SEEDS = tuple(range(100, 110))
+EVAL_SEEDS_SHORT = tuple(range(100, 105))
+#: the validations the primary metric averages (steps 50, 60, ..., 150)
+WINDOW = (50, 150)
+STEPS = 150
+ENVS = ("household", "shop")
+ESTIMATORS = ("grpo", "dapo", "gigpo")
+SHAPINGS = ("none", "proas")
+#: the optimiser grid from random weights, and from the SFT start
+SGD_LRS = (0.1, 0.3, 1.0, 3.0)
+ADAMW_LRS = (0.001, 0.003, 0.01)
+SFT_SGD_LRS = (0.03, 0.1, 0.3, 1.0)
+SFT_ADAMW_LRS = (0.0003, 0.001, 0.003)
+#: GiGPO's modes tuned on shop (household keeps verl-agent's ALFWorld mode, mean_std_norm)
+GIGPO_SHOP_MODES = ("mean_norm", "mean_std_norm")
+FINAL_TEMPERATURES = (1.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the tuning grid."""
+
+    optimizer: str
+    lr: float
+    gigpo_mode: str | None = None  # None: the env's default
+
+    @property
+    def tag(self) -> str:
+        mode = {"mean_norm": "_mn", "mean_std_norm": "_msn", None: ""}[self.gigpo_mode]
+        return f"{self.optimizer}{self.lr:g}{mode}"
+
+    def overrides(self) -> list[str]:
+        out = [f"policy.scorer.optimizer={self.optimizer}", f"policy.scorer.lr={self.lr:g}"]
+        if self.gigpo_mode is not None:
+            out.append(f"algo.gigpo_mode={self.gigpo_mode}")
+        return out
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What is tuned on its own: an env, a base estimator and a shaping."""
+
+    env: str
+    estimator: str
+    shaping: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.estimator}_{self.shaping}"
+
+
+def arms(envs: Iterable[str] = ENVS) -> list[Arm]:
+    return [Arm(e, est, sh) for e in envs for est in ESTIMATORS for sh in SHAPINGS]
+
+
+def settings(arm: Arm, start: str = "random") -> list[Setting]:
+    """The tuning grid of ``arm`` from ``start`` (``random`` or ``sft``)."""
+    sgd, adamw = (SGD_LRS, ADAMW_LRS) if start == "random" else (SFT_SGD_LRS, SFT_ADAMW_LRS)
+    base = [Setting("sgd", lr) for lr in sgd] + [Setting("adamw", lr) for lr in adamw]
+    if arm.estimator == "gigpo" and arm.env == "shop":
+        return [Setting(s.optimizer, s.lr, m) for m in GIGPO_SHOP_MODES for s in base]
+    return base
+
+
+def row_id(arm: Arm, setting: Setting) -> str:
+    return f"{arm.name}_{setting.tag}"
+
+
+def tuning_study(start: str = "random") -> dict[str, Any]:
+    """The tuning grid as a study config (``proas experiment run``): one row per arm and setting,
+    an ``env_overrides`` split so that each env runs only its own arms' rows."""
+    if start not in ("random", "sft"):
+        raise ProasError(f"start must be random or sft, got {start!r}")
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, dict[str, Any]] = {}
+    for arm in arms():
+        for s in settings(arm, start):
+            rid = row_id(arm, s)
+            if rid in seen:
+                seen[rid]["_envs"].append(arm.env)
+                continue
+            over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *s.overrides()]
+            row: dict[str, Any] = {"id": rid, "label": rid, "overrides": over, "_envs": [arm.env]}
+            if start == "sft":
+                row["needs"] = ["sft_start"]
+                row["overrides"] = over + ["policy.scorer.init_from={out}/{env}/sft_start/seed{seed}"]
+            seen[rid] = row
+            rows.append(row)
+    for row in rows:
+        row_envs = row.pop("_envs")
+        if sorted(row_envs) != sorted(ENVS):
+            row["envs"] = row_envs
+    if start == "sft":
+        rows.insert(0, {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
+                        "sft": ["--epochs", "1", "--max-tasks", "80"]})
+    name = "heldout_tune" if start == "random" else "heldout_tune_sft"
+    return {
+        "study": name,
+        "title": f"Held-out study: tuning grid ({'random weights' if start == 'random' else 'SFT start'})",
+        "kind": "ablation",
+        "reference": rows[0]["id"] if start == "random" else rows[1]["id"],
+        "description": ("docs/study-protocol.md: every arm (env x estimator x shaping) over its optimiser grid, "
+                        "on the tuning seeds, validated on the tuning tasks"),
+        "envs": list(ENVS),
+        "seeds": list(TUNING_SEEDS),
+        "steps": STEPS,
+        "common": ["policy=scorer", "train.progress=false", "env.fixed_val_set.path={data}/tuning_val_set/{env}.jsonl"],
+        "rows": rows,
+    }
+
+
+def study_yaml(start: str = "random") -> str:
+    """The shipped text of the tuning study config (``configs/heldout_tune*.yaml``)."""
+    import yaml
+
+    head = ("# Written by `proas heldout configs` from proas.experiments.heldout (the protocol's constants,\n"
+            "# docs/study-protocol.md); tests/test_heldout.py checks that this file is what they give.\n")
+    return head + yaml.safe_dump(tuning_study(start), sort_keys=False, width=110)
+
+
+def config_path(start: str = "random") -> Path:
+    name = "heldout_tune" if start == "random" else "heldout_tune_sft"
+    return Path(__file__).resolve().parent / "configs" / f"{name}.yaml"
+
+
+# --------------------------------------------------------------------------- reading runs
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    by_step: dict[int, dict[str, Any]] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise ProasError(f"{path}:{n}: not a JSON line") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            raise ProasError(f"{path}:{n}: expected an object with an integer 'step'")
+        by_step[rec["step"]] = rec
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def mean_val(records: list[dict[str, Any]], key: str = "val/sr", window: tuple[int, int] = WINDOW) -> float | None:
+    """The mean of ``key`` over the validations at steps ``window[0], +10, ..., window[1]``;
+    None unless every one of them is there (an unfinished run has no primary metric)."""
+    want = range(window[0], window[1] + 1, 10)
+    got = {r["step"]: r[key] for r in records if r.get(key) is not None}
+    if any(s not in got for s in want):
+        return None
+    return sum(got[s] for s in want) / len(want)
+
+
+@dataclass
+class Choice:
+    arm: Arm
+    table: list[tuple[Setting, list[float | None]]]  # per setting: the tuning metric per tuning seed
+    chosen: Setting | None
+    note: str = ""
+
+
+def select(results: Path, start: str = "random") -> list[Choice]:
+    """Each arm's setting: the highest mean tuning metric over the tuning seeds, ties to the
+    smaller rate; an arm with a missing run is left unchosen (``chosen`` None)."""
+    out = []
+    for arm in arms():
+        table = []
+        for s in settings(arm, start):
+            vals = []
+            for seed in TUNING_SEEDS:
+                run = results / arm.env / row_id(arm, s) / f"seed{seed}"
+                vals.append(mean_val(_records(run)) if (run / "metrics.jsonl").exists() else None)
+            table.append((s, vals))
+        complete = [(s, sum(v) / len(v)) for s, v in table if all(x is not None for x in v)]
+        if len(complete) < len(table):
+            out.append(Choice(arm, table, None, f"{len(table) - len(complete)} setting(s) incomplete"))
+            continue
+        best = max(complete, key=lambda sv: (round(sv[1], 12), -sv[0].lr))
+        note = _edge_note(best[0], start)
+        out.append(Choice(arm, table, best[0], note))
+    return out
+
+
+def _edge_note(s: Setting, start: str) -> str:
+    sgd, adamw = (SGD_LRS, ADAMW_LRS) if start == "random" else (SFT_SGD_LRS, SFT_ADAMW_LRS)
+    grid = sgd if s.optimizer == "sgd" else adamw
+    if math.isclose(s.lr, grid[0]) or math.isclose(s.lr, grid[-1]):
+        return "at the edge of its grid: extend once (protocol, Tuning)"
+    return ""
+
+
+def render_selection(choices: list[Choice], start: str = "random") -> str:
+    lines = [f"# Tuning ({'random weights' if start == 'random' else 'SFT start'}): mean validation SR on the "
+             f"tuning tasks, steps {WINDOW[0]}-{WINDOW[1]}, seeds {', '.join(map(str, TUNING_SEEDS))}", ""]
+    for c in choices:
+        lines.append(f"## {c.arm.env} {c.arm.name}: {c.chosen.tag if c.chosen else 'not chosen'}"
+                     + (f" ({c.note})" if c.note else ""))
+        lines.append("")
+        lines.append("| setting | " + " | ".join(f"seed {s}" for s in TUNING_SEEDS) + " | mean |")
+        lines.append("|---|" + "---|" * (len(TUNING_SEEDS) + 1))
+        for s, vals in c.table:
+            cells = ["–" if v is None else f"{100 * v:.1f}" for v in vals]
+            mean = "–" if any(v is None for v in vals) else f"{100 * sum(vals) / len(vals):.1f}"
+            mark = " **←**" if c.chosen == s else ""
+            lines.append(f"| {s.tag} | " + " | ".join(cells) + f" | {mean}{mark} |")
+        lines.append("")
+    return "\n".join(lines)

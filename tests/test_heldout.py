@@ -1,0 +1,88 @@
+"""The held-out study's machinery: configs that match the protocol, tuning selection, its sets."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proas import tasksets
+from proas.cli import main as proas_main
+from proas.errors import ProasError
+from proas.experiments import heldout
+from proas.experiments.spec import load_study, parse_study
+
+
+def test_shipped_tuning_configs_are_what_the_protocol_constants_give():
+    for start in ("random", "sft"):
+        assert heldout.config_path(start).read_text(encoding="utf-8") == heldout.study_yaml(start)
+    assert proas_main(["heldout", "configs", "--check"]) == 0
+
+
+def test_the_tuning_grid_runs_each_arm_on_its_own_env_only(tmp_path):
+    study = load_study("heldout_tune")
+    specs = study.runs(tmp_path)
+    per_env = {e: {(s.row, s.seed) for s in specs if s.env == e} for e in ("household", "shop")}
+    # household: 6 arms x 7 settings; shop: 4 arms x 7 + GiGPO's 2 arms x 7 x 2 modes; 2 seeds each
+    assert len(per_env["household"]) == 6 * 7 * 2
+    assert len(per_env["shop"]) == (4 * 7 + 2 * 14) * 2
+    assert not any(r.endswith(("_mn", "_msn")) for r, _ in per_env["household"])
+    assert not any(r.startswith("gigpo") and not r.endswith(("_mn", "_msn")) for r, _ in per_env["shop"])
+    assert {s.seed for s in specs} == set(heldout.TUNING_SEEDS)
+    # every run validates on the tuning tasks, never on the evaluation set
+    for s in specs:
+        val = [o for o in s.overrides if o.startswith("env.fixed_val_set.path=")]
+        assert val and val[0].endswith(f"tuning_val_set/{s.env}.jsonl"), s
+
+
+def test_a_row_restricted_to_envs_must_name_the_studys_envs():
+    base = {"study": "x", "envs": ["household", "shop"], "seeds": [0], "steps": 1}
+    ok = parse_study(dict(base, rows=[{"id": "a", "overrides": ["seed=1"], "envs": ["shop"]}]), "t")
+    assert ok.rows[0].envs == ("shop",)
+    with pytest.raises(ProasError, match="envs"):
+        parse_study(dict(base, rows=[{"id": "a", "overrides": ["seed=1"], "envs": ["garden"]}]), "t")
+
+
+def _fake_run(root: Path, env: str, row: str, seed: int, vals: dict[int, float]):
+    d = root / env / row / f"seed{seed}"
+    d.mkdir(parents=True)
+    lines = [json.dumps({"step": s, "val/sr": v}) for s, v in sorted(vals.items())]
+    (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_mean_validation_needs_every_reading_of_its_window():
+    recs = [{"step": s, "val/sr": s / 1000} for s in range(0, 151, 10)]
+    assert heldout.mean_val(recs) == pytest.approx(sum(range(50, 151, 10)) / 11 / 1000)
+    assert heldout.mean_val([r for r in recs if r["step"] != 100]) is None
+
+
+def test_selection_takes_the_best_mean_and_breaks_ties_towards_the_smaller_rate(tmp_path):
+    arm = heldout.Arm("household", "grpo", "none")
+    grid = heldout.settings(arm)
+    # every setting scores 0.2 except sgd0.3 and sgd1, which tie at 0.5 on the mean
+    for s in grid:
+        for seed in heldout.TUNING_SEEDS:
+            v = {"sgd0.3": (0.4, 0.6), "sgd1": (0.6, 0.4)}.get(s.tag, (0.2, 0.2))[heldout.TUNING_SEEDS.index(seed)]
+            _fake_run(tmp_path, arm.env, heldout.row_id(arm, s), seed, {k: v for k in range(0, 151, 10)})
+    choices = {(c.arm.env, c.arm.name): c for c in heldout.select(tmp_path)}
+    assert choices[("household", "grpo_none")].chosen.tag == "sgd0.3"
+    assert choices[("household", "grpo_proas")].chosen is None  # no runs at all
+    text = heldout.render_selection(list(choices.values()))
+    assert "household grpo_none: sgd0.3" in text
+
+
+def test_the_tuning_sets_share_no_task_with_training_or_evaluation(tmp_path):
+    """`proas schedule make-tuning-val` is deterministic (the shipped sets are what it writes)
+    and its sets are disjoint from the training pool and the evaluation validation set."""
+    from proas.tasksets_cli import resolve_env
+
+    for env in ("shop",):  # household's generator is slow to build every split; shop covers the code
+        out = tmp_path / f"{env}.jsonl"
+        assert proas_main(["schedule", "make-tuning-val", "--env", env, "--out", str(out)]) == 0
+        made = tasksets.load_val_set(env, path=out)
+        shipped = tasksets.load_val_set(env, path=tasksets.tuning_val_set_path(env))
+        assert made.task_ids == shipped.task_ids and made.manifest["kind"] == "tuning_val_set"
+        e = resolve_env(env)
+        assert not set(made.task_ids) & set(e.task_ids("train"))
+        assert not set(made.task_ids) & set(e.task_ids("valid"))
+    household = tasksets.load_val_set("household", path=tasksets.tuning_val_set_path("household"))
+    assert all(t.startswith("valid_unseen-") for t in household.task_ids)
