@@ -97,6 +97,7 @@ class Scene:
         return {0: "kitchen", 2: "livingroom", 3: "bedroom", 4: "bathroom"}[self.number // 100]
 
 
+@functools.lru_cache(maxsize=1 << 16)  # ids of the shipped layouts: a few thousand
 def receptacle_class(rid: str) -> str:
     parts = rid.split("|")
     return parts[4] if len(parts) == 5 else parts[0]
@@ -346,6 +347,7 @@ def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_
     )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def mangle(ident: str) -> str:
     """ALFRED id -> PDDL name, as ALFWorld encodes it."""
     for a, b in (("|", "_bar_"), ("+", "_plus_"), ("-", "_minus_"), (".", "_dot_"), (",", "_comma_")):

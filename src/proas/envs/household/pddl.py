@@ -9,6 +9,7 @@ getting the highest number).
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -21,9 +22,22 @@ _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 
 def parse_sexpr(text: str) -> list[Any]:
     """Parse PDDL text (``;`` comments allowed) into nested lists of lower-case strings."""
-    text = "\n".join(line.split(";", 1)[0] for line in text.lower().splitlines())
+    text = text.lower()
+    if ";" in text:
+        text = "\n".join(line.split(";", 1)[0] for line in text.splitlines())
+    tokens = _TOKEN.findall(text)
+    if '"' not in text and "\\" not in text:
+        # the same lists, built by the JSON reader: "(" -> "[", ")" -> "]", names quoted
+        body = ",".join([t if t == "(" or t == ")" else f'"{t}"' for t in tokens])
+        body = body.replace("(,", "[").replace("(", "[").replace(",)", "]").replace(")", "]")
+        try:
+            out = json.loads(f"[{body}]")
+        except ValueError:
+            pass  # unbalanced (or a name JSON does not take): the reader below says which
+        else:
+            return out
     stack: list[list[Any]] = [[]]
-    for tok in _TOKEN.findall(text):
+    for tok in tokens:
         if tok == "(":
             stack.append([])
         elif tok == ")":
@@ -74,7 +88,7 @@ def parse_problem(text: str) -> Problem:
                 objects[name] = "object"
         elif part[0] == ":init":
             for fact in part[1:]:
-                if isinstance(fact, list) and fact and all(isinstance(a, str) for a in fact):
+                if isinstance(fact, list) and fact and list not in map(type, fact):  # names only
                     init.append(tuple(fact))
         elif part[0] == ":goal":
             goal = part[1] if len(part) > 1 else ["and"]
@@ -458,6 +472,12 @@ def _check(pred: str, args: list[str], bound: frozenset[str], pos: dict[str, int
     by the positions ``pos`` of the scanned ``fact``."""
     parts = [(0, pos[a]) if a in pos else (1, a) if a in bound else (2, a) for a in args]
     if fixed_facts is None:
+        if len(parts) == 1 and parts[0][0] == 0:
+            i = parts[0][1]
+            return lambda fact, env, facts: (fact[i],) in facts.get(pred, ())
+        if len(parts) == 2 and parts[0][0] == 0 and parts[1][0] == 0:
+            i, j = parts[0][1], parts[1][1]
+            return lambda fact, env, facts: (fact[i], fact[j]) in facts.get(pred, ())
         return lambda fact, env, facts: _key(parts, fact, env) in facts.get(pred, ())
     if len(parts) == 1 and parts[0][0] == 0:
         i = parts[0][1]
