@@ -233,3 +233,23 @@ def test_collate_by_content_keys_equals_collate_by_bytes():
     for j in (0, 5, len(flat_act) // 2, len(flat_act) - 1):
         r = int(keyed["act_of"][j])
         assert keyed["act"][off[r]:off[r + 1]].tolist() == flat_act[j].tolist()
+
+
+@pytest.mark.parametrize("history_length", [0, 1, 2, 3])
+def test_a_turn_featurized_at_once_equals_each_context_on_its_own(history_length):
+    """``Featurizer.batch`` (numpy over a whole turn) gives every context exactly what the
+    one-context methods give: candidates, context ids, action arrays and pair arrays, on a
+    shuffled mix of household contexts (shared tasks, repeats in the history, invalid ones)."""
+    ctxs = _episodes(task_ids("train")[:8], seed=11)
+    order = np.random.default_rng(0).permutation(len(ctxs))
+    batch = [ctxs[i] for i in order[:300]]
+    f = Featurizer(8, history_length=history_length)
+    got = f.batch(batch)
+    ref = Featurizer(8, history_length=history_length)
+    for ctx, (cands, ids, acts, act_keys, pairs, pair_keys) in zip(batch, got):
+        want = list(dict.fromkeys(list(ctx.admissible) + list(ctx.invalid_candidates)))
+        assert cands == want
+        assert np.array_equal(ids, ref.context_ids(ctx))
+        assert [a.tolist() for a in acts] == [ref.action_ids(a).tolist() for a in want]
+        assert [p.tolist() for p in pairs] == [p.tolist() for p in ref.pair_ids(ctx, want)]
+        assert len(act_keys) == len(pair_keys) == len(want)

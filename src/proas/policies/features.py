@@ -87,6 +87,16 @@ class Featurizer:
         # content -> small integer, one table per embedding table (see ``_row_key``)
         self._act_keys: dict[bytes, int] = {}
         self._pair_keys: dict[bytes, int] = {}
+        self._pair_table: list[np.ndarray] = []  # pair key -> its ids
+        # the turn-at-a-time path (``batch``)
+        self._wids: dict[str, int] = {}
+        self._wset_cache: dict[str, np.ndarray] = {}
+        self._rset_cache: dict[tuple, np.ndarray] = {}
+        self._anum: dict[str, int] = {}
+        self._verb_nums: dict[str, int] = {}
+        self._verb_list: list[str] = []
+        self._blocks: dict[tuple, tuple] = {}
+        self._code_keys: dict[tuple[int, int], int] = {}
 
     def _id(self, feature: str) -> int:
         fid = self._cache.get(feature)
@@ -183,13 +193,16 @@ class Featurizer:
                 self._base_cache[key] = base
         return self.with_step(base, ctx.step)
 
-    def _row_key(self, table: dict[bytes, int], ids: np.ndarray) -> int:
+    def _row_key(self, table: dict[bytes, int], ids: np.ndarray, arrays: list[np.ndarray] | None = None) -> int:
         """A small integer naming the content of ``ids`` (equal arrays, equal keys): lets a batch
-        find its distinct rows with one ``np.unique`` instead of hashing every array's bytes."""
+        find its distinct rows with one ``np.unique`` instead of hashing every array's bytes.
+        ``arrays`` (when given) keeps each key's array at its index."""
         raw = ids.tobytes()
         key = table.get(raw)
         if key is None:
             key = table[raw] = len(table)
+            if arrays is not None:
+                arrays.append(ids)
         return key
 
     def action_rows(self, actions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -281,10 +294,184 @@ class Featurizer:
             f"ma:{verb}:{in_task}:{adm}",
         )
         ids = np.fromiter((self._id(f) for f in feats), dtype=np.int64)
-        entry = (ids, self._row_key(self._pair_keys, ids))
+        entry = (ids, self._row_key(self._pair_keys, ids, self._pair_table))
         if len(self._pair_cache) < 1 << 18:
             self._pair_cache[key] = entry
         return entry
+
+    # ------------------------------------------------------------------ a turn at once
+    #
+    # ``batch`` computes, for every context of a turn, what ``context_ids``, ``action_rows``
+    # and ``pair_rows`` give one context at a time (tests/test_scorer_features.py checks it),
+    # with numpy over the turn's candidates instead of Python per candidate: words become
+    # integer ids, the word tests become sorted-array look-ups, and each candidate's pair key
+    # becomes one integer code looked up once per distinct code.
+
+    def _word_id(self, w: str) -> int:
+        wid = self._wids.get(w)
+        if wid is None:
+            wid = self._wids[w] = len(self._wids)
+        return wid
+
+    def _word_set(self, text: str) -> np.ndarray:
+        """Sorted distinct word ids of ``text`` (all its words: the pair features' sets)."""
+        ids = self._wset_cache.get(text)
+        if ids is None:
+            ids = np.unique(np.fromiter((self._word_id(w) for w in words(text)), dtype=np.int64))
+            if len(self._wset_cache) < _TEXT_CACHE:
+                self._wset_cache[text] = ids
+        return ids
+
+    def _recent_set(self, obs: tuple[str, ...]) -> np.ndarray:
+        ids = self._rset_cache.get(obs)
+        if ids is None:
+            ids = np.unique(np.concatenate([self._word_set(o) for o in obs])) if obs else np.zeros(0, np.int64)
+            if len(self._rset_cache) < _TEXT_CACHE:
+                self._rset_cache[obs] = ids
+        return ids
+
+    def _action_num(self, action: str) -> int:
+        num = self._anum.get(action)
+        if num is None:
+            num = self._anum[action] = len(self._anum)
+        return num
+
+    def _block(self, admissible: tuple[str, ...], invalid: tuple[str, ...]) -> tuple:
+        """Everything about a candidate list that does not depend on the rest of the context:
+        the candidates (admissible then invalid, each once), their action arrays and keys, and
+        per candidate its number, verb, whether it is shown as admissible, and its named words
+        (flattened: candidate index, word id, is-not-a-number)."""
+        key = (admissible, invalid)
+        blk = self._blocks.get(key)
+        if blk is not None:
+            return blk
+        cands = list(dict.fromkeys(admissible + invalid))
+        n_adm = len(dict.fromkeys(admissible))
+        acts, act_keys = self.action_rows(cands)
+        nums = np.fromiter((self._action_num(a) for a in cands), dtype=np.int64, count=len(cands))
+        verbs, verb_wids, flat_c, flat_w, flat_nd = [], [], [], [], []
+        for c, a in enumerate(cands):
+            verb, named, _ = self._action_words(a)
+            vnum = self._verb_nums.get(verb)
+            if vnum is None:
+                vnum = self._verb_nums[verb] = len(self._verb_list)
+                self._verb_list.append(verb)
+            verbs.append(vnum)
+            verb_wids.append(self._word_id(verb) if verb != "<none>" else -1)
+            for w in named:
+                flat_c.append(c)
+                flat_w.append(self._word_id(w))
+                flat_nd.append(not w.isdigit())
+        adm = np.array([int(c < n_adm and a != "help") for c, a in enumerate(cands)], dtype=np.int64)
+        blk = (cands, acts, act_keys, nums, np.array(verbs, dtype=np.int64), np.array(verb_wids, dtype=np.int64),
+               adm, np.array(flat_c, dtype=np.int64), np.array(flat_w, dtype=np.int64), np.array(flat_nd, dtype=bool))
+        if len(self._blocks) < _CONTEXT_CACHE:
+            self._blocks[key] = blk
+        return blk
+
+    def batch(self, contexts: list[Context]) -> list[tuple[list[str], np.ndarray, list[np.ndarray], np.ndarray,
+                                                            list[np.ndarray], np.ndarray]]:
+        """Per context: (candidates, context ids, action arrays, action keys, pair arrays, pair
+        keys), exactly what ``candidate_actions``, ``context_ids``, ``action_rows`` and
+        ``pair_rows`` give it."""
+        if not contexts:
+            return []
+        H = self.history_length
+        blocks, ctx_parts, recents = [], [], []
+        for ctx in contexts:
+            if ctx.admissible is None:
+                from proas.policies.base import candidate_actions
+
+                candidate_actions(ctx)  # raises the one-line error
+            blk = self._block(tuple(ctx.admissible), tuple(ctx.invalid_candidates))
+            if not blk[0]:
+                from proas.errors import ProasError
+
+                raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
+            blocks.append(blk)
+            recent = self._recent(ctx)
+            recents.append(recent)
+            sid = self._step_ids.get(ctx.step)
+            if sid is None:
+                sid = self._step_ids[ctx.step] = self._id(f"n:{ctx.step}")
+            parts = [np.array([self._id("bias"), sid], dtype=np.int64), self._text_ids("t", ctx.task),
+                     self._text_ids("o", ctx.observation), self._list_ids(shown_admissible(ctx))]
+            for k, (obs, action) in enumerate(recent, 1):
+                parts.append(self._text_ids(f"o{k}", obs))
+                parts.append(self._text_ids(f"a{k}", action))
+            ctx_parts.append(parts)
+        B = len(contexts)
+        # context ids: one np.unique over (context, id) for the whole turn
+        flat_parts = [p for parts in ctx_parts for p in parts]
+        lens = np.fromiter((sum(len(p) for p in parts) for parts in ctx_parts), dtype=np.int64, count=B)
+        owner = np.repeat(np.arange(B, dtype=np.int64), lens)
+        uniq = np.unique((owner << 32) | np.concatenate(flat_parts))
+        bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
+        ctx_ids = uniq & 0xFFFFFFFF
+        # candidates of the turn, flattened
+        n_c = np.fromiter((len(b[0]) for b in blocks), dtype=np.int64, count=B)
+        c_off = np.zeros(B + 1, dtype=np.int64)
+        np.cumsum(n_c, out=c_off[1:])
+        N = int(c_off[-1])
+        cand_ctx = np.repeat(np.arange(B, dtype=np.int64), n_c)
+        nums = np.concatenate([b[3] for b in blocks])
+        verbs = np.concatenate([b[4] for b in blocks])
+        verb_wids = np.concatenate([b[5] for b in blocks])
+        adm = np.concatenate([b[6] for b in blocks])
+        n_w = np.fromiter((len(b[7]) for b in blocks), dtype=np.int64, count=B)
+        w_cand = np.concatenate([b[7] for b in blocks]) + np.repeat(c_off[:-1], n_w)
+        w_ids = np.concatenate([b[8] for b in blocks])
+        w_nd = np.concatenate([b[9] for b in blocks])
+        w_ctx = cand_ctx[w_cand]
+
+        def member(sets: list[np.ndarray], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            """Whether ``ids[j]`` is in ``sets[ctx_of[j]]`` (each set sorted, distinct)."""
+            sizes = np.fromiter((len(x) for x in sets), dtype=np.int64, count=len(sets))
+            table = (np.repeat(np.arange(len(sets), dtype=np.int64), sizes) << 32) | (
+                np.concatenate(sets) if sets else np.zeros(0, np.int64))
+            if len(table) == 0:
+                return np.zeros(len(ids), dtype=bool)
+            probe = (ctx_of << 32) | np.where(ids < 0, 0xFFFFFFFF, ids)
+            pos = np.minimum(np.searchsorted(table, probe), len(table) - 1)
+            return (table[pos] == probe) & (ids >= 0)
+
+        task_sets = [self._word_set(c.task) for c in contexts]
+        obs_sets = [self._word_set(c.observation) for c in contexts]
+        rec_sets = [self._recent_set(tuple(o for o, _ in r)) for r in recents]
+        in_task = np.bincount(w_cand, weights=member(task_sets, w_ctx, w_ids) & w_nd, minlength=N).astype(np.int64)
+        in_obs = np.bincount(w_cand, weights=member(obs_sets, w_ctx, w_ids), minlength=N).astype(np.int64)
+        in_rec = np.bincount(w_cand, weights=member(rec_sets, w_ctx, w_ids), minlength=N).astype(np.int64)
+        verb_in_task = member(task_sets, cand_ctx, verb_wids).astype(np.int64)
+        pos = np.zeros(N, dtype=np.int64)
+        for k in range(H, 0, -1):  # the most recent repeat wins (position 1)
+            rk = np.fromiter((self._action_num(r[k - 1][1]) if len(r) >= k else -1 for r in recents),
+                             dtype=np.int64, count=B)
+            pos = np.where(nums == rk[cand_ctx], k, pos)
+        code = ((((((verbs * 2 + adm) * 4 + np.minimum(in_task, 3)) * 4 + np.minimum(in_obs, 3)) * 4
+                  + np.minimum(in_rec, 3)) * (H + 1) + pos) * 2 + verb_in_task)
+        codes, inverse = np.unique(code, return_inverse=True)
+        code_keys = np.empty(len(codes), dtype=np.int64)
+        for j, cd in enumerate(codes.tolist()):
+            hit = self._code_keys.get((H, cd))
+            if hit is None:
+                rest, vit = divmod(cd, 2)
+                rest, p = divmod(rest, H + 1)
+                rest, ir = divmod(rest, 4)
+                rest, io = divmod(rest, 4)
+                rest, it = divmod(rest, 4)
+                vnum, a = divmod(rest, 2)
+                key = (self._verb_list[vnum], a, it, io, ir, p, bool(vit))
+                entry = self._pair_cache.get(key) or self._pair_entry(key)
+                hit = self._code_keys[(H, cd)] = entry[1]
+            code_keys[j] = hit
+        pair_keys = code_keys[inverse.reshape(-1)]
+        table = self._pair_table
+        out = []
+        for i, blk in enumerate(blocks):
+            pk = pair_keys[c_off[i]:c_off[i + 1]]
+            out.append((list(blk[0]), ctx_ids[bounds[i]:bounds[i + 1]], blk[1], blk[2],
+                        [table[k] for k in pk.tolist()], pk))
+        return out
 
     def pair_ids(self, ctx: Context, actions: list[str]) -> list[np.ndarray]:
         """Feature ids relating each action to the context's visible text."""

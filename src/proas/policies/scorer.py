@@ -30,9 +30,6 @@ from proas.policies.features import Featurizer
 
 __all__ = ["ScorerModule", "ScorerPolicy"]
 
-#: contexts whose features the scorer keeps (a bound: a long run meets new contexts forever)
-_FEATURE_CACHE = 1 << 16
-
 
 class ScorerModule(nn.Module):
     """The learned tables: context embeddings, action embeddings, pair weights."""
@@ -143,7 +140,6 @@ class ScorerPolicy(Policy):
         self.weight_decay = weight_decay
         self.history_length = history_length
         self.features = Featurizer(bits, history_length=history_length)
-        self._feature_cache: dict[tuple, tuple] = {}
         self.module = ScorerModule(bits, dim, init_std, seed)
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
@@ -157,31 +153,20 @@ class ScorerPolicy(Policy):
         return candidate_actions(ctx, "scorer")
 
     def featurize(self, ctx: Context) -> tuple[list[str], dict[str, Any]]:
-        """The candidates of ``ctx`` and their feature arrays (``_collate``'s input).
+        """The candidates of ``ctx`` and their feature arrays (``_collate``'s input)."""
+        return self.featurize_batch([ctx])[0]
 
-        Contexts recur (every trajectory of a group starts alike, and a settled policy walks the
-        same states), so all but the step-count feature is cached per ``Featurizer.context_key``;
-        the arrays are shared between calls and never written to."""
-        f = self.features
-        key = f.context_key(ctx)
-        rec = self._feature_cache.get(key)
-        if rec is None:
-            cands = self.candidates(ctx)
-            act, act_key = f.action_rows(cands)
-            pair, pair_key = f.pair_rows(ctx, cands)
-            rec = (cands, f.context_base(ctx), act, act_key, pair, pair_key)
-            if len(self._feature_cache) < _FEATURE_CACHE:
-                self._feature_cache[key] = rec
-        cands, base, act, act_key, pair, pair_key = rec
-        data = {"ctx": f.with_step(base, ctx.step), "act": act, "pair": pair, "act_key": act_key,
-                "pair_key": pair_key}
-        return list(cands), data
+    def featurize_batch(self, contexts: Sequence[Context]) -> list[tuple[list[str], dict[str, Any]]]:
+        """``featurize`` for a turn's contexts at once (``Featurizer.batch``). The arrays are
+        shared with the featurizer's tables and never written to."""
+        return [(cands, {"ctx": ctx_ids, "act": act, "pair": pair, "act_key": act_key, "pair_key": pair_key})
+                for cands, ctx_ids, act, act_key, pair, pair_key in self.features.batch(list(contexts))]
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
         if not contexts:
             return []
-        featurized = [self.featurize(c) for c in contexts]
+        featurized = self.featurize_batch(contexts)
         scores = self.module.scores(_collate([d for _, d in featurized])).double()
         logp_t = torch.log_softmax(scores, dim=-1)
         # the entropy of the policy's own candidate distribution (temperature 1), whatever the
