@@ -83,6 +83,7 @@ class Featurizer:
         self._pair_cache: dict[tuple, tuple[np.ndarray, int]] = {}
         self._word_cache: dict[str, tuple] = {}
         self._base_cache: dict[tuple, np.ndarray] = {}
+        self._command_cache: dict[str, np.ndarray] = {}
         self._step_ids: dict[int, int] = {}
         # content -> small integer, one table per embedding table (see ``_row_key``)
         self._act_keys: dict[bytes, int] = {}
@@ -96,6 +97,7 @@ class Featurizer:
         self._verb_nums: dict[str, int] = {}
         self._verb_list: list[str] = []
         self._blocks: dict[tuple, tuple] = {}
+        self._info_cache: dict[str, tuple] = {}
         self._code_keys: dict[tuple[int, int], int] = {}
 
     def _id(self, feature: str) -> int:
@@ -128,16 +130,26 @@ class Featurizer:
         """
         ids = self._list_cache.get(shown)
         if ids is None:
-            feats = set()
-            for a in shown:
-                ws = words(a)
-                if not ws:
-                    continue
+            # the list's ids as a set: each command's ids are cached, and the context ids are
+            # made distinct and sorted downstream (np.unique), so only the set matters here
+            parts = [self._command_list_ids(a) for a in shown]
+            ids = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+            if len(self._list_cache) < _LIST_CACHE:
+                self._list_cache[shown] = ids
+        return ids
+
+    def _command_list_ids(self, command: str) -> np.ndarray:
+        """The ids one command adds to its admissible list's features (cached per command)."""
+        ids = self._command_cache.get(command)
+        if ids is None:
+            ws = words(command)
+            feats: set[str] = set()
+            if ws:
                 feats.add("s:" + ws[0])
                 feats.update(f"s:{ws[0]}:{w}" for w in ws[1:] if w not in _GLUE and not w.isdigit())
             ids = self._ids(feats)
-            if len(self._list_cache) < _LIST_CACHE:
-                self._list_cache[shown] = ids
+            if len(self._command_cache) < 1 << 18:
+                self._command_cache[command] = ids
         return ids
 
     def _recent(self, ctx: Context) -> list[tuple[str, str]]:
@@ -347,27 +359,37 @@ class Featurizer:
             return blk
         cands = list(dict.fromkeys(admissible + invalid))
         n_adm = len(dict.fromkeys(admissible))
+        infos = [self._cand_info(a) for a in cands]
         acts, act_keys = self.action_rows(cands)
-        nums = np.fromiter((self._action_num(a) for a in cands), dtype=np.int64, count=len(cands))
-        verbs, verb_wids, flat_c, flat_w, flat_nd = [], [], [], [], []
-        for c, a in enumerate(cands):
-            verb, named, _ = self._action_words(a)
+        named = [i[3] for i in infos]
+        lens = np.fromiter((len(x) for x in named), dtype=np.int64, count=len(named))
+        flat_w = np.concatenate(named) if named else np.zeros(0, dtype=np.int64)
+        adm = np.fromiter((c < n_adm and a != "help" for c, a in enumerate(cands)), dtype=np.int64, count=len(cands))
+        blk = (cands, acts, act_keys, np.fromiter((i[0] for i in infos), dtype=np.int64, count=len(infos)),
+               np.fromiter((i[1] for i in infos), dtype=np.int64, count=len(infos)),
+               np.fromiter((i[2] for i in infos), dtype=np.int64, count=len(infos)), adm,
+               np.repeat(np.arange(len(cands), dtype=np.int64), lens), flat_w,
+               np.concatenate([i[4] for i in infos]) if infos else np.zeros(0, dtype=bool))
+        if len(self._blocks) < _CONTEXT_CACHE:
+            self._blocks[key] = blk
+        return blk
+
+    def _cand_info(self, action: str) -> tuple[int, int, int, np.ndarray, np.ndarray]:
+        """(action number, verb number, verb word id or -1, named word ids, named word is not a
+        number) of a candidate action (cached)."""
+        info = self._info_cache.get(action)
+        if info is None:
+            verb, named, _ = self._action_words(action)
             vnum = self._verb_nums.get(verb)
             if vnum is None:
                 vnum = self._verb_nums[verb] = len(self._verb_list)
                 self._verb_list.append(verb)
-            verbs.append(vnum)
-            verb_wids.append(self._word_id(verb) if verb != "<none>" else -1)
-            for w in named:
-                flat_c.append(c)
-                flat_w.append(self._word_id(w))
-                flat_nd.append(not w.isdigit())
-        adm = np.array([int(c < n_adm and a != "help") for c, a in enumerate(cands)], dtype=np.int64)
-        blk = (cands, acts, act_keys, nums, np.array(verbs, dtype=np.int64), np.array(verb_wids, dtype=np.int64),
-               adm, np.array(flat_c, dtype=np.int64), np.array(flat_w, dtype=np.int64), np.array(flat_nd, dtype=bool))
-        if len(self._blocks) < _CONTEXT_CACHE:
-            self._blocks[key] = blk
-        return blk
+            info = (self._action_num(action), vnum, self._word_id(verb) if verb != "<none>" else -1,
+                    np.fromiter((self._word_id(w) for w in named), dtype=np.int64, count=len(named)),
+                    np.fromiter((not w.isdigit() for w in named), dtype=bool, count=len(named)))
+            if len(self._info_cache) < 1 << 18:
+                self._info_cache[action] = info
+        return info
 
     def batch(self, contexts: list[Context]) -> list[tuple[list[str], np.ndarray, list[np.ndarray], np.ndarray,
                                                             list[np.ndarray], np.ndarray]]:
