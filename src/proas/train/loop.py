@@ -355,8 +355,9 @@ class Trainer:
         # old log-probs, token by token, before any update (verl's old_log_prob); a policy whose
         # rollout log-probs are exact (the scorer: same weights, same arithmetic) reuses them
         old_tok: list[torch.Tensor] = []
+        old_one: torch.Tensor | None = None  # one token a step (the scorer): every step's at once
         if self.policy.exact_rollout_logp:
-            old_tok = [torch.tensor([float(s.extra["logp"])]) for s in steps]
+            old_one = torch.tensor([float(s.extra["logp"]) for s in steps], dtype=torch.float32)
         else:
             with torch.no_grad():
                 for group in self.policy.micro_batches(data, micro):
@@ -377,7 +378,10 @@ class Trainer:
                     weight = len(sub) / len(idx)
                     prepared = self.policy.prepare([data[i] for i in sub])
                     st = self.policy.evaluate(prepared)
-                    old = _pad([old_tok[i] for i in sub], st.logp)
+                    if old_one is not None and st.logp.shape[1] == 1:
+                        old = old_one[torch.from_numpy(sub)][:, None].to(st.logp.dtype)
+                    else:
+                        old = _pad([old_tok[i] if old_one is None else old_one[i:i + 1] for i in sub], st.logp)
                     pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp), st.mask,
                                          clip_low=a.clip_low, clip_high=clip_high, dual_clip=a.dual_clip,
                                          agg=a.loss_agg)
