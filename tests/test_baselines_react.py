@@ -338,7 +338,7 @@ def test_serve_answers_100_concurrent_clients_without_resets(served):
 def test_serve_413_on_an_oversize_body_before_reading_it(served, sft_run):
     server, url = served
     # a declared 50 MB body is refused from its header: nothing is read
-    status, headers, body, closed = _raw(_port(url), b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    status, headers, body, closed = _raw(_port(url), b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                          b"Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{")
     assert status == 413 and "larger than the limit of 1048576 bytes" in _error_of(status, headers, body)["message"]
     assert closed
@@ -346,7 +346,8 @@ def test_serve_413_on_an_oversize_body_before_reading_it(served, sft_run):
     with _Started(server, max_body=4096) as srv:
         chunk = b"x" * 1024
         data = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(6)) + b"0\r\n\r\n"
-        status, headers, body, closed = _raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        status, headers, body, closed = _raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                             b"Content-Type: application/json\r\n"
                                              b"Transfer-Encoding: chunked\r\n\r\n" + data)
         assert status == 413 and "limit of 4096 bytes" in _error_of(status, headers, body)["message"] and closed
         assert _post(srv.port, _chat_body())[0] == 200  # a body under the limit is answered
@@ -394,25 +395,26 @@ def test_serve_answers_a_short_body_within_the_read_timeout(served):
     with _Started(server, read_timeout=1.0, keep_alive=1.0) as srv:
         t0 = time.monotonic()
         # 100 bytes declared, 10 sent: answered 408 and closed instead of waiting forever
-        status, headers, body, closed = _raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                                             b"Content-Length: 100\r\n\r\n" + b"{" * 10, timeout=10)
+        status, headers, body, closed = _raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                             b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                                             + b"{" * 10, timeout=10)
         assert status == 408 and "not received within 1 s" in _error_of(status, headers, body)["message"]
         assert closed and time.monotonic() - t0 < 5
         # headers that stall half-way: the connection is closed after the read timeout
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
             t0 = time.monotonic()
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             assert s.recv(1) == b"" and 0.5 < time.monotonic() - t0 < 5
         # and after a first answer on a keep-alive connection, too
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
-            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert _read_answer(s)[0] == 200
             t0 = time.monotonic()
             s.sendall(b"GET /v1/models HTTP/1.1\r\n")
             assert s.recv(1) == b"" and 0.5 < time.monotonic() - t0 < 5
         # an idle keep-alive connection is closed after --keep-alive seconds
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
-            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             t0 = time.monotonic()
             data = b""
             while True:

@@ -30,7 +30,15 @@ request's text; parsing is linear in the body (``proas.baselines.react_format``)
 ``{"error": {"message", "type", "param", "code"}}``: 400 for malformed JSON (including nesting
 deeper than the parser's limit of 200 levels) and for schema or conversation-format errors,
 404/405 for unknown routes and methods.
-The server binds loopback addresses only: it exposes a model without authentication.
+
+The server binds loopback addresses only: it exposes a model without authentication. Web pages
+in the user's browser are kept out too: every request must name a loopback host in its ``Host``
+header (``localhost``, an address of 127.0.0.0/8 or ``[::1]``, with or without a port; the
+address bound is always one of them), else it is answered 403 (``permission_error``), which
+defeats DNS rebinding (a page of ``evil.example`` whose name now resolves to 127.0.0.1 still
+sends ``Host: evil.example``); and a chat request's body must be sent as ``Content-Type:
+application/json``, else 415, so a page cannot post to it without a CORS preflight, which the
+server does not grant (it answers ``OPTIONS`` 405 without CORS headers).
 """
 
 from __future__ import annotations
@@ -57,9 +65,12 @@ from proas.errors import ProasError
 from proas.policies.base import Context
 
 __all__ = ["MAX_N", "MAX_SEED", "ChatCompletionRequest", "ChatMessage", "PolicyServer", "PreparedRequest",
-           "ServeLimits", "ServerHandle", "check_loopback", "create_app", "make_server", "parse_request"]
+           "ServeLimits", "ServerHandle", "check_loopback", "create_app", "json_content_type", "loopback_host",
+           "make_server", "parse_request"]
 
 _LOOPBACK_NAMES = {"localhost"}
+_LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
+_LOOPBACK_V6 = ipaddress.IPv6Address("::1")
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed; OpenAI's servers take a signed 64-bit one
 MAX_N = 16  # choices per request: each one is a policy sample
 # literals and one character class: linear on any text (tests/test_react_parse_time.py)
@@ -78,6 +89,40 @@ def check_loopback(host: str) -> str:
     except ValueError:
         pass
     raise ProasError(f"--host {host!r}: proas serve binds loopback addresses only (127.0.0.1, ::1, localhost)")
+
+
+def loopback_host(value: str) -> bool:
+    """Whether a ``Host`` header names this machine's loopback: ``localhost`` (any case), an
+    IPv4 address of 127.0.0.0/8 in dotted-quad form or ``[::1]``, each with or without a port.
+    Anything else (another name, ``localhost.``, a subdomain, a bare ``::1``, an empty port) is
+    not."""
+    if value.startswith("["):
+        host, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and _port(rest[1:]))):
+            return False
+        try:
+            return ipaddress.IPv6Address(host) == _LOOPBACK_V6
+        except ValueError:
+            return False
+    host, colon, port = value.partition(":")
+    if colon and not _port(port):
+        return False
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.IPv4Address(host) in _LOOPBACK_V4
+    except ValueError:
+        return False
+
+
+def _port(text: str) -> bool:
+    return 0 < len(text) <= 5 and text.isascii() and text.isdigit() and int(text) <= 65535
+
+
+def json_content_type(value: str | None) -> bool:
+    """Whether a ``Content-Type`` header is ``application/json`` (any case; parameters such as
+    ``charset`` allowed)."""
+    return value is not None and value.partition(";")[0].strip().lower() == "application/json"
 
 
 # --- the request schema ------------------------------------------------------------------------
@@ -358,10 +403,32 @@ async def _read_body(request, limits: ServeLimits) -> bytes:
     return b"".join(chunks)
 
 
+class _LoopbackHostOnly:
+    """ASGI middleware: a request whose ``Host`` is not a loopback name (``loopback_host``), or
+    that has none or several, is answered 403 before any route sees it."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            hosts = [v.decode("latin-1") for k, v in scope["headers"] if k == b"host"]
+            if len(hosts) != 1 or not loopback_host(hosts[0]):
+                shown = repr(hosts[0][:100]) if len(hosts) == 1 else ("missing" if not hosts else "given twice")
+                response = _error_response(
+                    403, f"the Host header ({shown}) is not a loopback name: proas serve answers requests "
+                         "addressed to localhost, 127.0.0.0/8 or [::1] only", "permission_error",
+                    headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(server: PolicyServer, limits: ServeLimits | None = None):
     """The ASGI app serving ``server`` (its queue is ``app.state.queue``)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -375,6 +442,11 @@ def create_app(server: PolicyServer, limits: ServeLimits | None = None):
         except _HTTPError as exc:
             return _error_response(exc.status, exc.message, exc.kind, headers=exc.headers)
         try:
+            content_type = request.headers.get("content-type")
+            if not json_content_type(content_type):
+                shown = "none" if content_type is None else repr(content_type[:100])
+                raise _HTTPError(415, f"the request body must be JSON sent with Content-Type: application/json "
+                                      f"(Content-Type: {shown})", close=True)
             body = await _read_body(request, limits)
             return JSONResponse(await queue.run(await queue.parse(body)))
         except _HTTPError as exc:
@@ -400,7 +472,8 @@ def create_app(server: PolicyServer, limits: ServeLimits | None = None):
 
     routes = [Route(p, chat, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/chat/completions/")]
     routes += [Route(p, models, methods=["GET"]) for p in ("/v1/models", "/v1/models/")]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error},
+                    middleware=[Middleware(_LoopbackHostOnly)])
     app.state.queue = queue
     app.state.limits = limits
     return app
