@@ -86,3 +86,39 @@ def test_the_tuning_sets_share_no_task_with_training_or_evaluation(tmp_path):
         assert not set(made.task_ids) & set(e.task_ids("valid"))
     household = tasksets.load_val_set("household", path=tasksets.tuning_val_set_path("household"))
     assert all(t.startswith("valid_unseen-") for t in household.task_ids)
+
+
+def test_paired_interval_p_value_and_verdicts_follow_the_protocol():
+    # ten seeds, differences 1..10 points: mean 5.5, sd 3.03, t(0.975, 9) = 2.262
+    d = [k / 100 for k in range(1, 11)]
+    res = heldout.paired(d)
+    assert res["n"] == 10 and res["up"] == 10
+    assert res["mean"] == pytest.approx(0.055)
+    half = 2.2621571628 * res["sd"] / 10 ** 0.5
+    assert (res["lo"], res["hi"]) == pytest.approx((0.055 - half, 0.055 + half), abs=1e-9)
+    assert res["p"] == pytest.approx(2.78e-4, rel=0.01)  # t = 5.745 on 9 df
+    assert heldout.verdict(res["lo"], res["hi"]) == "helps"
+    assert heldout.verdict(-0.08, -0.01) == "hurts"
+    assert heldout.verdict(-0.03, 0.04) == "no effect"
+    assert heldout.verdict(-0.03, 0.07) == "unresolved"
+    assert heldout.verdict(None, None) == "unresolved"
+
+
+def test_holm_adjusts_in_order_and_keeps_monotone():
+    assert heldout.holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
+
+
+def test_the_evaluation_grid_runs_proas_at_its_own_and_at_its_bases_setting():
+    chosen = {f"{a.env}/{a.name}": {"optimizer": "sgd", "lr": 1.0, "gigpo_mode": None} for a in heldout.arms()}
+    chosen["shop/grpo_proas"] = {"optimizer": "adamw", "lr": 0.003, "gigpo_mode": None}
+    study = parse_study(heldout.evaluation_study(chosen), "t")
+    ids = [r.id for r in study.rows]
+    assert "grpo_proas_at_base_shop" in ids and "grpo_proas_at_base_household" not in ids
+    assert len(ids) == 12 + 1
+    assert study.seeds == heldout.EVAL_SEEDS
+    assert "train.final_val_temperatures=[1,0]" in study.common
+    row = study.row("grpo_proas_at_base_shop")
+    assert row.envs == ("shop",) and "policy.scorer.optimizer=sgd" in row.overrides
+    del chosen["household/dapo_none"]
+    with pytest.raises(ProasError, match="household/dapo_none"):
+        heldout.evaluation_study(chosen)

@@ -231,3 +231,135 @@ def render_selection(choices: list[Choice], start: str = "random") -> str:
             lines.append(f"| {s.tag} | " + " | ".join(cells) + f" | {mean}{mark} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def selection_json(choices: list[Choice]) -> dict[str, Any]:
+    """The chosen settings as data (``select --json``), what the evaluation config is made from."""
+    out: dict[str, Any] = {}
+    for c in choices:
+        key = f"{c.arm.env}/{c.arm.name}"
+        out[key] = None if c.chosen is None else {"optimizer": c.chosen.optimizer, "lr": c.chosen.lr,
+                                                   "gigpo_mode": c.chosen.gigpo_mode, "note": c.note}
+    return out
+
+
+def _setting(d: dict[str, Any]) -> Setting:
+    return Setting(str(d["optimizer"]), float(d["lr"]), d.get("gigpo_mode"))
+
+
+def evaluation_study(chosen: dict[str, Any], start: str = "random") -> dict[str, Any]:
+    """The evaluation grid from the tuned settings (protocol, "What is run"): every arm at its
+    own setting, and each ProAS arm also at its base's setting where the two differ; the final
+    policy validated again at temperature 1.0 and greedily."""
+    rows: list[dict[str, Any]] = []
+    for arm in arms():
+        own = chosen.get(f"{arm.env}/{arm.name}")
+        if own is None:
+            raise ProasError(f"no tuned setting for {arm.env}/{arm.name}; run the tuning grid and select first")
+        variants = [(f"{arm.name}_{arm.env}", _setting(own))]
+        if arm.shaping == "proas":
+            base = chosen.get(f"{arm.env}/{arm.estimator}_none")
+            if base is None:
+                raise ProasError(f"no tuned setting for {arm.env}/{arm.estimator}_none")
+            if _setting(base) != _setting(own):
+                variants.append((f"{arm.name}_at_base_{arm.env}", _setting(base)))
+        for rid, s in variants:
+            over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *s.overrides()]
+            if start == "sft":
+                over.append("policy.scorer.init_from={out}/{env}/sft_start/seed{seed}")
+            row: dict[str, Any] = {"id": rid, "label": f"{arm.name} {s.tag}", "overrides": over, "envs": [arm.env]}
+            if start == "sft":
+                row["needs"] = ["sft_start"]
+            rows.append(row)
+    if start == "sft":
+        rows.insert(0, {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
+                        "sft": ["--epochs", "1", "--max-tasks", "80"]})
+    temps = "[" + ",".join(f"{t:g}" for t in FINAL_TEMPERATURES) + "]"
+    return {
+        "study": "heldout_main" if start == "random" else "heldout_sft",
+        "title": f"Held-out study: evaluation ({'random weights' if start == 'random' else 'SFT start'})",
+        "kind": "ablation",
+        "reference": rows[0]["id"] if start == "random" else rows[1]["id"],
+        "description": "docs/study-protocol.md: each arm at its tuned setting, evaluation seeds, fixed validation set",
+        "envs": list(ENVS),
+        "seeds": list(EVAL_SEEDS if start == "random" else EVAL_SEEDS_SHORT),
+        "steps": STEPS,
+        "common": ["policy=scorer", "train.progress=false", f"train.final_val_temperatures={temps}"],
+        "rows": rows,
+    }
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def run_figures(run_dir: Path) -> dict[str, Any] | None:
+    """The per-seed figures of one finished run (None when its primary metric is incomplete)."""
+    recs = _records(run_dir)
+    primary = mean_val(recs)
+    if primary is None:
+        return None
+
+    def window(key: str) -> float | None:
+        vals = [r[key] for r in recs if 51 <= r["step"] <= 150 and r.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    vals = [(r["step"], r["val/sr"]) for r in recs if r.get("val/sr") is not None]
+    last = recs[-1]
+    out: dict[str, Any] = {
+        "primary": primary,
+        "best_val": max(v for _, v in vals),
+        "last_val": next(v for s, v in vals if s == STEPS) if any(s == STEPS for s, _ in vals) else None,
+        "train_sr": window("train/sr"),
+        "train_errors": window("train/error_rate"),
+        "train_steps": window("train/steps"),
+        "val_ts": mean_val(recs, "val/ts"),
+    }
+    for t, key in (("0.4", "val"), ("1", "val_t1"), ("0", "val_t0")):
+        for m in ("sr", "errors", "entropy"):
+            v = last.get(f"{key}/{m}")
+            out[f"t{t}_{m}"] = v
+    summary = run_dir / "summary.json"
+    out["commit"] = json.loads(summary.read_text(encoding="utf-8")).get("commit") if summary.exists() else None
+    return out
+
+
+def paired(deltas: list[float], level: float = 0.95) -> dict[str, Any]:
+    """Mean of paired differences with its t-interval, the two-sided p-value of a zero mean, the
+    count of positive differences and the effect the design could resolve (80% power)."""
+    from proas.experiments.report import mean_std, t_cdf, t_quantile
+
+    n = len(deltas)
+    m, sd = mean_std(deltas)
+    out = {"n": n, "mean": m, "sd": sd, "up": sum(d > 0 for d in deltas), "lo": None, "hi": None, "p": None,
+           "mde": None}
+    if n >= 2:
+        se = sd / math.sqrt(n)
+        q = t_quantile(0.5 + level / 2.0, n - 1)
+        out["lo"], out["hi"] = m - q * se, m + q * se
+        out["p"] = 1.0 if se == 0 and m == 0 else (0.0 if se == 0 else 2.0 * (1.0 - t_cdf(abs(m) / se, n - 1)))
+        out["mde"] = (q + t_quantile(0.8, n - 1)) * se
+    return out
+
+
+def verdict(lo: float | None, hi: float | None, margin: float = 0.05) -> str:
+    """The protocol's verdict on an interval (SR as a fraction; margin 5 points)."""
+    if lo is None or hi is None:
+        return "unresolved"
+    if lo > 0:
+        return "helps"
+    if hi < 0:
+        return "hurts"
+    if -margin < lo and hi < margin:
+        return "no effect"
+    return "unresolved"
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values (None stays None)."""
+    idx = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(idx):
+        running = max(running, min(1.0, (len(idx) - rank) * p))
+        out[i] = running
+    return out
