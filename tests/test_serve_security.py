@@ -236,3 +236,36 @@ def test_a_browser_preflight_gets_no_cors_grant(served):
         "Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type"})
     assert status == 405 and not any(k.startswith("access-control-") for k in headers)
+
+
+# --- item 3: a request waits for the policy only once its body is in -----------------------------
+
+def _start_upload(port: int, style: str) -> socket.socket:
+    """A client that sends its headers and a part of its body, then stalls."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Content-Type: application/json\r\n").encode()
+    if style == "chunked":
+        s.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n10\r\n" + b"{" * 16 + b"\r\n")
+    elif style == "partial body":
+        s.sendall(head + b"Content-Length: 100000\r\n\r\n" + b"{" * 100)
+    else:  # no body yet
+        s.sendall(head + b"Content-Length: 1000\r\n\r\n")
+    return s
+
+
+@pytest.mark.parametrize("style", ["partial body", "chunked", "no body yet"])
+def test_slow_uploads_take_no_place_in_the_queue(policy_server, style):
+    """Many more stalled uploads than the queue has places: normal requests are still answered
+    (before, each upload took a place, and everyone else got 503 until the uploads timed out)."""
+    with Started(policy_server, max_queue=4, read_timeout=8.0) as srv:
+        uploads = [_start_upload(srv.port, style) for _ in range(40)]
+        try:
+            time.sleep(0.5)  # all of them connected, their bodies being read
+            t0 = time.monotonic()
+            statuses = [request(srv.port, chat_body())[0] for _ in range(5)]
+            assert statuses == [200] * 5 and time.monotonic() - t0 < 6  # well before the uploads time out
+            assert srv.queue.admitted == 0  # the stalled uploads hold no place
+        finally:
+            for s in uploads:
+                s.close()

@@ -23,10 +23,12 @@ headers have not arrived within ``read_timeout`` seconds is closed; idle keep-al
 are closed after ``keep_alive`` seconds. The policy is not thread-safe and runs one
 request at a time on its own thread; up to ``max_queue`` further requests wait in FIFO order,
 and a request beyond that is answered 503 (with ``Retry-After``), which ``proas react``
-retries. A request is validated and its conversation parsed on another thread, before it waits
-for the policy, so neither the event loop nor the policy's thread spends time on another
-request's text; parsing is linear in the body (``proas.baselines.react_format``): a body of
-``max_body`` = 1 MiB parses in milliseconds. Every error is an OpenAI-style JSON body
+retries. A request enters that queue only once its body is in and parsed: a client still
+uploading holds a connection, not a place in the queue. A request is validated and its
+conversation parsed on another thread, before it waits for the policy, so neither the event
+loop nor the policy's thread spends time on another request's text; parsing is linear in the
+body (``proas.baselines.react_format``): a body of ``max_body`` = 1 MiB parses in milliseconds.
+Every error is an OpenAI-style JSON body
 ``{"error": {"message", "type", "param", "code"}}``: 400 for malformed JSON (including nesting
 deeper than the parser's limit of 200 levels) and for schema or conversation-format errors,
 404/405 for unknown routes and methods.
@@ -437,10 +439,7 @@ def create_app(server: PolicyServer, limits: ServeLimits | None = None):
     queue = _PolicyQueue(server, limits.max_queue)
 
     async def chat(request):
-        try:
-            queue.admit()
-        except _HTTPError as exc:
-            return _error_response(exc.status, exc.message, exc.kind, headers=exc.headers)
+        admitted = False
         try:
             content_type = request.headers.get("content-type")
             if not json_content_type(content_type):
@@ -448,7 +447,12 @@ def create_app(server: PolicyServer, limits: ServeLimits | None = None):
                 raise _HTTPError(415, f"the request body must be JSON sent with Content-Type: application/json "
                                       f"(Content-Type: {shown})", close=True)
             body = await _read_body(request, limits)
-            return JSONResponse(await queue.run(await queue.parse(body)))
+            prepared = await queue.parse(body)
+            # only now does the request wait for the policy: one still uploading takes no place in
+            # the queue, so slow uploads cannot fill it (they end in 408 after read_timeout)
+            queue.admit()
+            admitted = True
+            return JSONResponse(await queue.run(prepared))
         except _HTTPError as exc:
             return _error_response(exc.status, exc.message, exc.kind, exc.param, exc.headers)
         except ClientDisconnect:
@@ -457,7 +461,8 @@ def create_app(server: PolicyServer, limits: ServeLimits | None = None):
         except Exception as exc:  # noqa: BLE001 - the server must answer, not die
             return _error_response(500, f"{type(exc).__name__}: {exc}", "server_error")
         finally:
-            queue.release()
+            if admitted:
+                queue.release()
 
     async def models(request):
         return JSONResponse(server.models())
