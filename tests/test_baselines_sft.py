@@ -152,7 +152,7 @@ def test_sft_divergence_is_a_clear_error(tmp_path):
 # ---- SFT -> RL warm starts (policy.lm.init_from, policy.scorer.init_from, proas lm export)
 
 def _best_policy_state(run_dir):
-    return torch.load(run_dir / "best" / "state.pt", weights_only=False)["policy"]
+    return torch.load(run_dir / "best" / "state.pt", weights_only=True)["policy"]
 
 
 def _assert_same_weights(state, module):

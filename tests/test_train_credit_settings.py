@@ -95,7 +95,7 @@ def _sft_run(tmp_path, *over):
 
 def test_rl_starts_from_an_sft_run_of_the_scorer(tmp_path):
     sft = _sft_run(tmp_path)
-    best = torch.load(sft / "best" / "state.pt", map_location="cpu", weights_only=False)["policy"]
+    best = torch.load(sft / "best" / "state.pt", map_location="cpu", weights_only=True)["policy"]
     c = build_config(TOY + ["env.options.n_places=4", f"policy.scorer.init_from={sft}"])
     policy = build_policy(c, seed=5)
     for name, value in policy.state_dict().items():

@@ -25,8 +25,8 @@ def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dic
                          meta: dict[str, Any], graph=None) -> None:
     """Write a complete checkpoint into ``directory`` (replacing it only once complete).
 
-    The layout is the trainer's (``state.pt`` with ``config`` and ``policy``), so ``proas eval``,
-    ``proas serve`` and the probes load it like an RL checkpoint.
+    The layout is the trainer's (``state.json`` with ``config``, ``state.pt`` with ``policy``), so
+    ``proas eval``, ``proas serve`` and the probes load it like an RL checkpoint.
     """
     ckpt.replace_checkpoint(directory, {"step": step, "config": config_yaml, "policy": policy_state},
                             {"step": step, **meta}, graph)

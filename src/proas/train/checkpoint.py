@@ -6,8 +6,9 @@ Layout of a run directory::
     metrics.jsonl             one JSON object per RL step (and step 0: the untrained policy)
     tb/                       TensorBoard event files of the same metrics
     checkpoints/latest.json   points at the newest complete checkpoint
-    checkpoints/step_000010/  state.pt (policy, optimiser, critic, RNG states, step) + graph.json
-                              + checksums.json (sha256 of every other file, written last)
+    checkpoints/step_000010/  state.pt (the tensors: policy, optimiser, critic, torch RNG state)
+                              + state.json (the rest: step, config, numpy / Python RNG states, ...)
+                              + graph.json + checksums.json (sha256 of every other file, written last)
     best/                     the checkpoint with the best validation success rate so far
     curve.png                 the learning curve
     summary.json              final figures
@@ -19,6 +20,17 @@ is used only if every file matches its recorded sha256; when the one ``latest.js
 not (or the pointer is missing or corrupt) the newest one that does is used, with a warning, and
 when none does resuming is refused. Checkpoints from before checksums (format 1) are accepted
 unverified.
+
+Loading runs no code from the checkpoint. ``checksums.json`` lies beside the files it checks, so
+it proves completeness, not origin: whoever can rewrite ``state.pt`` can rewrite it too (or
+delete it and pass the file off as format 1). So ``state.pt`` is read with
+``torch.load(weights_only=True)``, torch's unpickler that builds tensors and plain containers
+(dict, list, tuple, str, numbers, None) and refuses any other object, and everything that is
+not a tensor lives in ``state.json`` (format 3). A ``state.pt`` that names any other object
+(``os.system``, a class of some package) is refused with one line (``ProasError``) and nothing
+in it runs. Formats 1 and 2 (everything in ``state.pt``: tensors, ints, strings, the numpy RNG
+state's dict of ints, Python's RNG state's tuple of ints) load the same way; one of them that
+would need any other object is refused like a forged one.
 """
 
 from __future__ import annotations
@@ -27,9 +39,12 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import shutil
 import sys
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,22 +68,37 @@ __all__ = [
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
+STATE_JSON = "state.json"
 GRAPH_FILE = "graph.json"
 CHECKSUMS_FILE = "checksums.json"
-#: 2: with ``checksums.json``; 1: older checkpoints, which have none
-FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+#: 3: tensors in ``state.pt``, the rest in ``state.json``; 2: everything in ``state.pt``, with
+#: ``checksums.json``; 1: everything in ``state.pt``, no checksums
+FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 _STEP_DIR = re.compile(r"step_[0-9]{6,}")
+# what torch's weights-only unpickler builds besides tensors (checked before saving)
+_PLAIN_LEAVES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+# a JSON object standing for a tuple, or for a dict whose only key is one of these two
+_TUPLE, _DICT = "__tuple__", "__dict__"
+# torch's message when its weights-only unpickler meets an object it does not build
+_FORBIDDEN_GLOBAL = re.compile(r"GLOBAL ([\w.]{1,200})")
 
 
 def save_checkpoint(directory: Path, state: dict[str, Any], graph=None,
                     extra: dict[str, Any] | None = None) -> None:
-    """Write ``state`` (torch-serialisable), the reference graph and the ``extra`` JSON files
-    into ``directory``, then ``checksums.json`` with the sha256 of each."""
+    """Write ``state`` (the entries holding tensors into ``state.pt``, the others, JSON data and
+    tuples, into ``state.json``), the reference graph and the ``extra`` JSON files into
+    ``directory``, then ``checksums.json`` with the sha256 of each."""
     directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v for k, v in state.items() if _holds_tensor(v)}
+    for key, value in tensors.items():
+        _check_plain(value, key)
+    plain = {k: _to_json(v, k) for k, v in state.items() if k not in tensors and k != "format_version"}
     buf = io.BytesIO()
-    torch.save(dict(state, format_version=FORMAT_VERSION), buf)
-    files = {STATE_FILE: buf.getvalue()}
+    torch.save(tensors, buf)
+    files = {STATE_FILE: buf.getvalue(),
+             STATE_JSON: (json.dumps({"format_version": FORMAT_VERSION, "tensor_entries": sorted(tensors),
+                                      "state": plain}, indent=1) + "\n").encode("utf-8")}
     if graph is not None:
         files[GRAPH_FILE] = graph.to_bytes(GRAPH_FILE)
     for name, obj in (extra or {}).items():
@@ -82,18 +112,80 @@ def save_checkpoint(directory: Path, state: dict[str, Any], graph=None,
     })
 
 
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Refuse (``TypeError``) to save what ``torch.load(weights_only=True)`` would refuse to
+    load: anything but tensors, plain containers and scalars."""
+    if isinstance(value, torch.Tensor) or type(value) in _PLAIN_LEAVES:
+        return
+    if type(value) in (dict, OrderedDict):
+        for k, v in value.items():
+            _check_plain(k, f"{where} (a key)")
+            _check_plain(v, f"{where}.{k}")
+    elif type(value) in (list, tuple, torch.Size):
+        for i, v in enumerate(value):
+            _check_plain(v, f"{where}[{i}]")
+    else:
+        raise TypeError(f"checkpoint entry {where}: a {type(value).__module__}.{type(value).__qualname__} is not "
+                        "a tensor or plain data (weights-only loading would refuse it)")
+
+
+def _to_json(value: Any, where: str) -> Any:
+    """``value`` as JSON: tuples become ``{"__tuple__": [...]}`` (``_from_json`` reverses it)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [_to_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, tuple):
+        return {_TUPLE: [_to_json(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        out = {k: _to_json(v, f"{where}.{k}") for k, v in value.items()}
+        return {_DICT: out} if len(out) == 1 and next(iter(out)) in (_TUPLE, _DICT) else out
+    raise TypeError(f"checkpoint entry {where}: a {type(value).__module__}.{type(value).__qualname__} is neither "
+                    "a tensor nor JSON data")
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and _TUPLE in value:
+            if not isinstance(value[_TUPLE], list):
+                raise TypeError("a tuple that is not a list")
+            return tuple(_from_json(v) for v in value[_TUPLE])
+        if len(value) == 1 and _DICT in value:
+            if not isinstance(value[_DICT], dict):
+                raise TypeError("a dict that is not an object")
+            return {k: _from_json(v) for k, v in value[_DICT].items()}
+        return {k: _from_json(v) for k, v in value.items()}
+    return value
+
+
 def verify_checkpoint(directory: Path) -> str | None:
     """``None`` when ``directory`` is a complete checkpoint whose files match their recorded
     sha256, else what is wrong with it."""
     sums_path = directory / CHECKSUMS_FILE
     if not sums_path.exists():
+        if (directory / STATE_JSON).exists():  # format 3 or later: always with checksums
+            return f"no {CHECKSUMS_FILE} (written incompletely)"
         if not (directory / STATE_FILE).exists():
             return f"no {STATE_FILE}"
         try:
-            version = load_state(directory).get("format_version")
+            raw = _load_tensors(directory / STATE_FILE)  # weights only: runs nothing
         except ProasError as exc:
-            return str(exc)
-        # format 1 predates checksums; a later format without them was cut short
+            return str(exc).removeprefix(f"{directory}{os.sep}")  # "state.pt: ..." (the caller names the directory)
+        # format 1 predates checksums; a later format without them was cut short (format 3: before
+        # its state.json was written)
+        version = raw.get("format_version") if isinstance(raw, dict) else None
         return None if version == 1 else f"no {CHECKSUMS_FILE} (written incompletely)"
     try:
         sums = json.loads(sums_path.read_text(encoding="utf-8"))["sha256"]
@@ -220,17 +312,49 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def load_state(directory: Path) -> dict[str, Any]:
-    """Read a checkpoint's ``state.pt``; a corrupt or foreign file is a ``ProasError``."""
-    path = directory / STATE_FILE
+    """Read a checkpoint's state: ``state.json`` and the tensors of ``state.pt`` (or, formats 1
+    and 2, ``state.pt`` alone). ``state.pt`` is loaded with ``weights_only=True``: a file that
+    would need any object but tensors and plain data is refused, and nothing in it runs. A
+    corrupt, foreign or refused file is a one-line ``ProasError``."""
+    json_path = directory / STATE_JSON
+    if not json_path.exists():  # formats 1 and 2
+        state = _load_tensors(directory / STATE_FILE)
+        if not isinstance(state, dict) or state.get("format_version") not in (1, 2):
+            raise ProasError(f"{directory / STATE_FILE}: not a proas checkpoint (format {FORMAT_VERSION} expected, "
+                             f"with {STATE_JSON})")
+        return state
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or not isinstance(meta.get("state"), dict):
+            raise TypeError("no state object")
+        version, entries = meta.get("format_version"), meta.get("tensor_entries")
+        plain = _from_json(meta["state"])
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise ProasError(f"{json_path}: corrupt checkpoint ({type(exc).__name__})") from None
+    if version not in _READABLE_VERSIONS or version < 3 or not isinstance(entries, list):
+        raise ProasError(f"{json_path}: not a proas checkpoint (format {FORMAT_VERSION} expected)")
+    tensors = _load_tensors(directory / STATE_FILE)
+    if not isinstance(tensors, dict) or sorted(tensors) != sorted(entries) or set(tensors) & set(plain):
+        raise ProasError(f"{directory / STATE_FILE}: not a proas checkpoint (not the entries {STATE_JSON} names)")
+    return {**plain, **tensors, "format_version": version}
+
+
+def _load_tensors(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain containers, never other objects."""
+    try:
+        with warnings.catch_warnings():  # its notes on pickle protocols would break the one-line error
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ProasError(f"{path}: missing checkpoint file") from None
+    except pickle.UnpicklingError as exc:
+        forbidden = _FORBIDDEN_GLOBAL.search(str(exc))
+        if forbidden:
+            raise ProasError(f"{path}: refused: loading it would build {forbidden.group(1)}, and a proas "
+                             "checkpoint holds only tensors and plain data; nothing in it was run") from None
+        raise ProasError(f"{path}: corrupt checkpoint ({type(exc).__name__})") from None
     except Exception as exc:  # noqa: BLE001 - torch raises many types for garbage
         raise ProasError(f"{path}: corrupt checkpoint ({type(exc).__name__})") from None
-    if not isinstance(state, dict) or state.get("format_version") not in _READABLE_VERSIONS:
-        raise ProasError(f"{path}: not a proas checkpoint (format {FORMAT_VERSION} expected)")
-    return state
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
