@@ -122,8 +122,8 @@ class _TextOnly(PolicyServer):
 _OBS = format_observation("You are at the door.", ["go to desk", "go to bed"], task="put the key on the bed")
 
 
-def _body(messages: list[dict]) -> bytes:
-    return json.dumps({"model": "m", "messages": messages}).encode()
+def _body(messages: list[dict], ascii: bool = True) -> bytes:
+    return json.dumps({"model": "m", "messages": messages}, ensure_ascii=ascii).encode()
 
 
 def _fit(build, text: str) -> bytes:
@@ -169,6 +169,12 @@ def _bodies() -> dict[str, bytes]:
     bodies["many empty turns"] = _many_messages("Observation:\n", "")
     bodies["many turns with actions"] = _many_messages("Observation:\nx\n\nAdmissible actions:\n- a", "Action: a")
     bodies["many malformed replies"] = _many_messages("Observation:\n\n", "\n\n")
+    for unit in ("- go to desk 1\n", "- \n", "-\n"):
+        bodies[f"admissible section of {unit!r} lines"] = _fit(lambda t: _body([{
+            "role": "user", "content": "Task: t\nObservation:\nx\n\nAdmissible actions:\n" + t}]), unit * LIMIT)
+    bodies["many short non-ASCII words (usage)"] = _fit(lambda t: _body([{"role": "user", "content": t}, {
+        "role": "assistant", "content": t}, {"role": "user", "content": "Observation:\n" + t}], ascii=False),
+        "Task: t\nObservation:\n" + "\u4e00 " * LIMIT)
     bodies["deeply nested JSON"] = b'{"messages": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     bodies["one huge JSON string of escapes"] = _one_big_message("\\" * LIMIT, "assistant")
     return bodies

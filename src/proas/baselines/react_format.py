@@ -48,6 +48,8 @@ _TASK_HEAD = "Task: "
 _ACTION_LINE = re.compile(r"(?m)^[^\S\n]*(?i:action)\s*:\s*([^\n]*)")  # group: the value's line
 _ACTION_HEAD = re.compile(r"(?m)^[^\S\n]*(?i:action)\s*:")
 _THOUGHT_HEAD = re.compile(r"(?m)^[^\S\n]*(?i:thought)\s*:\s*")
+# an admissible action's line ("- go to desk 1"): its text
+_ADMISSIBLE_LINE = re.compile(r"(?m)^- ([^\n]*)")
 # literals: one pass over the text each
 _ACTION_OPEN = re.compile(r"(?i:<action>)")
 _ACTION_CLOSE = re.compile(r"(?i:</action>)")
@@ -152,7 +154,8 @@ def _split_user(text: str, i: int) -> tuple[str | None, str, str | None]:
 
 
 def _admissible(section: str | None) -> list[str] | None:
-    return None if section is None else [line[2:] for line in section.split("\n") if line.startswith("- ")]
+    """The ``- `` lines of an admissible section, without their ``- ``."""
+    return None if section is None else _ADMISSIBLE_LINE.findall(section)
 
 
 def parse_conversation(messages: Any) -> ConversationState:
