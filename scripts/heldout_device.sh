@@ -3,6 +3,7 @@
 #
 #   bash scripts/heldout_device.sh start STUDY COMMIT SECONDS   # install, launch, watch, pack
 #   bash scripts/heldout_device.sh watch STUDY COMMIT SECONDS   # a later call on the same warm machine
+#   SEED_FROM=results/heldout/tuning/runs bash scripts/heldout_device.sh start ...   # skip finished runs
 #
 # STUDY is a shipped study (heldout_tune, heldout_tune_sft, ...); COMMIT the commit of the
 # checkout that was sent (the copy there has no .git), recorded in each run's summary.json as
@@ -34,6 +35,9 @@ if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p /tmp/code "$RES" && rm -rf /tmp/code/src && cp -r src .whl/pkgs /tmp/code/ || exit 1
+  # runs finished in an earlier session (their metrics.jsonl, config.yaml, summary.json, e.g.
+  # results/heldout/tuning/runs): the runner skips them
+  if [ -n "${SEED_FROM:-}" ]; then cp -rn "$SEED_FROM"/. "$RES"/ || exit 1; fi
   python3 -c "import proas.envs.household.generator as g, proas.envs.shop, omegaconf, bm25s; g._alfworld()" \
     || { echo "imports failed"; exit 1; }
   echo "cores: $(nproc); commit $PROAS_COMMIT"
