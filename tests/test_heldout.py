@@ -122,3 +122,36 @@ def test_the_evaluation_grid_runs_proas_at_its_own_and_at_its_bases_setting():
     del chosen["household/dapo_none"]
     with pytest.raises(ProasError, match="household/dapo_none"):
         heldout.evaluation_study(chosen)
+
+
+def test_analyse_pairs_by_seed_and_writes_every_figure(tmp_path):
+    """An evaluation grid of fake runs: the per-seed CSV holds a row per finished run, the pairs
+    are matched by seed (an unpaired seed is left out), and the verdict follows the interval."""
+    chosen = {f"{a.env}/{a.name}": {"optimizer": "sgd", "lr": 1.0, "gigpo_mode": None} for a in heldout.arms()}
+    chosen["shop/grpo_proas"] = {"optimizer": "sgd", "lr": 0.3, "gigpo_mode": None}
+    study = heldout.evaluation_study(chosen)
+    res = tmp_path / "res"
+    (res / "studies").mkdir(parents=True)
+    import yaml
+
+    (res / "studies" / "heldout_main.yaml").write_text(yaml.safe_dump(study))
+    for k, seed in enumerate(heldout.EVAL_SEEDS):
+        base = 0.20 + 0.01 * (k % 3)
+        for row, v in (("grpo_none_shop", base), ("grpo_proas_shop", base + 0.05 + 0.001 * k),
+                       ("grpo_proas_at_base_shop", base - 0.002 * k)):
+            if row == "grpo_proas_shop" and seed == 109:
+                continue  # unfinished: no summary, so that seed is not paired
+            _fake_run(res, "shop", row, seed, {s: v for s in range(0, 151, 10)})
+            run = res / "shop" / row / f"seed{seed}"
+            (run / "summary.json").write_text(json.dumps({"commit": "c0ffee"}))
+    assert proas_main(["heldout", "analyse", str(res), "--out", str(tmp_path / "out")]) == 0
+    rows = (tmp_path / "out" / "heldout_main_per_seed.csv").read_text().splitlines()
+    assert rows[0].startswith("row,env,seed,commit,primary")
+    assert len(rows) == 1 + 10 + 9 + 10 and all(",c0ffee," in r for r in rows[1:])
+    pairs = (tmp_path / "out" / "heldout_main_pairs.md").read_text()
+    own = next(line for line in pairs.splitlines() if "| shop | grpo +ProAS (own setting)" in line)
+    assert "| 9 |" in own and "9/9" in own and own.rstrip().endswith("| helps |")
+    at_base = next(line for line in pairs.splitlines() if "| shop | grpo +ProAS (base's setting)" in line)
+    assert "| 10 |" in at_base and at_base.rstrip().endswith("| hurts |")
+    household = next(line for line in pairs.splitlines() if "| household | grpo +ProAS (own setting)" in line)
+    assert household.rstrip().endswith("| not run |")

@@ -59,6 +59,10 @@ def register(sub) -> None:
     hs.add_argument("--start", choices=["random", "sft"], default="random", help="which tuning grid (default random)")
     hs.add_argument("--out", help="write the selection as Markdown here (default: print it)")
     hs.set_defaults(func=_heldout_select)
+    ha = hsub.add_parser("analyse", help="per-seed CSV, paired intervals and verdicts of an evaluation grid")
+    ha.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run heldout_main`")
+    ha.add_argument("--out", required=True, help="directory for per_seed.csv and pairs.md")
+    ha.set_defaults(func=_heldout_analyse)
 
 
 def _heldout_configs(args) -> int:
@@ -95,6 +99,35 @@ def _heldout_select(args) -> int:
         print(f"wrote {args.out}")
     else:
         print(text)
+    return 0
+
+
+def _heldout_analyse(args) -> int:
+    import csv
+    import io
+
+    import yaml
+
+    from proas.experiments.heldout import CSV_FIELDS, analyse, render_pairs
+    from proas.fileio import atomic_write_bytes
+
+    results = Path(args.results)
+    saved = sorted((results / "studies").glob("heldout_main*.yaml")) + sorted(
+        (results / "studies").glob("heldout_sft*.yaml"))
+    if not saved:
+        raise ProasError(f"{results}: no heldout_main or heldout_sft study config under studies/ (run the grid first)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for path in saved:
+        study = yaml.safe_load(path.read_text(encoding="utf-8"))
+        rows, pairs = analyse(results, study)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_bytes(out / f"{study['study']}_per_seed.csv", buf.getvalue().encode("utf-8"))
+        atomic_write_bytes(out / f"{study['study']}_pairs.md", (render_pairs(pairs) + "\n").encode("utf-8"))
+        print(f"{study['study']}: {len(rows)} runs; wrote {out}/{study['study']}_per_seed.csv and _pairs.md")
     return 0
 
 

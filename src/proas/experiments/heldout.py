@@ -363,3 +363,78 @@ def holm(pvalues: list[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (len(idx) - rank) * p))
         out[i] = running
     return out
+
+
+CSV_FIELDS = ("row", "env", "seed", "commit", "primary", "best_val", "last_val", "train_sr", "train_errors",
+              "train_steps", "val_ts", "t0.4_sr", "t0.4_errors", "t0.4_entropy", "t1_sr", "t1_errors",
+              "t1_entropy", "t0_sr", "t0_errors", "t0_entropy")
+
+
+def per_seed_rows(results: Path, study: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (row, env, seed) of an evaluation study with every figure (unfinished runs
+    are left out)."""
+    out = []
+    for row in study["rows"]:
+        if row.get("sft") is not None:
+            continue
+        for env in row.get("envs", study["envs"]):
+            for seed in study["seeds"]:
+                run = results / env / row["id"] / f"seed{seed}"
+                if not (run / "summary.json").exists():
+                    continue
+                fig = run_figures(run)
+                if fig is not None:
+                    out.append({"row": row["id"], "env": env, "seed": seed, **fig})
+    return out
+
+
+def pairs_of(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(env, label, base row, ProAS row) of the comparisons: each ProAS arm at its own setting
+    against its base (primary), and at its base's setting where that was run."""
+    ids = {r["id"] for r in study["rows"]}
+    out = []
+    for env in ENVS:
+        for est in ESTIMATORS:
+            base = f"{est}_none_{env}"
+            if base not in ids:
+                continue
+            out.append((env, f"{est} +ProAS (own setting)", base, f"{est}_proas_{env}"))
+            at_base = f"{est}_proas_at_base_{env}"
+            same = at_base if at_base in ids else f"{est}_proas_{env}"  # equal settings: the same runs
+            out.append((env, f"{est} +ProAS (base's setting)", base, same))
+    return out
+
+
+def analyse(results: Path, study: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per-seed rows and, per pair, the paired figures and the verdict; Holm over the primary pairs."""
+    rows = per_seed_rows(results, study)
+    by = {(r["row"], r["env"], r["seed"]): r for r in rows}
+    pairs = []
+    for env, label, base, proas in pairs_of(study):
+        seeds = [s for s in study["seeds"] if (base, env, s) in by and (proas, env, s) in by]
+        deltas = [by[(proas, env, s)]["primary"] - by[(base, env, s)]["primary"] for s in seeds]
+        res = paired(deltas) if deltas else {"n": 0, "mean": None, "sd": None, "up": 0, "lo": None, "hi": None,
+                                             "p": None, "mde": None}
+        pairs.append({"env": env, "pair": label, "base": base, "proas": proas, **res,
+                      "verdict": verdict(res["lo"], res["hi"]) if deltas else "not run"})
+    primary = [i for i, p in enumerate(pairs) if p["pair"].endswith("(own setting)")]
+    adjusted = holm([pairs[i]["p"] for i in primary])
+    for i, adj in zip(primary, adjusted):
+        pairs[i]["p_holm"] = adj
+    return rows, pairs
+
+
+def render_pairs(pairs: list[dict[str, Any]]) -> str:
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:+.1f}"
+
+    lines = ["| env | pair | n | Δ mean | 95% CI | seeds up | p | p (Holm) | resolvable | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in pairs:
+        ci = "–" if p["lo"] is None else f"[{pct(p['lo'])}, {pct(p['hi'])}]"
+        pv = "–" if p["p"] is None else f"{p['p']:.3g}"
+        ph = "–" if p.get("p_holm") is None else f"{p['p_holm']:.3g}"
+        mde = "–" if p["mde"] is None else f"{100 * p['mde']:.1f}"
+        lines.append(f"| {p['env']} | {p['pair']} | {p['n']} | {pct(p['mean'])} | {ci} | {p['up']}/{p['n']} | {pv} | "
+                     f"{ph} | {mde} | {p['verdict']} |")
+    return "\n".join(lines)
