@@ -388,3 +388,27 @@ def test_the_final_policy_is_validated_again_at_each_extra_temperature(tmp_path,
                        temperature=0.0, max_steps=trainer.max_steps, env_name=trainer.env_name,
                        success_reward=1.0).sr for s in (val_seed(0, 4), 12345)]
     assert greedy == [last["val_t0/sr"]] * 2
+
+
+@pytest.mark.parametrize("command", ["train", "direct", "sft"])
+@pytest.mark.parametrize("bad", ["other_env", "unstartable"])
+def test_a_validation_set_the_env_cannot_use_is_refused_in_one_line(tmp_path, capsys, command, bad):
+    """A validation set of another env, or with a task the env cannot start, would count every
+    such task as a failure and read 0% without saying why: every command that validates refuses
+    it before anything is written, naming the set and the reason."""
+    from proas import tasksets
+
+    ids = ["valid-000", "valid-001", "valid-002"]
+    val = tasksets.make_val_set("other" if bad == "other_env" else "toy", ids, path=tmp_path / "val" / "v.jsonl")
+    out = tmp_path / "runs"
+    args = {"train": ["train"], "direct": ["direct"],
+            "sft": ["sft", "--epochs", "1", "--run-dir", str(out / "sft")]}[command]
+    over = TOY + ["env.tasks_per_step=2", "env.group_size=2", "train.steps=1", f"train.out_dir={out}",
+                  f"env.fixed_val_set.path={val}", "train.progress=false"]
+    if bad == "unstartable":
+        over.append("env.options.crash_task=valid-001")  # the toy env raises when it starts this task
+    assert proas_main(args + over) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line]
+    assert len(err) == 1 and str(val) in err[0], err
+    assert ("for env 'other'" in err[0]) if bad == "other_env" else ("'valid-001' cannot be started" in err[0])
+    assert not out.exists() or not any(out.rglob("metrics.jsonl"))

@@ -212,13 +212,26 @@ class Trainer:
         v = cfg.env.fixed_val_set
         if not v.enabled:
             return []
-        if v.path:
-            ids = tasksets.load_val_set(path=v.path, env=env_name).task_ids
-        elif tasksets.val_set_path(env_name).exists():
-            ids = tasksets.load_val_set(env=env_name).task_ids
+        where = "the env's valid split"
+        if v.path or tasksets.val_set_path(env_name).exists():
+            vs = tasksets.load_val_set(path=v.path, env=env_name) if v.path else tasksets.load_val_set(env=env_name)
+            if vs.env != env_name:
+                raise ProasError(f"{vs.path}: a validation set for env {vs.env!r}, but this run's env is "
+                                 f"{env_name!r}; give env.fixed_val_set.path of a {env_name} set")
+            ids, where = vs.task_ids, str(vs.path)
         else:
             ids = list(env.task_ids("valid"))
-        return list(ids[: v.size])
+        ids = list(ids[: v.size])
+        # every task must start: a task the env cannot start would count as a failure and
+        # validation would read 0% without saying why
+        for task in ids:
+            try:
+                env.reset(task)
+            except Exception as exc:  # noqa: BLE001 - any failure to start is the same refusal
+                msg = printable(str(exc), newlines=False)[:200]
+                raise ProasError(f"{where}: validation task {printable(task, newlines=False)[:80]!r} cannot be "
+                                 f"started by env {env_name!r} ({type(exc).__name__}: {msg})") from None
+        return ids
 
     def _initial_graph(self) -> ReferenceGraph:
         g = self.cfg.algo.graph
