@@ -1,5 +1,7 @@
 """The trainer's config: defaults, dotted overrides, shorthands, clear errors, YAML round trip."""
 
+import re
+
 import pytest
 
 from proas.errors import ProasError
@@ -162,3 +164,40 @@ def test_every_config_key_named_in_the_docs_exists():
                 missing.append(f"{path.name}: {key}")
     assert checked > 30  # the scan finds the documented keys at all
     assert not missing, missing
+
+
+def _numeric_keys():
+    import dataclasses
+
+    from proas.train.config import Config
+
+    out = []
+
+    def walk(obj, prefix):
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if dataclasses.is_dataclass(v):
+                walk(v, prefix + f.name + ".")
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append((prefix + f.name, type(v)))
+    walk(Config(), "")
+    return out
+
+
+@pytest.mark.parametrize("key,kind", _numeric_keys())
+def test_every_number_of_the_config_is_refused_when_not_finite_or_a_negative_count(key, kind):
+    """The class, not examples: every numeric field, walked from the config itself, refuses NaN
+    and infinities (floats) or a negative value (counts), in one line naming the key."""
+    bad = ["nan", "inf", "-inf"] if kind is float else ["-1", "-5"]
+    for value in bad:
+        with pytest.raises(ProasError, match=re.escape(key)):
+            build_config([f"{key}={value}"])
+
+
+def test_seeds_must_fit_every_rng_the_run_seeds():
+    assert build_config(["seed=4294967295"]).seed == 2**32 - 1
+    for value in ("4294967296", str(2**64), "-1"):
+        with pytest.raises(ProasError, match="seed"):
+            build_config([f"seed={value}"])
+    with pytest.raises(ProasError, match="final_val_temperatures"):
+        build_config(["train.final_val_temperatures=[1.0,nan]"])

@@ -412,3 +412,26 @@ def test_a_validation_set_the_env_cannot_use_is_refused_in_one_line(tmp_path, ca
     assert len(err) == 1 and str(val) in err[0], err
     assert ("for env 'other'" in err[0]) if bad == "other_env" else ("'valid-001' cannot be started" in err[0])
     assert not out.exists() or not any(out.rglob("metrics.jsonl"))
+
+
+def test_a_non_finite_loss_stops_the_run_at_that_step_with_its_checkpoint_intact(tmp_path, monkeypatch, capsys):
+    """Whatever makes the loss NaN (here the loss function itself), the run stops at the first
+    such step with one line naming it, and the last checkpoint (step 2) still resumes."""
+    import proas.train.loop as loop_mod
+
+    real = loop_mod.policy_loss
+    c = cfg("train.steps=5", "train.val_every=0", "train.save_every=2")
+    train(c, run_dir=tmp_path / "run", stop_after=2)
+
+    def poisoned(*args, **kwargs):
+        pg, info = real(*args, **kwargs)
+        return pg * float("nan"), info
+
+    monkeypatch.setattr(loop_mod, "policy_loss", poisoned)
+    with pytest.raises(ProasError, match=r"step 3: the loss or its gradient is not finite"):
+        train(None, resume=tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    monkeypatch.setattr(loop_mod, "policy_loss", real)
+    summary = train(None, resume=tmp_path / "run")
+    assert summary["steps"] == 5

@@ -352,7 +352,36 @@ _SHORTHANDS = {"env": "env.name", "policy": "policy.kind", "estimator": "algo.es
                "shaping": "algo.shaping"}
 
 
+#: the range of ``seed``: every RNG the run seeds (numpy, torch, Python) takes it as it is
+SEED_RANGE = (0, 2**32)
+
+
+def _check_numbers(obj: Any, prefix: str = "") -> None:
+    """Every number of the config is finite, and every count is >= 0: a NaN rate or an
+    infinite penalty would otherwise train to the end and exit 0, and a negative count would be
+    read as Python reads a negative index (``oracle_tasks=-5``: all but five tasks)."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key = prefix + f.name
+        if dataclasses.is_dataclass(value):
+            _check_numbers(value, key + ".")
+            continue
+        items = value if isinstance(value, list) else [value]
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ProasError(f"config: {key}={v!r} must be a finite number")
+            if isinstance(v, int) and v < 0:
+                raise ProasError(f"config: {key}={v!r} must be >= 0")
+
+
 def _validate(cfg: Config) -> None:
+    _check_numbers(cfg)
+    if not SEED_RANGE[0] <= cfg.seed < SEED_RANGE[1]:
+        raise ProasError(f"config: seed={cfg.seed} must be in [0, 2**32)")
     def choice(key: str, value: Any, allowed: tuple) -> None:
         if value not in allowed:
             raise ProasError(f"config: {key}={value!r} is not one of {', '.join(allowed)}")

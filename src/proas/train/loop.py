@@ -412,6 +412,11 @@ class Trainer:
                     sums["loss/entropy"] += float(ent.detach()) * weight
                     sums["loss/clipfrac"] += pm["clipfrac"] * weight
                 gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.max_grad_norm)
+                if not (math.isfinite(float(gn)) and math.isfinite(sums["loss/pg"])):
+                    # a NaN or infinite loss or gradient would poison every weight from here on
+                    raise ProasError(f"step {self.step + 1}: the loss or its gradient is not finite "
+                                     f"(policy loss {sums['loss/pg']:.4g}, gradient norm {float(gn):.4g}); "
+                                     "the run stops here and its last checkpoint is intact")
                 sums["loss/grad_norm"] += float(gn)
                 self.optimizer.step()
                 if self.critic is not None and returns is not None:
