@@ -435,3 +435,27 @@ def test_a_non_finite_loss_stops_the_run_at_that_step_with_its_checkpoint_intact
     monkeypatch.setattr(loop_mod, "policy_loss", real)
     summary = train(None, resume=tmp_path / "run")
     assert summary["steps"] == 5
+
+
+def test_a_run_directory_has_one_writer_at_a_time(tmp_path):
+    """While a process holds a run (an OS lock on run_dir/.lock, with its pid), a resume of the
+    same run is refused with one line naming the holder, and writes nothing; once the holder is
+    gone (the lock dies with its process) the resume goes on."""
+    import fcntl
+    import os
+
+    from proas.train.run import run_lock
+
+    c = cfg("train.steps=3", "train.val_every=0", "train.save_every=1")
+    train(c, run_dir=tmp_path / "run", stop_after=1)
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    with run_lock(tmp_path / "run"):
+        with pytest.raises(ProasError, match=rf"another process \(pid {os.getpid()}\) is writing this run"):
+            train(None, resume=tmp_path / "run")
+        # a lock taken by another open file of the same file, as another process would take it
+        fd = os.open(tmp_path / "run" / ".lock", os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == metrics
+    assert train(None, resume=tmp_path / "run")["steps"] == 3

@@ -8,7 +8,7 @@ import math
 import os
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -140,13 +140,56 @@ def gc_paused():
         gc.enable()
 
 
+LOCK_FILE = ".lock"
+
+
+@contextmanager
+def run_lock(run_dir: Path):
+    """Hold the run directory for this process: an OS lock on ``run_dir/.lock`` (released when
+    the process ends, however it ends), holding the holder's pid. A second writer (a ``--resume``
+    of a run that is still training) is refused with one line naming the holder."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no POSIX locks (Windows): unguarded, as before
+        yield
+        return
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ProasError(f"{run_dir}: cannot lock the run directory ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip() or "unknown"
+            raise ProasError(f"{run_dir}: another process (pid {holder}) is writing this run; "
+                             "wait for it to end or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | None = None,
           console: Console | None = None, stop_after: int | None = None) -> dict[str, Any]:
     """Run (or resume) a training run; return its summary.
 
     ``stop_after`` ends this call after that many RL steps, without forcing a checkpoint,
-    exactly as a kill would (the experiments runner and tests use it to interrupt a run).
+    exactly as a kill would (the experiments runner and tests use it to interrupt a run). The
+    run directory is locked while this runs (``run_lock``).
     """
+    with ExitStack() as held:
+        if resume is not None:
+            if not Path(resume).is_dir():
+                raise ProasError(f"{resume}: no such run directory")
+            held.enter_context(run_lock(Path(resume)))
+        return _train(cfg, run_dir=run_dir, resume=resume, console=console, stop_after=stop_after, held=held)
+
+
+def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, console: Console | None,
+           stop_after: int | None, held: ExitStack) -> dict[str, Any]:
     console = console or Console(stderr=False)
     if resume is not None:
         run_dir = Path(resume)
@@ -184,6 +227,10 @@ def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | Non
             raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
                              "train.run_name")
         run_dir.mkdir(parents=True, exist_ok=True)
+        held.enter_context(run_lock(run_dir))
+        if (run_dir / "config.yaml").exists():  # taken between the check above and the lock
+            raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
+                             "train.run_name")
         write_run_config(run_dir, cfg)
     history = trainer.history
     sink = _MetricsSink(run_dir, purge_step=trainer.step + 1 if resume is not None else None)
