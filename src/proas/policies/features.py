@@ -97,6 +97,8 @@ class Featurizer:
         self._verb_nums: dict[str, int] = {}
         self._verb_list: list[str] = []
         self._blocks: dict[tuple, tuple] = {}
+        self._step_heads: dict[int, np.ndarray] = {}
+        self._prefixes = [(f"o{k}", f"a{k}") for k in range(1, self.history_length + 1)]
         self._info_cache: dict[str, tuple] = {}
         self._code_keys: dict[tuple[int, int], int] = {}
 
@@ -369,7 +371,8 @@ class Featurizer:
                np.fromiter((i[1] for i in infos), dtype=np.int64, count=len(infos)),
                np.fromiter((i[2] for i in infos), dtype=np.int64, count=len(infos)), adm,
                np.repeat(np.arange(len(cands), dtype=np.int64), lens), flat_w,
-               np.concatenate([i[4] for i in infos]) if infos else np.zeros(0, dtype=bool))
+               np.concatenate([i[4] for i in infos]) if infos else np.zeros(0, dtype=bool),
+               self._list_ids(tuple(a for a in admissible if a != "help")))
         if len(self._blocks) < _CONTEXT_CACHE:
             self._blocks[key] = blk
         return blk
@@ -416,11 +419,13 @@ class Featurizer:
             sid = self._step_ids.get(ctx.step)
             if sid is None:
                 sid = self._step_ids[ctx.step] = self._id(f"n:{ctx.step}")
-            parts = [np.array([self._id("bias"), sid], dtype=np.int64), self._text_ids("t", ctx.task),
-                     self._text_ids("o", ctx.observation), self._list_ids(shown_admissible(ctx))]
-            for k, (obs, action) in enumerate(recent, 1):
-                parts.append(self._text_ids(f"o{k}", obs))
-                parts.append(self._text_ids(f"a{k}", action))
+            head = self._step_heads.get(ctx.step)
+            if head is None:
+                head = self._step_heads[ctx.step] = np.array([self._id("bias"), sid], dtype=np.int64)
+            parts = [head, self._text_ids("t", ctx.task), self._text_ids("o", ctx.observation), blk[10]]
+            for (obs, action), (po, pa) in zip(recent, self._prefixes):
+                parts.append(self._text_ids(po, obs))
+                parts.append(self._text_ids(pa, action))
             ctx_parts.append(parts)
         B = len(contexts)
         # context ids: one np.unique over (context, id) for the whole turn
