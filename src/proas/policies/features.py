@@ -430,8 +430,9 @@ class Featurizer:
         B = len(contexts)
         # context ids: one np.unique over (context, id) for the whole turn
         flat_parts = [p for parts in ctx_parts for p in parts]
-        lens = np.fromiter((sum(len(p) for p in parts) for parts in ctx_parts), dtype=np.int64, count=B)
-        owner = np.repeat(np.arange(B, dtype=np.int64), lens)
+        part_lens = np.fromiter((len(p) for p in flat_parts), dtype=np.int64, count=len(flat_parts))
+        n_parts = np.fromiter((len(parts) for parts in ctx_parts), dtype=np.int64, count=B)
+        owner = np.repeat(np.repeat(np.arange(B, dtype=np.int64), n_parts), part_lens)
         uniq = np.unique((owner << 32) | np.concatenate(flat_parts))
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
