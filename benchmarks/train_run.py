@@ -88,7 +88,16 @@ def main(argv: list[str] | None = None) -> int:
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.ref, "src"], check=True,
                                      capture_output=True).stdout
         except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-            sys.exit(f"train_run: cannot take {args.ref} from git ({exc})")
+            if not args.quick:
+                sys.exit(f"train_run: cannot take {args.ref} from git ({exc})")
+            # a smoke run in a clone without that commit (a shallow one): the new side alone
+            print(f"train_run: {args.ref} is not in this clone; running this checkout alone")
+            out = tmp / "new" / "runs"
+            out.mkdir(parents=True)
+            sched = ROOT / "src" / "proas" / "data" / "fixed_train_set" / f"seed{args.seed}" / args.env
+            wall, cpu = _run(ROOT / "src", out, [*run_args, f"env.fixed_train_set.path={sched}"])
+            print(f"this checkout: {wall:.1f} s wall, {cpu:.1f} s CPU, {len(_metrics(out / 'run'))} records")
+            return 0
         subprocess.run(["tar", "-x", "-C", str(ref_src)], input=archive, check=True)
         sides = {"ref": ref_src / "src", "new": ROOT / "src"}
         print(f"proas train, {args.env}, {steps} steps, seed {args.seed}, one thread; reference {args.ref}")
