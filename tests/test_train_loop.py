@@ -108,6 +108,13 @@ def test_a_run_whose_every_episode_raises_fails_clearly_without_a_summary(tmp_pa
 def test_a_foreign_env_name_is_a_clear_error(tmp_path):
     with pytest.raises(ProasError, match="cannot be imported"):
         Trainer(cfg("env.name=no_such_module:make"), tmp_path)
+    # a misspelt shipped env gets a suggestion; a name like none gets none
+    for typo, want in (("shopp", "shop"), ("housheold", "household"), ("Household", "household")):
+        with pytest.raises(ProasError, match=f"did you mean '{want}'"):
+            Trainer(cfg(f"env.name={typo}"), tmp_path)
+    with pytest.raises(ProasError) as exc:
+        Trainer(cfg("env.name=garden"), tmp_path)
+    assert "did you mean" not in str(exc.value)
 
 
 @pytest.mark.parametrize("bad", ["env.name=nosuch", "env.name=no_such_module:make",

@@ -69,7 +69,11 @@ def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
         except (ImportError, AttributeError) as exc:
             raise ProasError(f"config: env.name={name!r} cannot be imported ({exc})") from None
     else:
-        raise ProasError(f"config: env.name={name!r} is not household, shop or module:factory")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), ["household", "shop"], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ProasError(f"config: env.name={name!r} is not household, shop or module:factory{hint}")
     opts = dict(options)
 
     def make() -> Env:
