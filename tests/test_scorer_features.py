@@ -179,9 +179,11 @@ def test_the_scorer_policy_passes_its_history_length_to_its_features():
         Featurizer(14, history_length=-1)
 
 
-def _reference_context_ids(f: Featurizer, ctx: Context) -> np.ndarray:
-    """Context features computed from scratch, as one ``np.unique`` over every part."""
-    parts = [np.array([f._id("bias"), f._id(f"n:{ctx.step}")], dtype=np.int64), f._text_ids("t", ctx.task),
+def _reference_context_ids(f: Featurizer, ctx: Context, step: bool = True) -> np.ndarray:
+    """Context features computed from scratch, as one ``np.unique`` over every part (without the
+    step-count feature when ``step`` is false)."""
+    head = [f._id("bias"), f._id(f"n:{ctx.step}")] if step else [f._id("bias")]
+    parts = [np.array(head, dtype=np.int64), f._text_ids("t", ctx.task),
              f._text_ids("o", ctx.observation),
              f._list_ids(tuple(a for a in ctx.admissible if a != "help"))]
     for k, (obs, action) in enumerate(ctx.history[-f.history_length:][::-1], 1):
@@ -190,8 +192,8 @@ def _reference_context_ids(f: Featurizer, ctx: Context) -> np.ndarray:
 
 
 def test_cached_features_equal_features_computed_afresh():
-    """The scorer caches a context's features by what they depend on and adds the step count
-    afterwards; on contexts that recur at other steps, a warm policy gives exactly what a fresh
+    """The scorer caches what a context's features are made of (candidate blocks, text ids, the
+    step's head); on contexts that recur at other steps, a warm policy gives exactly what a fresh
     featurizer computes from scratch, step-count feature included (even where its id collides
     with another feature's)."""
     ctxs = _episodes(task_ids("train")[:6], seed=5)
@@ -205,7 +207,7 @@ def test_cached_features_equal_features_computed_afresh():
         fresh = Featurizer(6, history_length=2)
         ref = _reference_context_ids(fresh, ctx)
         assert np.array_equal(data["ctx"], ref)
-        collided += int(fresh._id(f"n:{ctx.step}") in set(fresh.context_base(ctx).tolist()))
+        collided += int(fresh._id(f"n:{ctx.step}") in set(_reference_context_ids(fresh, ctx, step=False).tolist()))
         assert cands == list(dict.fromkeys(list(ctx.admissible) + list(ctx.invalid_candidates)))
         assert [a.tolist() for a in data["act"]] == [fresh.action_ids(a).tolist() for a in cands]
         fresh_pairs = Featurizer(6, history_length=2).pair_ids(ctx, cands)

@@ -47,7 +47,7 @@ _GLUE = frozenset({"to", "from", "in", "on", "with", "the", "a", "an", "of", "an
 _MAX_OBS_WORDS = 96
 # bounds on the caches: a long run meets new observations forever, so each cache stops growing
 # at its bound (later misses are recomputed) instead of holding every text ever seen
-_ID_CACHE, _TEXT_CACHE, _LIST_CACHE, _CONTEXT_CACHE = 1 << 20, 1 << 17, 1 << 15, 1 << 16
+_ID_CACHE, _TEXT_CACHE, _LIST_CACHE, _BLOCK_CACHE = 1 << 20, 1 << 17, 1 << 15, 1 << 16
 
 
 @lru_cache(maxsize=1 << 16)
@@ -82,9 +82,7 @@ class Featurizer:
         self._action_cache: dict[str, tuple[np.ndarray, int]] = {}
         self._pair_cache: dict[tuple, tuple[np.ndarray, int]] = {}
         self._word_cache: dict[str, tuple] = {}
-        self._base_cache: dict[tuple, np.ndarray] = {}
         self._command_cache: dict[str, np.ndarray] = {}
-        self._step_ids: dict[int, int] = {}
         # content -> small integer, one table per embedding table (see ``_row_key``)
         self._act_keys: dict[bytes, int] = {}
         self._pair_keys: dict[bytes, int] = {}
@@ -160,52 +158,30 @@ class Featurizer:
             return []
         return ctx.history[-self.history_length:][::-1]
 
-    def context_key(self, ctx: Context) -> tuple:
-        """What the features of ``ctx`` depend on, apart from the step count: the task, the
-        observation, the admissible and invalid candidates and the visible history window. Two
-        contexts with the same key get the same candidates, action and pair features, and context
-        features that differ only in the step-count feature (the cache key of the scorer)."""
-        adm = ctx.admissible
-        return (ctx.task, ctx.observation, None if adm is None else tuple(adm), tuple(ctx.invalid_candidates),
-                tuple(self._recent(ctx)))
+    def _step_head(self, step: int) -> np.ndarray:
+        """The ids of the bias and the step-count feature of ``step`` (cached per step)."""
+        head = self._step_heads.get(step)
+        if head is None:
+            head = self._step_heads[step] = np.array([self._id("bias"), self._id(f"n:{step}")], dtype=np.int64)
+        return head
 
-    def context_base(self, ctx: Context) -> np.ndarray:
-        """Sorted distinct ids of every context feature except the step count (read-only)."""
-        parts = [
-            np.array([self._id("bias")], dtype=np.int64),
-            self._text_ids("t", ctx.task),
-            self._text_ids("o", ctx.observation),
-            self._list_ids(shown_admissible(ctx)),
-        ]
-        for k, (obs, action) in enumerate(self._recent(ctx), 1):
-            parts.append(self._text_ids(f"o{k}", obs))
-            parts.append(self._text_ids(f"a{k}", action))
-        # sorted and distinct: the parts carry distinct prefixes, so a repeated id is a hash
-        # collision, and one row per context keeps the embedding sum a sum over a set as before
-        base = np.unique(np.concatenate(parts))
-        base.flags.writeable = False
-        return base
-
-    def with_step(self, base: np.ndarray, step: int) -> np.ndarray:
-        """``base`` with the step-count feature of ``step`` added: sorted and distinct, as
-        ``np.unique`` of all the parts would give."""
-        sid = self._step_ids.get(step)
-        if sid is None:
-            sid = self._step_ids[step] = self._id(f"n:{step}")
-        pos = int(base.searchsorted(sid))
-        if pos < len(base) and base[pos] == sid:
-            return base
-        return np.insert(base, pos, sid)
+    def _context_parts(self, ctx: Context, recent: list[tuple[str, str]], list_ids: np.ndarray) -> list[np.ndarray]:
+        """The id arrays whose union is the context's features: bias and step count, task,
+        observation, the admissible list (``list_ids``), and each (observation, action) of the
+        visible window ``recent``."""
+        parts = [self._step_head(ctx.step), self._text_ids("t", ctx.task), self._text_ids("o", ctx.observation),
+                 list_ids]
+        for (obs, action), (po, pa) in zip(recent, self._prefixes):
+            parts.append(self._text_ids(po, obs))
+            parts.append(self._text_ids(pa, action))
+        return parts
 
     def context_ids(self, ctx: Context) -> np.ndarray:
         """Feature ids of a context (the state the policy acts in), sorted and distinct."""
-        key = self.context_key(ctx)
-        base = self._base_cache.get(key)
-        if base is None:
-            base = self.context_base(ctx)
-            if len(self._base_cache) < _CONTEXT_CACHE:
-                self._base_cache[key] = base
-        return self.with_step(base, ctx.step)
+        # sorted and distinct: the parts carry distinct prefixes, so a repeated id is a hash
+        # collision, and one row per context keeps the embedding sum a sum over a set as before
+        return np.unique(np.concatenate(self._context_parts(ctx, self._recent(ctx),
+                                                            self._list_ids(shown_admissible(ctx)))))
 
     def _row_key(self, table: dict[bytes, int], ids: np.ndarray, arrays: list[np.ndarray] | None = None) -> int:
         """A small integer naming the content of ``ids`` (equal arrays, equal keys): lets a batch
@@ -261,8 +237,9 @@ class Featurizer:
                 self._word_cache[action] = hit
         return hit
 
-    def pair_rows(self, ctx: Context, actions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
-        """``pair_ids`` and each array's content key (``_row_key``)."""
+    def pair_ids(self, ctx: Context, actions: list[str]) -> list[np.ndarray]:
+        """Feature ids relating each action to the context's visible text, one context at a time
+        (``batch`` computes the same for a whole turn)."""
         task_words = set(words(ctx.task))
         obs_words = set(words(ctx.observation))
         shown = set(shown_admissible(ctx))
@@ -272,7 +249,7 @@ class Featurizer:
         for k, (obs, action) in enumerate(recent, 1):
             recent_words.update(words(obs))
             position.setdefault(action, k)
-        out, keys = [], []
+        out = []
         cache = self._pair_cache
         action_words = self._action_words
         for action in actions:
@@ -293,8 +270,7 @@ class Featurizer:
             if hit is None:
                 hit = self._pair_entry(key)
             out.append(hit[0])
-            keys.append(hit[1])
-        return out, np.array(keys, dtype=np.int64)
+        return out
 
     def _pair_entry(self, key: tuple) -> tuple[np.ndarray, int]:
         verb, adm, in_task, in_obs, in_recent, pos, verb_in_task = key
@@ -316,7 +292,7 @@ class Featurizer:
     # ------------------------------------------------------------------ a turn at once
     #
     # ``batch`` computes, for every context of a turn, what ``context_ids``, ``action_rows``
-    # and ``pair_rows`` give one context at a time (tests/test_scorer_features.py checks it),
+    # and ``pair_ids`` give one context at a time (tests/test_scorer_features.py checks it),
     # with numpy over the turn's candidates instead of Python per candidate: words become
     # integer ids, the word tests become sorted-array look-ups, and each candidate's pair key
     # becomes one integer code looked up once per distinct code.
@@ -373,7 +349,7 @@ class Featurizer:
                np.repeat(np.arange(len(cands), dtype=np.int64), lens), flat_w,
                np.concatenate([i[4] for i in infos]) if infos else np.zeros(0, dtype=bool),
                self._list_ids(tuple(a for a in admissible if a != "help")))
-        if len(self._blocks) < _CONTEXT_CACHE:
+        if len(self._blocks) < _BLOCK_CACHE:
             self._blocks[key] = blk
         return blk
 
@@ -398,7 +374,7 @@ class Featurizer:
                                                             list[np.ndarray], np.ndarray]]:
         """Per context: (candidates, context ids, action arrays, action keys, pair arrays, pair
         keys), exactly what ``candidate_actions``, ``context_ids``, ``action_rows`` and
-        ``pair_rows`` give it."""
+        ``pair_ids`` give it."""
         if not contexts:
             return []
         H = self.history_length
@@ -416,16 +392,7 @@ class Featurizer:
             blocks.append(blk)
             recent = self._recent(ctx)
             recents.append(recent)
-            sid = self._step_ids.get(ctx.step)
-            if sid is None:
-                sid = self._step_ids[ctx.step] = self._id(f"n:{ctx.step}")
-            head = self._step_heads.get(ctx.step)
-            if head is None:
-                head = self._step_heads[ctx.step] = np.array([self._id("bias"), sid], dtype=np.int64)
-            parts = [head, self._text_ids("t", ctx.task), self._text_ids("o", ctx.observation), blk[10]]
-            for (obs, action), (po, pa) in zip(recent, self._prefixes):
-                parts.append(self._text_ids(po, obs))
-                parts.append(self._text_ids(pa, action))
+            parts = self._context_parts(ctx, recent, blk[10])
             ctx_parts.append(parts)
         B = len(contexts)
         # context ids: one np.unique over (context, id) for the whole turn
@@ -501,6 +468,3 @@ class Featurizer:
                         [table[k] for k in pk.tolist()], pk))
         return out
 
-    def pair_ids(self, ctx: Context, actions: list[str]) -> list[np.ndarray]:
-        """Feature ids relating each action to the context's visible text."""
-        return self.pair_rows(ctx, actions)[0]
