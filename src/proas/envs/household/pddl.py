@@ -412,6 +412,16 @@ def _atom_op(pred: str, args: list[str], bound: frozenset[str], fixed_facts: fro
     def matches(fact) -> bool:  # the fact's shape: its length and repeated variables
         return len(fact) == n and all(fact[i] == fact[j] for i, j in repeats)
 
+    def accept(fact, env, facts, k, nxt) -> bool:
+        """Once ``fact`` fits: its checks, then its new variables bound and on to ``nxt``."""
+        for test in tests:
+            if not test(fact, env, facts):
+                return False
+        new_env = dict(env)
+        for v, i in binds:
+            new_env[v] = fact[i]
+        return nxt(new_env, facts, k)
+
     if fixed_facts is not None:
         # candidates by the values at the fixed positions, in the order a scan meets them
         index: dict[tuple, list] = {}
@@ -422,15 +432,8 @@ def _atom_op(pred: str, args: list[str], bound: frozenset[str], fixed_facts: fro
         def make(nxt):
             def run(env, facts, k):
                 for fact in index.get(tuple([env[a] if a in bound else a for _, a in fixed]), ()):
-                    for test in tests:
-                        if not test(fact, env, facts):
-                            break
-                    else:
-                        new_env = dict(env)
-                        for v, i in binds:
-                            new_env[v] = fact[i]
-                        if nxt(new_env, facts, k):
-                            return True
+                    if accept(fact, env, facts, k, nxt):
+                        return True
                 return False
 
             return run
@@ -451,15 +454,8 @@ def _atom_op(pred: str, args: list[str], bound: frozenset[str], fixed_facts: fro
                         if fact[i] != fact[j]:
                             break
                     else:
-                        for test in tests:
-                            if not test(fact, env, facts):
-                                break
-                        else:
-                            new_env = dict(env)
-                            for v, i in binds:
-                                new_env[v] = fact[i]
-                            if nxt(new_env, facts, k):
-                                return True
+                        if accept(fact, env, facts, k, nxt):
+                            return True
             return False
 
         return run
