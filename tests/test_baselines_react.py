@@ -23,6 +23,7 @@ from proas.cli import main as proas_main
 from proas.errors import ProasError
 from proas.policies.base import Context, task_text
 from proas.train.config import build_config
+from serve_helpers import Started
 
 torch.set_num_threads(1)
 
@@ -292,24 +293,6 @@ def _post(port: int, body: bytes, path: str = "/v1/chat/completions", method: st
         conn.close()
 
 
-class _Started:
-    """A server with non-default limits on a free port, stopped on exit."""
-
-    def __init__(self, server, **limits):
-        from proas.baselines.serve import ServeLimits
-
-        self.httpd = make_server(server, "127.0.0.1", 0, ServeLimits(**limits))
-        self.port = self.httpd.server_address[1]
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def _error_of(status, headers, body):
     assert headers["content-type"].startswith("application/json")
     assert body["error"]["code"] == status and body["error"]["message"]
@@ -343,7 +326,7 @@ def test_serve_413_on_an_oversize_body_before_reading_it(served, sft_run):
     assert status == 413 and "larger than the limit of 1048576 bytes" in _error_of(status, headers, body)["message"]
     assert closed
     # a chunked body (no declared length) is refused once the bytes read pass the limit
-    with _Started(server, max_body=4096) as srv:
+    with Started(server, max_body=4096) as srv:
         chunk = b"x" * 1024
         data = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(6)) + b"0\r\n\r\n"
         status, headers, body, closed = _raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -392,7 +375,7 @@ def test_serve_answers_a_short_body_within_the_read_timeout(served):
     import time
 
     server, _ = served
-    with _Started(server, read_timeout=1.0, keep_alive=1.0) as srv:
+    with Started(server, read_timeout=1.0, keep_alive=1.0) as srv:
         t0 = time.monotonic()
         # 100 bytes declared, 10 sent: answered 408 and closed instead of waiting forever
         status, headers, body, closed = _raw(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -478,7 +461,7 @@ def test_serve_queue_overflow_is_503_json_and_the_queue_drains(served):
 
     server.policy.act = blocked_act
     try:
-        with _Started(server, max_queue=1) as srv:
+        with Started(server, max_queue=1) as srv:
             queue = srv.httpd.app.state.queue
             results = []
             threads = [threading.Thread(target=lambda: results.append(_post(srv.port, _chat_body(), timeout=30)[0]))

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from proas.baselines import serve
 from proas.baselines.direct import direct_eval
 from proas.baselines.react_format import format_observation
-from proas.baselines.serve import PolicyServer, ServeLimits, make_server
+from proas.baselines.serve import PolicyServer
 from proas.train.config import build_config
+from serve_helpers import Started
 
 torch.set_num_threads(1)
 
@@ -31,23 +32,6 @@ def policy_server(tmp_path_factory):
     run = tmp_path_factory.mktemp("serve") / "direct"
     direct_eval(build_config(TOY), tasks=1, save=run)
     return PolicyServer(run, seed=0)
-
-
-class Started:
-    """``policy_server`` behind HTTP on a free loopback port, with ``limits``; stopped on exit."""
-
-    def __init__(self, server, **limits):
-        self.httpd = make_server(server, "127.0.0.1", 0, ServeLimits(**limits))
-        self.port = self.httpd.server_address[1]
-        self.queue = self.httpd.app.state.queue
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture()
