@@ -154,15 +154,15 @@ def config_path(start: str = "random") -> Path:
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics records by step (the trainer's reader; a resumed run repeats steps, the
+    last record of each counts)."""
+    from proas.train.checkpoint import read_metrics
+
     path = run_dir / "metrics.jsonl"
     by_step: dict[int, dict[str, Any]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            raise ProasError(f"{path}:{n}: not a JSON line") from None
+    for n, rec in enumerate(read_metrics(path), 1):
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            raise ProasError(f"{path}:{n}: expected an object with an integer 'step'")
+            raise ProasError(f"{path}: record {n} is not an object with an integer 'step'")
         by_step[rec["step"]] = rec
     return [by_step[k] for k in sorted(by_step)]
 
