@@ -41,6 +41,14 @@ SFT_ADAMW_LRS = (0.0003, 0.001, 0.003)
 #: GiGPO's modes tuned on shop (household keeps verl-agent's ALFWorld mode, mean_std_norm)
 GIGPO_SHOP_MODES = ("mean_norm", "mean_std_norm")
 FINAL_TEMPERATURES = (1.0, 0.0)
+#: the SFT start of the SFT-start grids (the ``sft_start`` row of ``main_warm``)
+SFT_START_ROW = {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
+                 "sft": ["--epochs", "1", "--max-tasks", "80"]}
+
+
+def _rates(start: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(SGD rates, AdamW rates) of the grid from ``start`` (``random`` or ``sft``)."""
+    return (SGD_LRS, ADAMW_LRS) if start == "random" else (SFT_SGD_LRS, SFT_ADAMW_LRS)
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ def arms(envs: Iterable[str] = ENVS) -> list[Arm]:
 
 def settings(arm: Arm, start: str = "random") -> list[Setting]:
     """The tuning grid of ``arm`` from ``start`` (``random`` or ``sft``)."""
-    sgd, adamw = (SGD_LRS, ADAMW_LRS) if start == "random" else (SFT_SGD_LRS, SFT_ADAMW_LRS)
+    sgd, adamw = _rates(start)
     base = [Setting("sgd", lr) for lr in sgd] + [Setting("adamw", lr) for lr in adamw]
     if arm.estimator == "gigpo" and arm.env == "shop":
         return [Setting(s.optimizer, s.lr, m) for m in GIGPO_SHOP_MODES for s in base]
@@ -118,8 +126,7 @@ def tuning_study(start: str = "random") -> dict[str, Any]:
         if sorted(row_envs) != sorted(ENVS):
             row["envs"] = row_envs
     if start == "sft":
-        rows.insert(0, {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
-                        "sft": ["--epochs", "1", "--max-tasks", "80"]})
+        rows.insert(0, dict(SFT_START_ROW))
     name = "heldout_tune" if start == "random" else "heldout_tune_sft"
     return {
         "study": name,
@@ -208,7 +215,7 @@ def select(results: Path, start: str = "random") -> list[Choice]:
 
 
 def _edge_note(s: Setting, start: str) -> str:
-    sgd, adamw = (SGD_LRS, ADAMW_LRS) if start == "random" else (SFT_SGD_LRS, SFT_ADAMW_LRS)
+    sgd, adamw = _rates(start)
     grid = sgd if s.optimizer == "sgd" else adamw
     if math.isclose(s.lr, grid[0]) or math.isclose(s.lr, grid[-1]):
         return "at the edge of its grid: extend once (protocol, Tuning)"
@@ -272,8 +279,7 @@ def evaluation_study(chosen: dict[str, Any], start: str = "random") -> dict[str,
                 row["needs"] = ["sft_start"]
             rows.append(row)
     if start == "sft":
-        rows.insert(0, {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
-                        "sft": ["--epochs", "1", "--max-tasks", "80"]})
+        rows.insert(0, dict(SFT_START_ROW))
     temps = "[" + ",".join(f"{t:g}" for t in FINAL_TEMPERATURES) + "]"
     return {
         "study": "heldout_main" if start == "random" else "heldout_sft",
