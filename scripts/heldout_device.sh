@@ -3,14 +3,16 @@
 #
 #   bash scripts/heldout_device.sh start STUDY COMMIT SECONDS   # install, launch, watch, pack
 #   bash scripts/heldout_device.sh watch STUDY COMMIT SECONDS   # a later call on the same warm machine
-#   SEED_FROM=results/heldout/tuning/runs bash scripts/heldout_device.sh start ...   # skip finished runs
+#   SEED_FROM=DIR bash scripts/heldout_device.sh start ...   # copy finished runs there first: skipped
+#   GRID=scripts/heldout_grids/F.sh bash scripts/heldout_device.sh start ...   # run that file's commands
 #
 # STUDY is a shipped study (heldout_tune, heldout_tune_sft, ...); COMMIT the commit of the
 # checkout that was sent (the copy there has no .git), recorded in each run's summary.json as
 # PROAS_COMMIT. A command on the device lasts at most 10 minutes, but a process that starts its
 # own session (setsid) lives until the machine is given back: `start` launches the grid that way
 # into /tmp/res/STUDY, one CPU thread a run, household and shop as two runners side by side (so
-# that neither env's arms wait for the other's), and each call watches it for SECONDS, then packs
+# that neither env's arms wait for the other's) or the commands of a GRID file (shell lines, each
+# a `proas experiment run ... --out $RES &`, for a part of a grid), and each call watches it for SECONDS, then packs
 # the small files of every run (metrics.jsonl, summary.json, config.yaml, train.log, the study
 # config) into $OUT/STUDY.tgz, so what came back so far is kept if the machine goes away. The
 # runner resumes unfinished runs, so the same study can be continued on a later machine from
@@ -34,13 +36,17 @@ export CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1   # bm25s may 
 if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
-  mkdir -p /tmp/code "$RES" && rm -rf /tmp/code/src && cp -r src .whl/pkgs /tmp/code/ || exit 1
+  mkdir -p /tmp/code "$RES" && rm -rf /tmp/code/src /tmp/code/scripts && cp -r src scripts .whl/pkgs /tmp/code/ || exit 1
   # runs finished in an earlier session (their metrics.jsonl, config.yaml, summary.json, e.g.
   # results/heldout/tuning/runs): the runner skips them
   if [ -n "${SEED_FROM:-}" ]; then cp -rn "$SEED_FROM"/. "$RES"/ || exit 1; fi
   python3 -c "import proas.envs.household.generator as g, proas.envs.shop, omegaconf, bm25s; g._alfworld()" \
     || { echo "imports failed"; exit 1; }
   echo "cores: $(nproc); commit $PROAS_COMMIT"
+  if [ -n "${GRID:-}" ]; then   # a grid file of its own: its commands, with RES set, instead of the two runners
+    { echo "cd /tmp/code; RES=$RES"; cat "$GRID"; echo "wait; echo done > $RES/ALL_DONE"; } > "/tmp/grid_$STUDY.sh" || exit 1
+    cp "$GRID" "$RES/grid.sh"
+  else
   cat > "/tmp/grid_$STUDY.sh" <<EOF
 cd /tmp/code
 python3 -m proas experiment run $STUDY --envs household --jobs $JOBS_HOUSEHOLD ${STEPS:+--steps $STEPS} --out $RES > $RES/log_household.txt 2>&1 &
@@ -48,6 +54,7 @@ python3 -m proas experiment run $STUDY --envs shop --jobs $JOBS_SHOP ${STEPS:+--
 wait
 echo done > $RES/ALL_DONE
 EOF
+  fi
   setsid nohup bash "/tmp/grid_$STUDY.sh" > "/tmp/grid_$STUDY.log" 2>&1 < /dev/null &
   sleep 5
 elif [ ! -d "$RES" ]; then

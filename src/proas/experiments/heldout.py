@@ -101,6 +101,43 @@ def row_id(arm: Arm, setting: Setting) -> str:
     return f"{arm.name}_{setting.tag}"
 
 
+#: the grid's edges and the one rate beyond each (protocol, "Ties and edges": a factor of about 3)
+BEYOND = {0.1: 0.03, 3.0: 10.0, 0.001: 0.0003, 0.01: 0.03, 0.03: 0.01, 1.0: 3.0, 0.0003: 0.0001}
+
+
+def beyond_edge(s: Setting, start: str = "random") -> Setting | None:
+    """The setting one step past the grid's edge that ``s`` lies on (None when ``s`` is inside)."""
+    sgd, adamw = _rates(start)
+    grid = sgd if s.optimizer == "sgd" else adamw
+    for edge in (grid[0], grid[-1]):
+        if math.isclose(s.lr, edge):
+            return Setting(s.optimizer, BEYOND[edge], s.gigpo_mode)
+    return None
+
+
+def extension_study(extend: Iterable[tuple[Arm, Setting]], start: str = "random") -> dict[str, Any]:
+    """The tuning grid's one extension (protocol, "Ties and edges") as a study config: for each
+    (arm, edge setting), the setting beyond that edge on the tuning seeds and tuning tasks. Its
+    runs land beside the grid's (same ``--out``), and ``select`` reads them."""
+    base = tuning_study(start)
+    rows = []
+    for arm, s in extend:
+        past = beyond_edge(s, start)
+        if past is None:
+            raise ProasError(f"{arm.env}/{arm.name} {s.tag} is not at the edge of its grid")
+        over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *past.overrides()]
+        row: dict[str, Any] = {"id": row_id(arm, past), "label": row_id(arm, past), "overrides": over,
+                               "envs": [arm.env]}
+        if start == "sft":
+            row["needs"] = ["sft_start"]
+            row["overrides"] = over + ["policy.scorer.init_from={out}/{env}/sft_start/seed{seed}"]
+        rows.append(row)
+    if start == "sft":
+        rows.insert(0, dict(SFT_START_ROW))
+    return {**base, "study": base["study"] + "_ext", "title": base["title"] + ", extension past an edge",
+            "reference": rows[0]["id"], "rows": rows}
+
+
 def tuning_study(start: str = "random") -> dict[str, Any]:
     """The tuning grid as a study config (``proas experiment run``): one row per arm and setting,
     an ``env_overrides`` split so that each env runs only its own arms' rows."""
