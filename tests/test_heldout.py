@@ -70,6 +70,106 @@ def test_selection_takes_the_best_mean_and_breaks_ties_towards_the_smaller_rate(
     assert "household grpo_none: sgd0.3" in text
 
 
+def _grid(root: Path, arm, score) -> None:
+    """Fake finished tuning runs of every grid setting of ``arm``, scored by ``score(setting, seed)``."""
+    for s in heldout.settings(arm):
+        for seed in heldout.TUNING_SEEDS:
+            _fake_run(root, arm.env, heldout.row_id(arm, s), seed, {k: score(s, seed) for k in range(0, 151, 10)})
+
+
+def test_a_best_at_the_grids_edge_waits_for_the_extension_then_chooses_among_all(tmp_path):
+    arm = heldout.Arm("household", "grpo", "none")
+    # AdamW 0.001 (the lower edge of AdamW's rates) is best; everything else 0.1
+    _grid(tmp_path, arm, lambda s, seed: 0.4 if s.tag == "adamw0.001" else 0.1)
+    c = next(c for c in heldout.select(tmp_path) if c.arm == arm)
+    assert c.chosen is None and "extend to adamw0.0003" in c.note
+    need = heldout.extensions_needed(heldout.select(tmp_path))
+    assert need == [(arm, heldout.Setting("adamw", 0.001))]
+    ext = parse_study(heldout.extension_study(need), "t")
+    assert [r.id for r in ext.rows] == ["grpo_none_adamw0.0003"]
+    assert "policy.scorer.lr=0.0003" in ext.rows[0].overrides and ext.rows[0].envs == ("household",)
+    # the extension loses: the edge stays chosen; it wins: it is chosen (once: no further extension)
+    for ext_score, want in ((0.3, "adamw0.001"), (0.5, "adamw0.0003")):
+        for seed in heldout.TUNING_SEEDS:
+            d = tmp_path / "household" / "grpo_none_adamw0.0003" / f"seed{seed}"
+            if d.exists():
+                for f in d.iterdir():
+                    f.unlink()
+                d.rmdir()
+            _fake_run(tmp_path, "household", "grpo_none_adamw0.0003", seed, {k: ext_score for k in range(0, 151, 10)})
+        c = next(c for c in heldout.select(tmp_path) if c.arm == arm)
+        assert c.chosen.tag == want and "extended once" in c.note
+    # an interior best never waits
+    inner = heldout.Arm("household", "grpo", "proas")
+    _grid(tmp_path, inner, lambda s, seed: 0.4 if s.tag == "sgd0.3" else 0.1)
+    c = next(c for c in heldout.select(tmp_path) if c.arm == inner)
+    assert c.chosen.tag == "sgd0.3" and c.note == ""
+
+
+def test_run_records_round_trip_and_select_like_the_runs_they_came_from(tmp_path):
+    runs = tmp_path / "runs"
+    arm = heldout.Arm("shop", "dapo", "proas")
+    _grid(runs, arm, lambda s, seed: 0.5 + 0.001 * seed if s.tag == "sgd1" else 0.01 * s.lr + 0.001 * seed)
+    records = heldout.collect(runs)
+    assert len(records) == 7 * len(heldout.TUNING_SEEDS)
+    csv = tmp_path / "runs.csv"
+    heldout.write_records(records, csv)
+    back = heldout.read_records(csv)
+    assert back.keys() == records.keys()
+    for key, rec in records.items():
+        assert back[key]["tuning_metric"] == rec["tuning_metric"]  # exactly: ties must stay ties
+        assert back[key]["val150"] == pytest.approx(rec["tuning_metric"])
+    by_dir = {c.arm: (c.chosen, c.table) for c in heldout.select(runs)}
+    by_csv = {c.arm: (c.chosen, c.table) for c in heldout.select(back)}
+    assert by_dir == by_csv and by_csv[arm][0].tag == "sgd1"
+    # a later source's run replaces an earlier one's
+    other = tmp_path / "later"
+    _fake_run(other, "shop", "dapo_proas_sgd0.1", 200, {k: 0.9 for k in range(0, 151, 10)})
+    merged = heldout.load_records([csv, other])
+    assert merged[("shop", "dapo_proas_sgd0.1", 200)]["tuning_metric"] == pytest.approx(0.9)
+    # an unfinished run (its window incomplete) is no record
+    _fake_run(other, "shop", "dapo_proas_sgd1", 200, {k: 0.9 for k in range(0, 101, 10)})
+    assert ("shop", "dapo_proas_sgd1", 200) not in heldout.collect(other)
+
+
+def test_a_broken_records_csv_is_one_line_error(tmp_path):
+    bad = tmp_path / "r.csv"
+    bad.write_text("env,row,seed\nshop,x,1\n")
+    with pytest.raises(ProasError, match="tuning_metric"):
+        heldout.read_records(bad)
+    bad.write_text("env,row,seed,tuning_metric\nshop,x,one,0.5\n")
+    with pytest.raises(ProasError, match="line 2"):
+        heldout.read_records(bad)
+    bad.write_text("env,row,seed,tuning_metric\nshop,x,1,nan\n")
+    with pytest.raises(ProasError, match="line 2"):
+        heldout.read_records(bad)
+    with pytest.raises(ProasError, match="no such"):
+        heldout.load_records([tmp_path / "missing"])
+
+
+def test_select_writes_records_and_the_evaluation_config_only_once_every_arm_is_chosen(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for arm in heldout.arms():
+        _grid(runs, arm, lambda s, seed: 0.5 if s.tag in ("sgd0.3", "sgd0.3_mn") else 0.1)
+    missing = heldout.Arm("shop", "gigpo", "proas")
+    rec = runs / "shop" / heldout.row_id(missing, heldout.settings(missing)[0]) / "seed200"
+    (rec / "metrics.jsonl").unlink()
+    cfg = tmp_path / "main.yaml"
+    assert proas_main(["heldout", "select", str(runs), "--eval-config", str(cfg)]) != 0
+    assert "shop/gigpo_proas" in capsys.readouterr().err
+    assert not cfg.exists()
+    _fake_run(tmp_path / "more", "shop", rec.parent.name, 200, {k: 0.1 for k in range(0, 151, 10)})
+    out = tmp_path / "sel.md"
+    assert proas_main(["heldout", "select", str(runs), str(tmp_path / "more"), "--out", str(out),
+                       "--records", str(tmp_path / "r.csv"), "--eval-config", str(cfg)]) == 0
+    study = load_study(str(cfg))
+    assert study.name == "heldout_main" and study.seeds == heldout.EVAL_SEEDS
+    # every arm at sgd 0.3 (shop GiGPO with mean_norm): no ProAS arm needs a second setting
+    assert len(study.rows) == 12 and all("policy.scorer.lr=0.3" in r.overrides for r in study.rows)
+    assert len(heldout.read_records(tmp_path / "r.csv")) == sum(
+        len(heldout.settings(a)) for a in heldout.arms()) * len(heldout.TUNING_SEEDS)
+
+
 def test_the_tuning_sets_share_no_task_with_training_or_evaluation(tmp_path):
     """`proas schedule make-tuning-val` is deterministic (the shipped sets are what it writes)
     and its sets are disjoint from the training pool and the evaluation validation set."""

@@ -55,9 +55,17 @@ def register(sub) -> None:
     hc.add_argument("--check", action="store_true", help="only check that the shipped configs are up to date")
     hc.set_defaults(func=_heldout_configs)
     hs = hsub.add_parser("select", help="each arm's tuned setting from a tuning results directory")
-    hs.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run heldout_tune`")
+    hs.add_argument("sources", nargs="+", metavar="SOURCE",
+                    help="tuning results directories (the --out of `proas experiment run heldout_tune`) and/or "
+                         "run-records CSVs (--records); a later source's run replaces an earlier one's")
     hs.add_argument("--start", choices=["random", "sft"], default="random", help="which tuning grid (default random)")
     hs.add_argument("--out", help="write the selection as Markdown here (default: print it)")
+    hs.add_argument("--records", metavar="CSV", help="write every run's record (validation curve, tuning metric, "
+                                                     "commit) here: the per-run data behind the selection")
+    hs.add_argument("--extension", metavar="YAML", help="write the study of the grid's extension past an edge "
+                                                        "for the arms that wait on it")
+    hs.add_argument("--eval-config", metavar="YAML", help="write the evaluation study (every arm at its chosen "
+                                                          "setting); refused while an arm has none")
     hs.set_defaults(func=_heldout_select)
     ha = hsub.add_parser("analyse", help="per-seed CSV, paired intervals and verdicts of an evaluation grid")
     ha.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run heldout_main`")
@@ -86,19 +94,50 @@ def _heldout_configs(args) -> int:
 
 
 def _heldout_select(args) -> int:
-    from proas.experiments.heldout import render_selection, select
+    import yaml
 
-    results = Path(args.results)
-    if not results.is_dir():
-        raise ProasError(f"{results}: no such results directory")
-    text = render_selection(select(results, args.start), args.start)
+    from proas.experiments.heldout import (
+        evaluation_study,
+        extension_study,
+        extensions_needed,
+        load_records,
+        render_selection,
+        select,
+        selection_json,
+        write_records,
+    )
+    from proas.fileio import atomic_write_bytes
+
+    records = load_records(Path(s) for s in args.sources)
+    choices = select(records, args.start)
+    text = render_selection(choices, args.start)
+
+    def write(path: str, body: str) -> None:
+        atomic_write_bytes(Path(path), body.encode("utf-8"))
+        print(f"wrote {path}")
+
+    if args.eval_config:
+        open_arms = [f"{c.arm.env}/{c.arm.name}" for c in choices if c.chosen is None]
+        if open_arms:
+            raise ProasError(f"no evaluation config while arms have no setting: {', '.join(open_arms)}")
     if args.out:
-        from proas.fileio import atomic_write_bytes
-
-        atomic_write_bytes(Path(args.out), (text + "\n").encode("utf-8"))
-        print(f"wrote {args.out}")
+        write(args.out, text + "\n")
     else:
         print(text)
+    if args.records:
+        write_records(records, Path(args.records))
+        print(f"wrote {args.records} ({len(records)} runs)")
+    if args.extension:
+        need = extensions_needed(choices)
+        if not need:
+            print("no arm waits on an extension: nothing written")
+        else:
+            write(args.extension, yaml.safe_dump(extension_study(need, args.start), sort_keys=False, width=110))
+    if args.eval_config:
+        head = (f"# Written by `proas heldout select --eval-config` from the tuning records "
+                f"({', '.join(map(str, args.sources))}).\n")
+        body = yaml.safe_dump(evaluation_study(selection_json(choices), args.start), sort_keys=False, width=110)
+        write(args.eval_config, head + body)
     return 0
 
 

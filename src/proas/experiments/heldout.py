@@ -221,6 +221,96 @@ def mean_val(records: list[dict[str, Any]], key: str = "val/sr", window: tuple[i
     return sum(got[s] for s in want) / len(want)
 
 
+#: the validations a run record keeps (steps 0, 10, ..., 150)
+VAL_STEPS = tuple(range(0, STEPS + 1, 10))
+RECORD_FIELDS = ("env", "row", "seed", "commit", "tuning_metric", *(f"val{k}" for k in VAL_STEPS), "source")
+
+
+def run_record(run_dir: Path, env: str, row: str, seed: int) -> dict[str, Any] | None:
+    """One finished run as a record: its validation SR at each of steps 0-150, the tuning
+    metric (their mean over the window) and the commit; None while the window is incomplete."""
+    recs = _records(run_dir)
+    metric = mean_val(recs)
+    if metric is None:
+        return None
+    vals = {r["step"]: r["val/sr"] for r in recs if r.get("val/sr") is not None}
+    summary = run_dir / "summary.json"
+    commit = json.loads(summary.read_text(encoding="utf-8")).get("commit") if summary.exists() else None
+    return {"env": env, "row": row, "seed": seed, "commit": commit, "tuning_metric": metric,
+            **{f"val{k}": vals.get(k) for k in VAL_STEPS}, "source": "run"}
+
+
+Records = dict[tuple[str, str, int], dict[str, Any]]
+
+
+def collect(results: Path) -> Records:
+    """Every finished run under a results directory (``ENV/ROW/seedN``) as a record."""
+    out: Records = {}
+    for metrics in sorted(Path(results).glob("*/*/seed*/metrics.jsonl")):
+        run = metrics.parent
+        try:
+            seed = int(run.name[len("seed"):])
+        except ValueError:
+            continue
+        rec = run_record(run, run.parent.parent.name, run.parent.name, seed)
+        if rec is not None:
+            out[(rec["env"], rec["row"], seed)] = rec
+    return out
+
+
+def read_records(path: Path) -> Records:
+    """Run records from a CSV written by :func:`write_records` (``tuning/runs.csv``)."""
+    import csv
+
+    out: Records = {}
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"env", "row", "seed", "tuning_metric"} - set(reader.fieldnames or ())
+        if missing:
+            raise ProasError(f"{path}: not a run-records CSV (no column(s) {', '.join(sorted(missing))})")
+        for n, row in enumerate(reader, 2):
+            try:
+                rec: dict[str, Any] = {k: (None if v in ("", None) else v) for k, v in row.items()}
+                rec["seed"] = int(row["seed"])
+                for k in ("tuning_metric", *(f"val{s}" for s in VAL_STEPS)):
+                    if rec.get(k) is not None:
+                        rec[k] = float(rec[k])
+            except ValueError as exc:
+                raise ProasError(f"{path}: line {n}: {exc}") from None
+            if rec["tuning_metric"] is None or not math.isfinite(rec["tuning_metric"]):
+                raise ProasError(f"{path}: line {n}: no finite tuning_metric")
+            out[(rec["env"], rec["row"], rec["seed"])] = rec
+    return out
+
+
+def load_records(sources: Iterable[Path]) -> Records:
+    """Records from results directories and record CSVs; a later source's run replaces an
+    earlier one's."""
+    out: Records = {}
+    for src in map(Path, sources):
+        if src.is_dir():
+            out.update(collect(src))
+        elif src.is_file():
+            out.update(read_records(src))
+        else:
+            raise ProasError(f"{src}: no such results directory or run-records CSV")
+    return out
+
+
+def write_records(records: Records, path: Path) -> None:
+    import csv
+    import io
+
+    from proas.fileio import atomic_write_bytes
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=RECORD_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for key in sorted(records):  # floats as Python writes them: read back exactly
+        w.writerow(records[key])
+    atomic_write_bytes(Path(path), buf.getvalue().encode("utf-8"))
+
+
 @dataclass
 class Choice:
     arm: Arm
@@ -229,34 +319,57 @@ class Choice:
     note: str = ""
 
 
-def select(results: Path, start: str = "random") -> list[Choice]:
+def _metric(records: Records | Path, arm: Arm, s: Setting, seed: int) -> float | None:
+    if isinstance(records, dict):
+        rec = records.get((arm.env, row_id(arm, s), seed))
+        return None if rec is None else rec["tuning_metric"]
+    run = Path(records) / arm.env / row_id(arm, s) / f"seed{seed}"
+    return mean_val(_records(run)) if (run / "metrics.jsonl").exists() else None
+
+
+def select(records: Records | Path, start: str = "random") -> list[Choice]:
     """Each arm's setting: the highest mean tuning metric over the tuning seeds, ties to the
-    smaller rate; an arm with a missing run is left unchosen (``chosen`` None)."""
+    smaller rate; an arm with a missing run is left unchosen (``chosen`` None).
+
+    When the best lies at an edge of its optimiser's rates, the protocol extends the grid once
+    past that edge: the setting beyond it joins the comparison when both its tuning runs are
+    in ``records``; until then the arm is left unchosen, with a note naming the runs to make.
+    """
     out = []
     for arm in arms():
-        table = []
-        for s in settings(arm, start):
-            vals = []
-            for seed in TUNING_SEEDS:
-                run = results / arm.env / row_id(arm, s) / f"seed{seed}"
-                vals.append(mean_val(_records(run)) if (run / "metrics.jsonl").exists() else None)
-            table.append((s, vals))
+        table = [(s, [_metric(records, arm, s, seed) for seed in TUNING_SEEDS]) for s in settings(arm, start)]
         complete = [(s, sum(v) / len(v)) for s, v in table if all(x is not None for x in v)]
         if len(complete) < len(table):
             out.append(Choice(arm, table, None, f"{len(table) - len(complete)} setting(s) incomplete"))
             continue
-        best = max(complete, key=lambda sv: (round(sv[1], 12), -sv[0].lr))
-        note = _edge_note(best[0], start)
+        best = _best(complete)
+        past = beyond_edge(best[0], start)
+        note = ""
+        if past is not None:
+            vals = [_metric(records, arm, past, seed) for seed in TUNING_SEEDS]
+            table.append((past, vals))
+            if any(v is None for v in vals):
+                out.append(Choice(arm, table, None, f"best at the edge of its grid: extend to {past.tag} "
+                                                    "(protocol, Ties and edges)"))
+                continue
+            best = _best(complete + [(past, sum(vals) / len(vals))])
+            note = f"grid extended once past the edge to {past.tag}"
         out.append(Choice(arm, table, best[0], note))
     return out
 
 
-def _edge_note(s: Setting, start: str) -> str:
-    sgd, adamw = _rates(start)
-    grid = sgd if s.optimizer == "sgd" else adamw
-    if math.isclose(s.lr, grid[0]) or math.isclose(s.lr, grid[-1]):
-        return "at the edge of its grid: extend once (protocol, Tuning)"
-    return ""
+def _best(complete: list[tuple[Setting, float]]) -> tuple[Setting, float]:
+    return max(complete, key=lambda sv: (round(sv[1], 12), -sv[0].lr))
+
+
+def extensions_needed(choices: list[Choice]) -> list[tuple[Arm, Setting]]:
+    """(arm, edge setting) of every arm that waits on the grid's extension."""
+    out = []
+    for c in choices:
+        if c.chosen is None and c.note.startswith("best at the edge"):
+            complete = [(s, sum(v) / len(v)) for s, v in c.table[:-1] if all(x is not None for x in v)]
+            out.append((c.arm, _best(complete)[0]))
+    return out
 
 
 def render_selection(choices: list[Choice], start: str = "random") -> str:
