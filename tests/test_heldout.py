@@ -106,6 +106,21 @@ def test_a_best_at_the_grids_edge_waits_for_the_extension_then_chooses_among_all
     assert c.chosen.tag == "sgd0.3" and c.note == ""
 
 
+def test_an_unfinished_setting_is_waited_for_unless_it_cannot_win(tmp_path):
+    arm = heldout.Arm("household", "dapo", "proas")
+    _grid(tmp_path, arm, lambda s, seed: 0.6 if s.tag == "sgd0.3" else 0.1)
+    # adamw0.003 has only seed 200: at 0.1 it could reach (0.1 + 1.0) / 2 = 0.55 < 0.6: decided
+    run = tmp_path / "household" / "dapo_proas_adamw0.003" / "seed201" / "metrics.jsonl"
+    run.unlink()
+    c = next(c for c in heldout.select(tmp_path) if c.arm == arm)
+    assert c.chosen.tag == "sgd0.3" and "unfinished" in c.note
+    # ... at 0.3 it could reach 0.65 > 0.6: the arm waits
+    _fake_run(tmp_path / "b", "household", "dapo_proas_adamw0.003", 200, {k: 0.3 for k in range(0, 151, 10)})
+    records = heldout.load_records([tmp_path, tmp_path / "b"])
+    c = next(c for c in heldout.select(records) if c.arm == arm)
+    assert c.chosen is None and "incomplete" in c.note
+
+
 def test_run_records_round_trip_and_select_like_the_runs_they_came_from(tmp_path):
     runs = tmp_path / "runs"
     arm = heldout.Arm("shop", "dapo", "proas")
@@ -158,6 +173,10 @@ def test_select_writes_records_and_the_evaluation_config_only_once_every_arm_is_
     assert proas_main(["heldout", "select", str(runs), "--eval-config", str(cfg)]) != 0
     assert "shop/gigpo_proas" in capsys.readouterr().err
     assert not cfg.exists()
+    # the env whose arms are all chosen can start alone, with the same rows as in the full grid
+    assert proas_main(["heldout", "select", str(runs), "--eval-config", str(cfg), "--eval-envs", "household"]) == 0
+    alone = load_study(str(cfg))
+    assert alone.envs == ("household",) and len(alone.rows) == 6
     _fake_run(tmp_path / "more", "shop", rec.parent.name, 200, {k: 0.1 for k in range(0, 151, 10)})
     out = tmp_path / "sel.md"
     assert proas_main(["heldout", "select", str(runs), str(tmp_path / "more"), "--out", str(out),
@@ -166,6 +185,8 @@ def test_select_writes_records_and_the_evaluation_config_only_once_every_arm_is_
     assert study.name == "heldout_main" and study.seeds == heldout.EVAL_SEEDS
     # every arm at sgd 0.3 (shop GiGPO with mean_norm): no ProAS arm needs a second setting
     assert len(study.rows) == 12 and all("policy.scorer.lr=0.3" in r.overrides for r in study.rows)
+    assert [(r.id, r.overrides) for r in study.rows if r.envs == ("household",)] == [
+        (r.id, r.overrides) for r in alone.rows]
     assert len(heldout.read_records(tmp_path / "r.csv")) == sum(
         len(heldout.settings(a)) for a in heldout.arms()) * len(heldout.TUNING_SEEDS)
 

@@ -66,6 +66,8 @@ def register(sub) -> None:
                                                         "for the arms that wait on it")
     hs.add_argument("--eval-config", metavar="YAML", help="write the evaluation study (every arm at its chosen "
                                                           "setting); refused while an arm has none")
+    hs.add_argument("--eval-envs", nargs="+", metavar="ENV", default=None,
+                    help="only these envs' arms in the evaluation study (default: both)")
     hs.set_defaults(func=_heldout_select)
     ha = hsub.add_parser("analyse", help="per-seed CSV, paired intervals and verdicts of an evaluation grid")
     ha.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run heldout_main`")
@@ -117,7 +119,8 @@ def _heldout_select(args) -> int:
         print(f"wrote {path}")
 
     if args.eval_config:
-        open_arms = [f"{c.arm.env}/{c.arm.name}" for c in choices if c.chosen is None]
+        envs = args.eval_envs or [c.arm.env for c in choices]
+        open_arms = [f"{c.arm.env}/{c.arm.name}" for c in choices if c.chosen is None and c.arm.env in envs]
         if open_arms:
             raise ProasError(f"no evaluation config while arms have no setting: {', '.join(open_arms)}")
     if args.out:
@@ -136,7 +139,7 @@ def _heldout_select(args) -> int:
     if args.eval_config:
         head = (f"# Written by `proas heldout select --eval-config` from the tuning records "
                 f"({', '.join(map(str, args.sources))}).\n")
-        body = yaml.safe_dump(evaluation_study(selection_json(choices), args.start), sort_keys=False, width=110)
+        body = yaml.safe_dump(evaluation_study(selection_json(choices), args.start, envs), sort_keys=False, width=110)
         write(args.eval_config, head + body)
     return 0
 

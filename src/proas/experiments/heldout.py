@@ -339,9 +339,17 @@ def select(records: Records | Path, start: str = "random") -> list[Choice]:
     for arm in arms():
         table = [(s, [_metric(records, arm, s, seed) for seed in TUNING_SEEDS]) for s in settings(arm, start)]
         complete = [(s, sum(v) / len(v)) for s, v in table if all(x is not None for x in v)]
+        decided = ""
         if len(complete) < len(table):
-            out.append(Choice(arm, table, None, f"{len(table) - len(complete)} setting(s) incomplete"))
-            continue
+            # an unfinished setting cannot win when even SR 1.0 in every missing run leaves its
+            # mean below the best finished one: the choice is then what the full grid gives
+            ceiling = max((sum(1.0 if x is None else x for x in v) / len(v) for s, v in table
+                           if any(x is None for x in v)), default=0.0)
+            if not complete or ceiling >= _best(complete)[1]:
+                out.append(Choice(arm, table, None, f"{len(table) - len(complete)} setting(s) incomplete"))
+                continue
+            decided = (f"{len(table) - len(complete)} setting(s) unfinished, each below the best even at "
+                       "SR 1.0 in its missing runs")
         best = _best(complete)
         past = beyond_edge(best[0], start)
         note = ""
@@ -354,7 +362,7 @@ def select(records: Records | Path, start: str = "random") -> list[Choice]:
                 continue
             best = _best(complete + [(past, sum(vals) / len(vals))])
             note = f"grid extended once past the edge to {past.tag}"
-        out.append(Choice(arm, table, best[0], note))
+        out.append(Choice(arm, table, best[0], "; ".join(x for x in (decided, note) if x)))
     return out
 
 
@@ -404,12 +412,16 @@ def _setting(d: dict[str, Any]) -> Setting:
     return Setting(str(d["optimizer"]), float(d["lr"]), d.get("gigpo_mode"))
 
 
-def evaluation_study(chosen: dict[str, Any], start: str = "random") -> dict[str, Any]:
+def evaluation_study(chosen: dict[str, Any], start: str = "random", envs: Iterable[str] = ENVS) -> dict[str, Any]:
     """The evaluation grid from the tuned settings (protocol, "What is run"): every arm at its
     own setting, and each ProAS arm also at its base's setting where the two differ; the final
-    policy validated again at temperature 1.0 and greedily."""
+    policy validated again at temperature 1.0 and greedily. ``envs`` limits it to some envs (one
+    whose tuning is done can start before the other's): its rows are the same as in the full grid."""
+    envs = list(envs)
+    if not envs or any(e not in ENVS for e in envs):
+        raise ProasError(f"envs must be some of {', '.join(ENVS)}, got {envs}")
     rows: list[dict[str, Any]] = []
-    for arm in arms():
+    for arm in arms([e for e in ENVS if e in envs]):
         own = chosen.get(f"{arm.env}/{arm.name}")
         if own is None:
             raise ProasError(f"no tuned setting for {arm.env}/{arm.name}; run the tuning grid and select first")
@@ -437,7 +449,7 @@ def evaluation_study(chosen: dict[str, Any], start: str = "random") -> dict[str,
         "kind": "ablation",
         "reference": rows[0]["id"] if start == "random" else rows[1]["id"],
         "description": "docs/study-protocol.md: each arm at its tuned setting, evaluation seeds, fixed validation set",
-        "envs": list(ENVS),
+        "envs": [e for e in ENVS if e in envs],
         "seeds": list(EVAL_SEEDS if start == "random" else EVAL_SEEDS_SHORT),
         "steps": STEPS,
         "common": ["policy=scorer", "train.progress=false", f"train.final_val_temperatures={temps}"],
