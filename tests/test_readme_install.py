@@ -50,3 +50,17 @@ def test_without_alfworld_the_generator_error_is_the_one_the_readme_quotes(tmp_p
     assert out.returncode != 0
     quoted = re.search(r'stops with "([^"]+)"', (ROOT / "README.md").read_text().replace("\n", " ")).group(1)
     assert quoted in out.stderr
+
+
+def test_without_alfworld_the_error_suggests_the_readmes_fast_install(tmp_path):
+    """The generator's hint is the README's no-planner install (seconds), pinned as the extra
+    is, not the `proas[alfworld]` extra that builds the planner for about 11 minutes."""
+    readme = (ROOT / "README.md").read_text()
+    fast = re.search(r"pip install -e \. && (pip install --no-deps alfworld==[\d.]+) && proas train", readme).group(1)
+    pin = re.search(r'"(alfworld==[\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert fast.endswith(pin)
+    out = _episode(tmp_path, ["alfworld"])
+    assert out.returncode != 0
+    hint = out.stderr.strip().splitlines()[-1]
+    assert fast in hint
+    assert hint.index(fast) < hint.index("proas[alfworld]")  # the fast one first, the extra explained after

@@ -60,6 +60,11 @@ _LAMPS = ("DeskLamp", "FloorLamp")
 _DOMAIN_TYPES = {"otype": ("Knife", "ButterKnife"), "rtype": ("SinkBasin", "Microwave", "Fridge")}
 
 
+#: the install that gives the generator ALFWorld's data files without building the planner
+#: (the README's fast install; the version is the ``alfworld`` extra's pin in pyproject.toml)
+ALFWORLD_FILES_INSTALL = "pip install --no-deps alfworld==0.4.2"
+
+
 def _alfworld():
     try:
         import alfworld  # noqa: F401
@@ -67,7 +72,9 @@ def _alfworld():
     except ImportError:
         raise ProasError(
             "the household generator needs the `alfworld` package (its layouts, class tables and "
-            "PDDL files); install it with: pip install 'proas[alfworld]'"
+            f"PDDL files); install them in seconds with: {ALFWORLD_FILES_INSTALL} (the full "
+            "'proas[alfworld]' extra builds the PDDL planner, about 11 minutes, and is only "
+            "needed for the real engine, backend=alfworld)"
         ) from None
     return constants, goal_library
 
