@@ -84,12 +84,15 @@ def _print(res, title: str, as_json: bool, extra: dict | None = None) -> None:
 
 
 def _direct(args) -> int:
-    from proas.baselines.direct import direct_eval
+    # each command checks its config before it imports the trainer (and torch): a typo is
+    # reported at once, not after seconds of imports
     from proas.train.config import build_config
 
     if args.tasks is not None and args.tasks <= 0:
         raise ProasError("--tasks must be > 0")
     cfg = build_config(args.overrides)
+    from proas.baselines.direct import direct_eval
+
     res, info = direct_eval(cfg, tasks=args.tasks, temperature=args.temperature, seed=args.seed,
                             save=Path(args.save) if args.save else None)
     _print(res, f"Direct ({info['policy']}, untrained): {info['env']} validation, {info['n']} tasks", args.json)
@@ -101,10 +104,11 @@ def _direct(args) -> int:
 def _sft(args) -> int:
     from rich.console import Console
 
-    from proas.baselines.sft import SFTOptions, train_sft
     from proas.train.config import build_config
 
     cfg = build_config(args.overrides)
+    from proas.baselines.sft import SFTOptions, train_sft
+
     console = Console()
     summary = train_sft(cfg, Path(args.run_dir), SFTOptions(epochs=args.epochs, lr=args.lr,
                         batch_size=args.batch_size, val_every=args.val_every, max_tasks=args.max_tasks),
@@ -138,17 +142,18 @@ def _serve(args) -> int:
 
 
 def _react(args) -> int:
-    from proas.baselines.common import env_name, val_result, validation_ids
-    from proas.baselines.react import ChatClient, api_key_from_env, run_react
-    from proas.fileio import atomic_write_jsonl
     from proas.train.config import build_config
-    from proas.train.loop import make_env_factory
 
     if args.tasks is not None and args.tasks <= 0:
         raise ProasError("--tasks must be > 0")
     if args.retries < 0 or args.backoff < 0 or args.timeout <= 0:
         raise ProasError("--retries and --backoff must be >= 0, --timeout > 0")
     cfg = build_config(args.overrides)
+    from proas.baselines.common import env_name, val_result, validation_ids
+    from proas.baselines.react import ChatClient, api_key_from_env, run_react
+    from proas.fileio import atomic_write_jsonl
+    from proas.train.loop import make_env_factory
+
     env = make_env_factory(cfg.env.name, cfg.env.options)()
     ids = validation_ids(cfg, env)
     if args.tasks is not None:

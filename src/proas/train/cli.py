@@ -43,11 +43,17 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
+    # the config is checked before the trainer (and torch, seconds to import) loads, so that a
+    # typo is reported at once
     from proas.train.config import build_config, config_to_yaml, unset_resolved
-    from proas.train.run import train
 
     if args.resume:
+        if args.overrides:
+            # a --resume takes only train.steps and train.progress, both valid on the defaults:
+            # whatever fails here would be refused below as well, only after the import
+            build_config(args.overrides)
         from proas.train.loop import load_run_config
+        from proas.train.run import train
 
         base = load_run_config(Path(args.resume))
         cfg = build_config(args.overrides, base=base) if args.overrides else None
@@ -62,6 +68,8 @@ def _train(args) -> int:
             for key, value in unset.items():
                 print(f"#   {key}: {value}")
         return 0
+    from proas.train.run import train
+
     train(cfg, run_dir=Path(args.run_dir) if args.run_dir else None)
     return 0
 
