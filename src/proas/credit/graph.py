@@ -24,6 +24,19 @@ File format (``save``/``load``): JSON, gzip-compressed when the name ends in ``.
      "nodes": [[state, support, is_goal], ...],
      "edges": [[u_index, action, v_index, support], ...],
      "meta": {...}}
+
+``load`` refuses, as a one-line ``GraphFileError``: an edge index outside ``0 .. len(nodes)-1``
+(a negative one would alias a node from the end), a support that is negative or not an integer,
+a repeated node or edge, and a file that holds, or inflates to, more than ``MAX_GRAPH_BYTES``
+(128 MiB) of JSON; a gzip file is inflated in chunks, so a small file that inflates to far more
+is refused after reading at most that much.
+
+Exports never fail on the text of states and actions: in DOT every string is quoted with
+backslashes, quotes and newlines escaped, and control characters and lone surrogates written
+as ``\\xNN`` / ``\\uNNNN``; GraphML (XML 1.0) cannot carry most control characters or lone
+surrogates at all, so when any state or action holds one, every text of the export is escaped
+the same way (backslashes doubled, such characters as ``\\xNN`` / ``\\uNNNN``) and the graph
+carries the attribute ``text_escaped=true``; otherwise the texts are written as they are.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ import io
 import json
 import math
 import os
+import re
 import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -49,6 +63,10 @@ __all__ = ["FORMAT", "VERSION", "GraphFileError", "ReferenceGraph", "clean_path"
 
 FORMAT = "proas-arg"
 VERSION = 1
+#: the most JSON a graph file may hold, or inflate to when gzip-compressed; a bigger one is
+#: refused (a household run's graph of a few thousand states is about 0.4 MiB)
+MAX_GRAPH_BYTES = 128 * 2**20
+_READ_CHUNK = 1 << 20
 
 
 class GraphFileError(ProasError):
@@ -592,10 +610,13 @@ class ReferenceGraph:
         graph = cls()
         graph._dist = None  # computed in one search on the first query, not edge by edge
         try:
+            nodes, edges = obj["nodes"], obj["edges"]
+            if not isinstance(nodes, list) or not isinstance(edges, list):
+                raise TypeError("nodes and edges must be lists")
             ids = []
-            for state, support, goal in obj["nodes"]:
-                if not isinstance(state, str) or not isinstance(support, int) or not isinstance(goal, bool):
-                    raise TypeError("bad node record")
+            for state, support, goal in nodes:
+                if not isinstance(state, str) or not _is_count(support) or not isinstance(goal, bool):
+                    raise TypeError("bad node record (state text, support integer >= 0, goal boolean)")
                 i = graph._add_node(state)
                 graph._support[i] = support
                 if goal:
@@ -603,9 +624,13 @@ class ReferenceGraph:
                 ids.append(i)
             if len(ids) != len(graph._id):
                 raise ValueError("duplicate node")
-            for u, a, v, support in obj["edges"]:
-                if not isinstance(a, str) or not isinstance(support, int):
-                    raise TypeError("bad edge record")
+            for u, a, v, support in edges:
+                if not isinstance(a, str) or not _is_count(support):
+                    raise TypeError("bad edge record (action text, support integer >= 0)")
+                if not (_is_index(u, len(ids)) and _is_index(v, len(ids))):
+                    raise ValueError(f"edge index {u!r} -> {v!r} is not a node index 0..{len(ids) - 1}")
+                if (ids[u], a, ids[v]) in graph._edges:
+                    raise ValueError("duplicate edge")
                 if not graph._add_edge(ids[u], a, ids[v], support):
                     raise ValueError("edges form a cycle")
             meta = obj.get("meta", {})
@@ -633,20 +658,34 @@ class ReferenceGraph:
             fh.write(data)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> ReferenceGraph:
+    def load(cls, path: str | os.PathLike, max_bytes: int | None = None) -> ReferenceGraph:
+        """Read a graph file written by ``save``; anything wrong is a one-line ``GraphFileError``.
+
+        ``max_bytes`` (default ``MAX_GRAPH_BYTES``) caps the JSON the file may hold or, gzipped,
+        inflate to; it is read in chunks and refused as soon as it passes the cap.
+        """
         path = Path(path)
+        limit = MAX_GRAPH_BYTES if max_bytes is None else max_bytes
         try:
-            raw = path.read_bytes()
+            raw = _read_capped(path, limit)
         except FileNotFoundError:
             raise GraphFileError(f"graph file not found: {path}") from None
+        except IsADirectoryError:
+            raise GraphFileError(f"cannot read graph file {path}: is a directory") from None
+        # BadGzipFile, EOFError, zlib.error: a damaged or truncated gzip stream
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise GraphFileError(f"{path}: corrupt graph file ({type(exc).__name__})") from None
         except OSError as exc:
-            raise GraphFileError(f"cannot read graph file {path}: {exc.strerror}") from None
+            raise GraphFileError(f"cannot read graph file {path}: {exc.strerror or exc}") from None
+        if raw is None:
+            raise GraphFileError(
+                f"{path}: graph file holds more than {limit} bytes of JSON (the limit, MAX_GRAPH_BYTES); refused"
+            )
         try:
-            if raw[:2] == b"\x1f\x8b":
-                raw = gzip.decompress(raw)
             obj = json.loads(raw.decode("utf-8"))
-        # zlib.error: a damaged deflate stream; RecursionError: absurdly deep JSON nesting
-        except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # RecursionError: absurdly deep JSON nesting; ValueError: bad JSON, or an integer of
+        # more digits than Python converts
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise GraphFileError(f"{path}: corrupt graph file ({type(exc).__name__})") from None
         return cls.from_json(obj, where=str(path))
 
@@ -688,8 +727,16 @@ class ReferenceGraph:
         if self.export_format(path, fmt) == "graphml":
             import networkx as nx
 
+            g = self.to_networkx()
+            texts = [*self._id, *(a for _, a, _ in self._edges)]
+            if any(_XML_UNSAFE.search(t) for t in texts):
+                # XML 1.0 cannot carry these characters: escape every text, injectively
+                g = nx.relabel_nodes(g, {state: _escape_text(state, _XML_UNSAFE) for state in g}, copy=True)
+                for _, _, data in g.edges(data=True):
+                    data["action"] = _escape_text(data["action"], _XML_UNSAFE)
+                g.graph["text_escaped"] = True
             buf = io.BytesIO()
-            nx.write_graphml(self.to_networkx(), buf)
+            nx.write_graphml(g, buf)
             return buf.getvalue()
         return self.to_dot().encode("utf-8")
 
@@ -697,7 +744,8 @@ class ReferenceGraph:
         dist = self._distances()
 
         def q(text: str) -> str:
-            return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+            text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            return '"' + _DOT_UNSAFE.sub(lambda m: _escape_char(m.group()), text) + '"'
 
         lines = ["digraph ARG {", "  rankdir=LR;", "  node [shape=box];"]
         for i, state in self._name.items():
@@ -708,3 +756,46 @@ class ReferenceGraph:
             lines.append(f"  {q(self._name[u])} -> {q(self._name[v])} [label={q(a)}, support={sup}];")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+# characters XML 1.0 cannot hold (C0 controls but tab, newline, carriage return; surrogates;
+# U+FFFE, U+FFFF), and those DOT output escapes (C0 and C1 controls, DEL, surrogates)
+_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_DOT_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_text(text: str, unsafe: re.Pattern) -> str:
+    """``text`` with backslashes doubled and each ``unsafe`` character as ``\\xNN`` / ``\\uNNNN``
+    (injective: distinct texts stay distinct)."""
+    return unsafe.sub(lambda m: _escape_char(m.group()), text.replace("\\", "\\\\"))
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _is_index(x: Any, n: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < n
+
+
+def _read_capped(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path``, gunzipped when it is gzip (by its magic number), read in chunks;
+    ``None`` once they pass ``limit``."""
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+        fh.seek(0)
+        stream = gzip.GzipFile(fileobj=fh, mode="rb") if gzipped else fh
+        chunks, total = [], 0
+        while True:
+            chunk = stream.read(min(_READ_CHUNK, limit + 1 - total))
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > limit:
+                return None
+            chunks.append(chunk)
