@@ -276,3 +276,24 @@ def test_analyse_pairs_by_seed_and_writes_every_figure(tmp_path):
     assert "| 10 |" in at_base and at_base.rstrip().endswith("| hurts |")
     household = next(line for line in pairs.splitlines() if "| household | grpo +ProAS (own setting)" in line)
     assert household.rstrip().endswith("| not run |")
+    # the per-seed CSV alone (what results/ keeps) gives the same analysis, curves included;
+    # a results directory given after it replaces its runs
+    cfg = tmp_path / "study.yaml"
+    cfg.write_text(yaml.safe_dump(study))
+    again = tmp_path / "again"
+    assert proas_main(["heldout", "analyse", str(tmp_path / "out" / "heldout_main_per_seed.csv"),
+                       "--study", str(cfg), "--out", str(again)]) == 0
+    assert (again / "heldout_main_pairs.md").read_text() == pairs
+    assert (again / "heldout_main_per_seed.csv").read_text().splitlines() == rows
+    per_seed = heldout.read_per_seed(again / "heldout_main_per_seed.csv")
+    assert per_seed[("grpo_none_shop", "shop", 100)]["val120"] == pytest.approx(0.20)
+    later = tmp_path / "later"
+    _fake_run(later, "shop", "grpo_none_shop", 100, {s: 0.9 for s in range(0, 151, 10)})
+    (later / "shop" / "grpo_none_shop" / "seed100" / "summary.json").write_text("{}")
+    merged = heldout.per_seed_rows([again / "heldout_main_per_seed.csv", later], study)
+    assert next(r for r in merged if (r["row"], r["seed"]) == ("grpo_none_shop", 100))["primary"] == pytest.approx(0.9)
+    assert len(merged) == 29
+    bad = tmp_path / "bad.csv"
+    bad.write_text("row,env,seed,primary\ngrpo_none_shop,shop,100,\n")
+    with pytest.raises(ProasError, match="line 2"):
+        heldout.read_per_seed(bad)

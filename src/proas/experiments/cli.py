@@ -70,8 +70,12 @@ def register(sub) -> None:
                     help="only these envs' arms in the evaluation study (default: both)")
     hs.set_defaults(func=_heldout_select)
     ha = hsub.add_parser("analyse", help="per-seed CSV, paired intervals and verdicts of an evaluation grid")
-    ha.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run heldout_main`")
-    ha.add_argument("--out", required=True, help="directory for per_seed.csv and pairs.md")
+    ha.add_argument("sources", nargs="+", metavar="SOURCE",
+                    help="evaluation results directories (the --out of `proas experiment run heldout_main`) and/or "
+                         "per-seed CSVs written by an earlier analyse; a later source's run replaces an earlier one's")
+    ha.add_argument("--study", nargs="+", metavar="YAML", help="the evaluation study config(s) (default: the "
+                    "heldout_main*/heldout_sft* configs saved under the results directories' studies/)")
+    ha.add_argument("--out", required=True, help="directory for STUDY_per_seed.csv and STUDY_pairs.md")
     ha.set_defaults(func=_heldout_analyse)
 
 
@@ -153,16 +157,26 @@ def _heldout_analyse(args) -> int:
     from proas.experiments.heldout import CSV_FIELDS, analyse, render_pairs
     from proas.fileio import atomic_write_bytes
 
-    results = Path(args.results)
-    saved = sorted((results / "studies").glob("heldout_main*.yaml")) + sorted(
-        (results / "studies").glob("heldout_sft*.yaml"))
-    if not saved:
-        raise ProasError(f"{results}: no heldout_main or heldout_sft study config under studies/ (run the grid first)")
+    sources = [Path(x) for x in args.sources]
+    if args.study:
+        saved = [Path(x) for x in args.study]
+        for path in saved:
+            if not path.is_file():
+                raise ProasError(f"{path}: no such study config")
+    else:
+        saved = []
+        for src in sources:
+            if src.is_dir():
+                saved += sorted((src / "studies").glob("heldout_main*.yaml")) + sorted(
+                    (src / "studies").glob("heldout_sft*.yaml"))
+        if not saved:
+            raise ProasError("no heldout_main or heldout_sft study config under the sources' studies/ "
+                             "(run the grid first, or name it with --study)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for path in saved:
         study = yaml.safe_load(path.read_text(encoding="utf-8"))
-        rows, pairs = analyse(results, study)
+        rows, pairs = analyse(sources, study)
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()

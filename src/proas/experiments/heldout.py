@@ -488,6 +488,8 @@ def run_figures(run_dir: Path) -> dict[str, Any] | None:
             out[f"t{t}_{m}"] = v
     summary = run_dir / "summary.json"
     out["commit"] = json.loads(summary.read_text(encoding="utf-8")).get("commit") if summary.exists() else None
+    by_step = dict(vals)
+    out.update({f"val{k}": by_step.get(k) for k in VAL_STEPS})
     return out
 
 
@@ -535,25 +537,61 @@ def holm(pvalues: list[float | None]) -> list[float | None]:
 
 CSV_FIELDS = ("row", "env", "seed", "commit", "primary", "best_val", "last_val", "train_sr", "train_errors",
               "train_steps", "val_ts", "t0.4_sr", "t0.4_errors", "t0.4_entropy", "t1_sr", "t1_errors",
-              "t1_entropy", "t0_sr", "t0_errors", "t0_entropy")
+              "t1_entropy", "t0_sr", "t0_errors", "t0_entropy", *(f"val{k}" for k in VAL_STEPS))
+
+EvalRecords = dict[tuple[str, str, int], dict[str, Any]]
 
 
-def per_seed_rows(results: Path, study: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (row, env, seed) of an evaluation study with every figure (unfinished runs
-    are left out)."""
-    out = []
-    for row in study["rows"]:
-        if row.get("sft") is not None:
-            continue
-        for env in row.get("envs", study["envs"]):
-            for seed in study["seeds"]:
-                run = results / env / row["id"] / f"seed{seed}"
-                if not (run / "summary.json").exists():
-                    continue
-                fig = run_figures(run)
-                if fig is not None:
-                    out.append({"row": row["id"], "env": env, "seed": seed, **fig})
+def read_per_seed(path: Path) -> EvalRecords:
+    """The per-seed rows of a CSV written by ``analyse`` (``*_per_seed.csv``)."""
+    import csv
+
+    out: EvalRecords = {}
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"row", "env", "seed", "primary"} - set(reader.fieldnames or ())
+        if missing:
+            raise ProasError(f"{path}: not a per-seed CSV (no column(s) {', '.join(sorted(missing))})")
+        for n, row in enumerate(reader, 2):
+            rec: dict[str, Any] = {}
+            try:
+                for k, v in row.items():
+                    if k in ("row", "env", "commit"):
+                        rec[k] = v or None
+                    elif k == "seed":
+                        rec[k] = int(v)
+                    else:
+                        rec[k] = None if v in ("", None) else float(v)
+            except (TypeError, ValueError) as exc:
+                raise ProasError(f"{path}: line {n}: {exc}") from None
+            if rec.get("primary") is None or not math.isfinite(rec["primary"]):
+                raise ProasError(f"{path}: line {n}: no finite primary metric")
+            out[(rec["row"], rec["env"], rec["seed"])] = rec
     return out
+
+
+def per_seed_rows(sources: Path | Iterable[Path], study: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (row, env, seed) of an evaluation study with every figure, from results
+    directories (finished runs only) and per-seed CSVs; a later source replaces an earlier one's
+    run. Runs the study does not name are left out."""
+    sources = [Path(sources)] if isinstance(sources, (str, Path)) else [Path(x) for x in sources]
+    wanted = [(row["id"], env, seed) for row in study["rows"] if row.get("sft") is None
+              for env in row.get("envs", study["envs"]) for seed in study["seeds"]]
+    found: EvalRecords = {}
+    for src in sources:
+        if src.is_file():
+            found.update({k: v for k, v in read_per_seed(src).items() if k in set(wanted)})
+            continue
+        if not src.is_dir():
+            raise ProasError(f"{src}: no such results directory or per-seed CSV")
+        for row, env, seed in wanted:
+            run = src / env / row / f"seed{seed}"
+            if not (run / "summary.json").exists():
+                continue
+            fig = run_figures(run)
+            if fig is not None:
+                found[(row, env, seed)] = {"row": row, "env": env, "seed": seed, **fig}
+    return [found[k] for k in wanted if k in found]
 
 
 def pairs_of(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -573,9 +611,9 @@ def pairs_of(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def analyse(results: Path, study: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def analyse(sources: Path | Iterable[Path], study: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Per-seed rows and, per pair, the paired figures and the verdict; Holm over the primary pairs."""
-    rows = per_seed_rows(results, study)
+    rows = per_seed_rows(sources, study)
     by = {(r["row"], r["env"], r["seed"]): r for r in rows}
     pairs = []
     for env, label, base, proas in pairs_of(study):
