@@ -9,6 +9,9 @@ Layout of a run directory::
     checkpoints/step_000010/  state.pt (the tensors: policy, optimiser, critic, torch RNG state)
                               + state.json (the rest: step, config, numpy / Python RNG states, ...)
                               + graph.json + checksums.json (sha256 of every other file, written last)
+                              + for the lm policy, its weights as a Hugging Face directory
+                              (save_pretrained: config.json, model.safetensors or the LoRA
+                              adapter_*, the tokenizer), not in state.pt (docs/lm.md)
     best/                     the checkpoint with the best validation success rate so far
     curve.png                 the learning curve
     summary.json              final figures
@@ -85,10 +88,13 @@ _FORBIDDEN_GLOBAL = re.compile(r"GLOBAL ([\w.]{1,200})")
 
 
 def save_checkpoint(directory: Path, state: dict[str, Any], graph=None,
-                    extra: dict[str, Any] | None = None) -> None:
+                    extra: dict[str, Any] | None = None,
+                    write_files: Callable[[Path], None] | None = None) -> None:
     """Write ``state`` (the entries holding tensors into ``state.pt``, the others, JSON data and
     tuples, into ``state.json``), the reference graph and the ``extra`` JSON files into
-    ``directory``, then ``checksums.json`` with the sha256 of each."""
+    ``directory``, then ``checksums.json`` with the sha256 of each. ``write_files(directory)``
+    adds files of its own beside them (the lm's Hugging Face model directory), plain files only;
+    they are checksummed too."""
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v for k, v in state.items() if _holds_tensor(v)}
     for key, value in tensors.items():
@@ -105,11 +111,17 @@ def save_checkpoint(directory: Path, state: dict[str, Any], graph=None,
         files[name] = (json.dumps(obj, indent=2) + "\n").encode("utf-8")
     for name, data in files.items():
         atomic_write_bytes(directory / name, data)
+    sums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    if write_files is not None:
+        write_files(directory)
+        for path in sorted(directory.iterdir()):
+            if path.name in sums or path.name == CHECKSUMS_FILE:
+                continue
+            if not path.is_file() or path.is_symlink():
+                raise ProasError(f"{path}: a checkpoint holds plain files only")
+            sums[path.name] = sha256_file(path)
     # last: a directory without it is incomplete (a kill mid-save) and never resumed from
-    atomic_write_json(directory / CHECKSUMS_FILE, {
-        "format_version": FORMAT_VERSION,
-        "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
-    })
+    atomic_write_json(directory / CHECKSUMS_FILE, {"format_version": FORMAT_VERSION, "sha256": sums})
 
 
 def _holds_tensor(value: Any) -> bool:
@@ -211,13 +223,14 @@ def _warn(message: str) -> None:
     print(f"proas: warning: {message}", file=sys.stderr)
 
 
-def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, Any], graph=None) -> None:
+def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, Any], graph=None,
+                       write_files: Callable[[Path], None] | None = None) -> None:
     """Write a complete checkpoint (state, graph, ``meta.json``) and only then swap it in for
     ``directory``, so a kill at any moment leaves the old or the new one whole."""
     tmp = directory.with_name(directory.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_checkpoint(tmp, state, graph, extra={"meta.json": meta})
+    save_checkpoint(tmp, state, graph, extra={"meta.json": meta}, write_files=write_files)
     old = directory.with_name(directory.name + ".old")
     if old.exists():
         shutil.rmtree(old)
@@ -227,14 +240,15 @@ def replace_checkpoint(directory: Path, state: dict[str, Any], meta: dict[str, A
     shutil.rmtree(old, ignore_errors=True)
 
 
-def save_resumable(run_dir: Path, step: int, state: dict[str, Any], graph=None, keep: int = 2) -> Path:
+def save_resumable(run_dir: Path, step: int, state: dict[str, Any], graph=None, keep: int = 2,
+                   write_files: Callable[[Path], None] | None = None) -> Path:
     """Write checkpoint ``step`` and switch ``latest.json`` to it; keep the ``keep`` newest
     (the previous one is the fallback should the newest fail verification)."""
     root = run_dir / CHECKPOINTS
     target = root / f"step_{step:06d}"
     if target.exists():  # a half-written leftover of a killed run: never the one latest points at
         shutil.rmtree(target)
-    save_checkpoint(target, state, graph)
+    save_checkpoint(target, state, graph, write_files=write_files)
     atomic_write_json(root / "latest.json", {"step": step, "dir": target.name})
     old = sorted(p for p in root.glob("step_*") if p.is_dir() and p.name != target.name)
     for p in old[: max(0, len(old) - (keep - 1))]:
