@@ -14,14 +14,16 @@ Layout under a data root (``proas/data`` for the shipped sets)::
     fix_train_set_ppo/seed{N}/{env}/...            the same for PPO (128 task slots a step)
 
 Every file is written atomically. Loading verifies the hashes, the structure and the
-disjointness of a schedule from its validation set; anything wrong is a ``ProasError`` with one
-line saying what and where.
+disjointness of a schedule from its validation set, that a step holds distinct tasks (unless the
+training pool is smaller than a step), and the type of every manifest field; anything wrong is a
+``ProasError`` with one line saying what and where.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -320,12 +322,25 @@ def load_schedule(path: str | Path, val_path: str | Path | None = None) -> Sched
         if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t for t in tasks):
             raise ProasError(f"{where}: 'tasks' must be a non-empty list of task-id strings")
         steps.append(tasks)
+    if not steps:
+        raise ProasError(f"{sched_dir / SCHEDULE_FILE}: the schedule holds no steps")
     if manifest.get("steps") != len(steps):
         raise ProasError(f"{sched_dir}: {len(steps)} steps in the file, {manifest.get('steps')} in the manifest")
     per_step = manifest.get("per_step")
+    if per_step is None:
+        raise ProasError(f"{sched_dir / MANIFEST_FILE}: manifest lacks 'per_step'")
     bad = next((k for k, b in enumerate(steps) if len(b) != per_step), None)
     if bad is not None:
         raise ProasError(f"{sched_dir}: step {bad} has {len(steps[bad])} tasks, the manifest says {per_step}")
+    pool_size = manifest.get("pool_size")
+    if pool_size is None or pool_size >= per_step:  # only a pool smaller than a step repeats a task in it
+        for k, batch in enumerate(steps):
+            dup = _first_duplicate(batch)
+            if dup is not None:
+                why = ("its manifest records no pool_size" if pool_size is None
+                       else f"its pool of {pool_size} tasks is not smaller than a step")
+                raise ProasError(f"{sched_dir}: step {k} holds task {dup!r} more than once; a step of this "
+                                 f"schedule holds distinct tasks ({why})")
     val_info = manifest.get("val_set")
     if not isinstance(val_info, dict):
         raise ProasError(f"{sched_dir / MANIFEST_FILE}: manifest lacks the validation-set record")
@@ -415,15 +430,57 @@ def _first_duplicate(ids: Sequence[str]) -> str | None:
     return None
 
 
+#: the type of each field a manifest may hold (``int``: an integer >= 0, never a boolean); a
+#: field of another type, or a file name that is not a plain name, makes the manifest invalid
+_MANIFEST_FIELDS: dict[str, type] = {
+    "kind": str, "env": str, "source": str, "made_by": str, "draw": str, "generator_version": int,
+    "seed": int, "steps": int, "per_step": int, "pool_size": int, "size": int,
+    "files": dict, "val_set": dict, "disjoint_from_val": dict,
+}
+_VAL_RECORD_FIELDS: dict[str, type] = {"path": str, "sha256": str, "size": int}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_fields(obj: dict[str, Any], fields: dict[str, type], where: str) -> None:
+    for key, kind in fields.items():
+        if key not in obj:
+            continue
+        value = obj[key]
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            want = {int: "an integer >= 0", str: "a string", dict: "an object"}[kind]
+            raise ProasError(f"{where}: field {key!r} must be {want}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
 def _read_manifest(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ProasError(f"{path}: manifest is missing")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProasError(f"{path}: manifest is not valid JSON ({exc.__class__.__name__}: {exc})") from None
+    # ValueError: bad JSON, or an integer of more digits than Python converts;
+    # RecursionError: nesting deeper than the parser goes
+    except (ValueError, RecursionError) as exc:
+        raise ProasError(f"{path}: manifest is not valid JSON ({exc.__class__.__name__})") from None
+    except OSError as exc:
+        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("files"), dict):
         raise ProasError(f"{path}: manifest must be an object with a 'files' map of sha256 digests")
+    _check_fields(obj, _MANIFEST_FIELDS, str(path))
+    for name, digest in obj["files"].items():
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise ProasError(f"{path}: 'files' names {name!r}; a manifest lists plain file names beside it")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise ProasError(f"{path}: 'files' gives {name!r} {_kind(digest)} {str(digest)[:20]!r}, "
+                             "not a sha256 digest (64 hex digits)")
+    if "val_set" in obj:
+        _check_fields(obj["val_set"], _VAL_RECORD_FIELDS, f"{path}: val_set")
     return obj
 
 
@@ -457,6 +514,8 @@ def _read_jsonl(path: Path) -> list[Any]:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise ProasError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+                except (ValueError, RecursionError) as exc:  # too many digits, too deep
+                    raise ProasError(f"{path}:{n}: not valid JSON ({exc.__class__.__name__})") from None
     except OSError as exc:
         raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:

@@ -1,0 +1,173 @@
+"""Hostile inputs get one line and exit 2, with nothing written (issue #27, items 10 and 11).
+
+Task-set manifests of wrong types or deep nesting, schedules that repeat a task within a step,
+config overrides with YAML tags, anchors, aliases, interpolations or control characters,
+trajectories whose reward is null, huge or deeply nested, a full disk or a read-only run
+directory, and terminal text in the lines commands print.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proas import cli, tasksets
+from proas.errors import ProasError
+
+TRAIN = [f"t{i:03d}" for i in range(40)]
+VAL = ["v0", "v1", "v2", "v3"]
+
+
+def _one_line_refusal(capsys, argv) -> str:
+    """Run ``proas ARGV``; it must exit 2 with exactly one line on stderr; return that line."""
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    assert rc == 2, out
+    assert out.err.count("\n") == 1 and out.err.startswith("proas: error: "), out.err
+    return out.err
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------ task sets
+
+
+def _make(root: Path, **kw) -> Path:
+    args = dict(env="toy", train_ids=TRAIN, seed=0, steps=6, per_step=8, root=root, val_ids=VAL, source="test")
+    args.update(kw)
+    return tasksets.make_schedule(**args)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A data root with the toy schedule, made once (writes fsync); examples work on copies."""
+    root = tmp_path_factory.mktemp("taskset")
+    _make(root)
+    return root
+
+
+def _copy(template: Path, tmp: str) -> Path:
+    shutil.copytree(template, tmp, dirs_exist_ok=True)
+    return Path(tmp) / "fixed_train_set" / "seed0" / "toy"
+
+
+def _rewrite_schedule(sched: Path, steps: list[list[str]]) -> None:
+    """Write ``steps`` as the schedule and record its new hash, so only the content is wrong."""
+    text = "".join(json.dumps({"step": k, "tasks": b}) + "\n" for k, b in enumerate(steps))
+    (sched / "schedule.jsonl").write_text(text)
+    man = json.loads((sched / "manifest.json").read_text())
+    man["files"]["schedule.jsonl"] = hashlib.sha256(text.encode()).hexdigest()
+    (sched / "manifest.json").write_text(json.dumps(man))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_schedule_that_repeats_a_task_within_a_step_is_refused(template, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        sched = _copy(template, tmp)
+        steps = tasksets.load_schedule(sched).steps
+        k = data.draw(st.integers(0, len(steps) - 1))
+        i, j = data.draw(st.lists(st.integers(0, 7), min_size=2, max_size=2, unique=True))
+        steps[k][j] = steps[k][i]
+        _rewrite_schedule(sched, steps)
+        with pytest.raises(ProasError, match=f"step {k} holds task {steps[k][i]!r} more than once") as info:
+            tasksets.load_schedule(sched)
+        assert "\n" not in str(info.value)
+
+
+def test_schedule_verify_fails_on_a_repeated_task_in_one_line(tmp_path, capsys):
+    sched = _make(tmp_path)
+    steps = tasksets.load_schedule(sched).steps
+    steps[3][5] = steps[3][0]
+    _rewrite_schedule(sched, steps)
+    err = _one_line_refusal(capsys, ["schedule", "verify", str(sched)])
+    assert "step 3 holds task" in err
+
+
+def test_a_pool_smaller_than_a_step_may_repeat_a_task_within_a_step(tmp_path):
+    sched = tasksets.load_schedule(_make(tmp_path, train_ids=TRAIN[:3], per_step=8))
+    assert all(len(b) == 8 and len(set(b)) == 3 for b in sched.steps)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+_FIELD_TYPES = {**tasksets._MANIFEST_FIELDS}
+
+
+def _type_ok(value, kind) -> bool:
+    if kind is int:
+        return type(value) is int and value >= 0
+    return isinstance(value, kind)
+
+
+@settings(max_examples=200, deadline=None)
+@given(field=st.sampled_from(sorted(_FIELD_TYPES) + ["val_set.path", "val_set.sha256", "val_set.size",
+                                                     "files.name", "files.digest"]),
+       value=_JSON)
+def test_a_manifest_field_of_any_value_loads_or_is_refused_in_one_line(template, field, value):
+    with tempfile.TemporaryDirectory() as tmp:
+        sched = _copy(template, tmp)
+        man = json.loads((sched / "manifest.json").read_text())
+        if field == "files.name":
+            man["files"] = {str(value): man["files"]["schedule.jsonl"], **man["files"]}
+        elif field == "files.digest":
+            man["files"]["schedule.jsonl"] = value
+        elif field.startswith("val_set."):
+            man["val_set"][field.split(".")[1]] = value
+        else:
+            man[field] = value
+        (sched / "manifest.json").write_text(json.dumps(man))
+        try:
+            tasksets.load_schedule(sched)
+        except ProasError as exc:
+            error = str(exc)
+            assert "\n" not in error
+        else:
+            error = None
+        kind = _FIELD_TYPES.get(field) or tasksets._VAL_RECORD_FIELDS.get(field.partition(".")[2])
+        if kind is not None and not _type_ok(value, kind):
+            assert error is not None and repr(field.rpartition(".")[2]) in error
+
+
+def test_schedule_verify_refuses_a_manifest_field_of_the_wrong_type_in_one_line(tmp_path, capsys):
+    sched = _make(tmp_path)
+    man = json.loads((sched / "manifest.json").read_text())
+    man["seed"] = "zero"
+    (sched / "manifest.json").write_text(json.dumps(man))
+    before = _files(tmp_path)
+    assert "field 'seed' must be an integer >= 0, got str" in _one_line_refusal(capsys, ["schedule", "verify",
+                                                                                         str(sched)])
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["manifest", "val manifest", "schedule", "val set"])
+@pytest.mark.parametrize("bad", ["deep", "digits"])
+def test_deep_nesting_and_huge_numbers_in_task_set_files_are_one_line(tmp_path, capsys, where, bad):
+    sched = _make(tmp_path)
+    blob = "[" * 100_000 + "]" * 100_000 if bad == "deep" else "9" * 5000
+    target = {"manifest": sched / "manifest.json", "val manifest": tmp_path / "fixed_val_set" / "toy.manifest.json",
+              "schedule": sched / "schedule.jsonl", "val set": tmp_path / "fixed_val_set" / "toy.jsonl"}[where]
+    if where.endswith("manifest"):
+        man = json.loads(target.read_text())
+        target.write_text(json.dumps(man)[:-1] + f', "note": {blob}}}')
+    else:
+        target.write_text(target.read_text() + f'{{"step": {blob}}}\n')
+        owner = target.parent / ("manifest.json" if where == "schedule" else "toy.manifest.json")
+        man = json.loads(owner.read_text())
+        man["files"][target.name] = hashlib.sha256(target.read_bytes()).hexdigest()
+        owner.write_text(json.dumps(man))
+    before = _files(tmp_path)
+    _one_line_refusal(capsys, ["schedule", "verify", str(sched)])
+    assert _files(tmp_path) == before
