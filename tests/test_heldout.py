@@ -297,3 +297,33 @@ def test_analyse_pairs_by_seed_and_writes_every_figure(tmp_path):
     bad.write_text("row,env,seed,primary\ngrpo_none_shop,shop,100,\n")
     with pytest.raises(ProasError, match="line 2"):
         heldout.read_per_seed(bad)
+
+
+def test_the_ablations_run_at_grpo_proas_setting_and_are_read_against_the_main_grid(tmp_path):
+    import yaml
+
+    chosen = {f"{a.env}/{a.name}": {"optimizer": "sgd", "lr": 1.0, "gigpo_mode": None} for a in heldout.arms()}
+    chosen["household/grpo_proas"] = {"optimizer": "adamw", "lr": 0.001, "gigpo_mode": None}
+    abl = heldout.ablation_study(chosen)
+    study = parse_study(abl, "t")
+    assert study.seeds == heldout.EVAL_SEEDS_SHORT and len(study.rows) == 6
+    hh = {r.id: r.overrides for r in study.rows if r.envs == ("household",)}
+    assert set(hh) == {"grpo_no_apr_household", "grpo_no_mui_household", "grpo_rea_node_household"}
+    assert all("policy.scorer.optimizer=adamw" in o and "policy.scorer.lr=0.001" in o for o in hh.values())
+    assert {"algo.graph.rea=node", "algo.shaping=proas"} <= set(hh["grpo_rea_node_household"])
+    assert "algo.shaping=no_apr" in hh["grpo_no_apr_household"]
+    # analysis: the ablation rows from the ablation grid, the references from the main grid
+    res, main = tmp_path / "abl", tmp_path / "main"
+    for seed in heldout.EVAL_SEEDS_SHORT:
+        for root, row, v in ((res, "grpo_no_apr_shop", 0.30), (main, "grpo_proas_shop", 0.40 + 0.01 * (seed % 2)),
+                             (main, "grpo_none_shop", 0.20)):
+            _fake_run(root, "shop", row, seed, {s: v for s in range(0, 151, 10)})
+            (root / "shop" / row / f"seed{seed}" / "summary.json").write_text("{}")
+    _, pairs = heldout.analyse([res, main], yaml.safe_load(yaml.safe_dump(abl)))
+    by = {(p["env"], p["pair"]): p for p in pairs}
+    vs_full = by[("shop", "no_apr vs grpo_proas")]
+    assert vs_full["n"] == 5 and vs_full["mean"] == pytest.approx(-0.104) and vs_full["verdict"] == "hurts"
+    vs_base = by[("shop", "no_apr vs grpo_none")]
+    assert vs_base["mean"] == pytest.approx(0.10) and vs_base["up"] == 5
+    assert by[("household", "no_apr vs grpo_proas")]["verdict"] == "not run"
+    assert all("p_holm" not in p for p in pairs)

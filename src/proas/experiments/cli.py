@@ -68,6 +68,8 @@ def register(sub) -> None:
                                                           "setting); refused while an arm has none")
     hs.add_argument("--eval-envs", nargs="+", metavar="ENV", default=None,
                     help="only these envs' arms in the evaluation study (default: both)")
+    hs.add_argument("--ablation-config", metavar="YAML", help="write the ablation study (MUI only, APR only, "
+                                                              "rea=node at GRPO+ProAS's setting)")
     hs.set_defaults(func=_heldout_select)
     ha = hsub.add_parser("analyse", help="per-seed CSV, paired intervals and verdicts of an evaluation grid")
     ha.add_argument("sources", nargs="+", metavar="SOURCE",
@@ -103,6 +105,8 @@ def _heldout_select(args) -> int:
     import yaml
 
     from proas.experiments.heldout import (
+        ENVS,
+        ablation_study,
         evaluation_study,
         extension_study,
         extensions_needed,
@@ -145,6 +149,12 @@ def _heldout_select(args) -> int:
                 f"({', '.join(map(str, args.sources))}).\n")
         body = yaml.safe_dump(evaluation_study(selection_json(choices), args.start, envs), sort_keys=False, width=110)
         write(args.eval_config, head + body)
+    if args.ablation_config:
+        if args.start != "random":
+            raise ProasError("the ablations run from random weights: --ablation-config needs --start random")
+        envs = args.eval_envs or list(ENVS)
+        body = yaml.safe_dump(ablation_study(selection_json(choices), envs), sort_keys=False, width=110)
+        write(args.ablation_config, f"# Written by `proas heldout select --ablation-config`.\n{body}")
     return 0
 
 

@@ -457,6 +457,40 @@ def evaluation_study(chosen: dict[str, Any], start: str = "random", envs: Iterab
     }
 
 
+#: the ablations (protocol, "What is run", 4): GRPO on both envs, at GRPO+ProAS's tuned setting
+ABLATIONS = (("no_apr", ["algo.shaping=no_apr"]), ("no_mui", ["algo.shaping=no_mui"]),
+             ("rea_node", ["algo.shaping=proas", "algo.graph.rea=node"]))
+
+
+def ablation_study(chosen: dict[str, Any], envs: Iterable[str] = ENVS) -> dict[str, Any]:
+    """The ablation grid from the tuned settings: MUI only, APR only and the node rule, each at
+    GRPO+ProAS's setting on seeds 100-104. They are read against the evaluation grid's
+    ``grpo_proas_ENV`` runs of the same seeds (same setting, same seeds, same tasks)."""
+    envs = [e for e in ENVS if e in list(envs)]
+    rows: list[dict[str, Any]] = []
+    for env in envs:
+        own = chosen.get(f"{env}/grpo_proas")
+        if own is None:
+            raise ProasError(f"no tuned setting for {env}/grpo_proas; run the tuning grid and select first")
+        s = _setting(own)
+        for name, over in ABLATIONS:
+            rows.append({"id": f"grpo_{name}_{env}", "label": f"grpo {name} {s.tag}",
+                         "overrides": ["algo.estimator=grpo", *over, *s.overrides()], "envs": [env]})
+    return {
+        "study": "heldout_ablation",
+        "title": "Held-out study: ablations (random weights)",
+        "kind": "ablation",
+        "reference": rows[0]["id"],
+        "description": "docs/study-protocol.md: MUI only, APR only and rea=node at GRPO+ProAS's tuned setting",
+        "envs": envs,
+        "seeds": list(EVAL_SEEDS_SHORT),
+        "steps": STEPS,
+        "common": ["policy=scorer", "train.progress=false",
+                   "train.final_val_temperatures=[" + ",".join(f"{t:g}" for t in FINAL_TEMPERATURES) + "]"],
+        "rows": rows,
+    }
+
+
 # --------------------------------------------------------------------------- analysis
 
 
@@ -577,6 +611,9 @@ def per_seed_rows(sources: Path | Iterable[Path], study: dict[str, Any]) -> list
     sources = [Path(sources)] if isinstance(sources, (str, Path)) else [Path(x) for x in sources]
     wanted = [(row["id"], env, seed) for row in study["rows"] if row.get("sft") is None
               for env in row.get("envs", study["envs"]) for seed in study["seeds"]]
+    # an ablation is read against the evaluation grid's GRPO rows of the same seeds
+    wanted += [(ref, env, seed) for _, ref, env in _ablation_refs(study) for seed in study["seeds"]
+               if (ref, env, seed) not in wanted]
     found: EvalRecords = {}
     for src in sources:
         if src.is_file():
@@ -594,11 +631,25 @@ def per_seed_rows(sources: Path | Iterable[Path], study: dict[str, Any]) -> list
     return [found[k] for k in wanted if k in found]
 
 
-def pairs_of(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(env, label, base row, ProAS row) of the comparisons: each ProAS arm at its own setting
-    against its base (primary), and at its base's setting where that was run."""
-    ids = {r["id"] for r in study["rows"]}
+def _ablation_refs(study: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(ablation row, reference row, env) of an ablation study's rows: each against full ProAS
+    and against the base, both from the evaluation grid."""
     out = []
+    for row in study["rows"]:
+        for name, _ in ABLATIONS:
+            for env in ENVS:
+                if row["id"] == f"grpo_{name}_{env}":
+                    out += [(row["id"], f"grpo_proas_{env}", env), (row["id"], f"grpo_none_{env}", env)]
+    return out
+
+
+def pairs_of(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(env, label, reference row, compared row) of the comparisons: each ProAS arm at its own
+    setting against its base (primary), and at its base's setting where that was run; in an
+    ablation study, each ablation against full GRPO+ProAS and against GRPO (Δ = ablation − reference)."""
+    ids = {r["id"] for r in study["rows"]}
+    out = [(env, f"{abl.removeprefix('grpo_').removesuffix('_' + env)} vs {ref.removesuffix('_' + env)}", ref, abl)
+           for abl, ref, env in _ablation_refs(study)]
     for env in ENVS:
         for est in ESTIMATORS:
             base = f"{est}_none_{env}"
