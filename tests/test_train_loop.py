@@ -123,9 +123,10 @@ def test_a_run_that_cannot_start_leaves_no_run_directory(tmp_path, capsys, bad):
     run = tmp_path / "runs" / "r"
     argv = ["train", "--run-dir", str(run), *TOY, "train.progress=false", "train.steps=1"]
     assert proas_main([*argv, bad]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.startswith("proas: error: ") and err.count("\n") == 1
     assert not run.exists()
+    assert "run directory" not in out  # no directory to name
     # the directory is free for the next, good attempt
     assert proas_main([*argv, "train.val_every=0"]) == 0
     assert (run / "summary.json").exists()
@@ -241,10 +242,11 @@ def test_a_start_says_where_and_what_it_loads_and_a_plain_log_shows_step_1(tmp_p
     train(cfg("train.steps=3", "train.val_every=0", "env.tasks_per_step=2", "env.group_size=2"),
           run_dir=tmp_path / "run", console=console)
     lines = out.getvalue().splitlines()
-    assert lines[0] == f"run directory: {tmp_path / 'run'}"
-    assert lines[1] == "env toy: 32 training tasks, 16 validation tasks"
-    assert lines[2] == "reference graph: replaying the oracle on 32 training tasks ..."
-    assert re.fullmatch(r"reference graph: \d+ states, \d+ edges from 32 walkthroughs \(\d+s\)", lines[3])
+    assert lines[0] == "env toy: 32 training tasks, 16 validation tasks"
+    assert lines[1] == "reference graph: replaying the oracle on 32 training tasks ..."
+    assert re.fullmatch(r"reference graph: \d+ states, \d+ edges from 32 walkthroughs \(\d+s\)", lines[2])
+    # named once it exists, before the first step
+    assert lines[3] == f"run directory: {tmp_path / 'run'}"
     steps = [x.split()[1] for x in lines if x.startswith("step ")]
     assert steps == ["1/3", "3/3"]  # no validation: the first step and the last
 

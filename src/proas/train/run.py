@@ -22,7 +22,7 @@ from proas.fileio import atomic_write_bytes, atomic_write_json
 from proas.train.config import Config, relocate_shipped_paths, same_setting
 from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
 
-__all__ = ["curve_figure", "curve_top", "default_run_name", "plot_curve", "train"]
+__all__ = ["curve_figure", "curve_top", "default_run_name", "plot_curve", "train", "wall_so_far"]
 
 #: without a progress bar, the longest silence between two progress lines (seconds)
 PLAIN_LINE_EVERY_S = 60.0
@@ -213,10 +213,11 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
             raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
                              "train.run_name")
 
-    # said first, so that an interrupted start still tells where its files went; then the
-    # trainer names what it loads (env, task sets, the oracle graph), the slow part of a start
-    console.print(f"{'resuming run' if resume is not None else 'run directory'}: {escape(str(run_dir))}",
-                  soft_wrap=True)
+    # a resumed run is named at once; a new one once its directory exists, after the trainer
+    # has named what it loads (env, task sets, the oracle graph): a run that cannot start has
+    # no directory to name
+    if resume is not None:
+        console.print(f"resuming run: {escape(str(run_dir))}", soft_wrap=True)
     t_start = time.perf_counter()
     # the trainer resolves the env, task sets, policy and graph before the run directory exists,
     # so a run that cannot start leaves no config-only directory that blocks the next attempt
@@ -232,7 +233,16 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
             raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
                              "train.run_name")
         write_run_config(run_dir, cfg)
+        console.print(f"run directory: {escape(str(run_dir))}", soft_wrap=True)
     history = trainer.history
+    # the run's wall time over all its parts (each start's loading included): what the parts
+    # before this one took, as the last record kept says, plus this part's
+    wall_before = wall_so_far(history)
+
+    def wall() -> float:
+        return wall_before + time.perf_counter() - t_start
+
+    finished_before = trainer.step >= cfg.train.steps and (run_dir / "summary.json").exists()
     sink = _MetricsSink(run_dir, purge_step=trainer.step + 1 if resume is not None else None)
     total = cfg.train.steps
     show_bar = cfg.train.progress and console.is_terminal
@@ -250,6 +260,7 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
                 if cfg.train.val_before_train and cfg.train.val_every and trainer.val_ids:
                     console.print(f"validating the untrained policy on {len(trainer.val_ids)} tasks ...")
                     rec.update(trainer.run_validation(0))
+                rec["time/wall"] = wall()
                 sink.write(rec)
                 history.append(rec)
                 trainer.save()
@@ -263,6 +274,7 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
                     if cfg.train.val_every and (k % cfg.train.val_every == 0 or k == total):
                         rec.update(trainer.run_validation(k))
                 rec["time/step"] = time.perf_counter() - t0
+                rec["time/wall"] = wall()
                 sink.write(rec)
                 history.append(rec)
                 if cfg.train.save_every and (k % cfg.train.save_every == 0 or k == total):
@@ -282,7 +294,14 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
     finally:
         sink.close()
 
-    summary = _summarise(cfg, run_dir, history, time.perf_counter() - t_start, trainer)
+    if finished_before and done_this_call == 0:
+        # a --resume of a finished run: nothing ran, so its summary and curve stay as they are
+        kept = _read_summary(run_dir)
+        if kept is not None:
+            console.print(f"finished already: {trainer.step} of {total} steps; {run_dir / 'summary.json'} "
+                          f"kept (continue with: proas train --resume {run_dir} train.steps=N)", soft_wrap=True)
+            return kept
+    summary = _summarise(cfg, run_dir, history, wall(), trainer)
     if trainer.step >= total:
         plot_curve(history, run_dir / "curve.png",
                    f"{cfg.env.name} / {cfg.policy.kind} / {cfg.algo.estimator}+{cfg.algo.shaping} / seed {cfg.seed}")
@@ -296,6 +315,34 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
             soft_wrap=True,
         )
     return summary
+
+
+def wall_so_far(history: list[dict[str, Any]]) -> float:
+    """The wall time (s) of the run up to its last record: that record's ``time/wall``; for a
+    run written before that key existed, the sum of its steps' ``time/step`` and of the untrained
+    policy's validation. Work lost to a kill after the last checkpoint is not in it (its records
+    were dropped); the steps are counted when they are run again."""
+    for rec in reversed(history):
+        value = rec.get("time/wall")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    total = 0.0
+    for rec in history:
+        for key in ("time/step", "time/val") if rec.get("step") == 0 else ("time/step",):
+            value = rec.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                total += float(value)
+    return total
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        data = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _pct(x: float | None) -> str:
