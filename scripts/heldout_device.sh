@@ -5,6 +5,7 @@
 #   bash scripts/heldout_device.sh watch STUDY COMMIT SECONDS   # a later call on the same warm machine
 #   SEED_FROM=DIR bash scripts/heldout_device.sh start ...   # copy finished runs there first: skipped
 #   GRID=scripts/heldout_grids/F.sh bash scripts/heldout_device.sh start ...   # run that file's commands
+#   SRC=.frozen/src bash scripts/heldout_device.sh start ...   # run that source instead of src/
 #
 # STUDY is a shipped study (heldout_tune, heldout_tune_sft, ...); COMMIT the commit of the
 # checkout that was sent (the copy there has no .git), recorded in each run's summary.json as
@@ -36,7 +37,10 @@ export CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1   # bm25s may 
 if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
-  mkdir -p /tmp/code "$RES" && rm -rf /tmp/code/src /tmp/code/scripts && cp -r src scripts .whl/pkgs /tmp/code/ || exit 1
+  # SRC: the package source to run (default the checkout's src; a frozen copy of an earlier
+  # commit, e.g. `git archive COMMIT src | tar x -C .frozen` carried as .frozen, keeps a grid on one code)
+  mkdir -p /tmp/code "$RES" && rm -rf /tmp/code/src /tmp/code/scripts && cp -r "${SRC:-src}" /tmp/code/src \
+    && cp -r scripts .whl/pkgs /tmp/code/ || exit 1
   # runs finished in an earlier session (their metrics.jsonl, config.yaml, summary.json, e.g.
   # results/heldout/tuning/runs): the runner skips them
   if [ -n "${SEED_FROM:-}" ]; then cp -rn "$SEED_FROM"/. "$RES"/ || exit 1; fi
