@@ -12,7 +12,14 @@ from proas.credit.annotate import REA_RULES
 from proas.credit.estimators import GROUP_STATS
 from proas.credit.graph import ReferenceGraph
 from proas.credit.pipeline import CreditResult, compute_credit
-from proas.credit.registry import ESTIMATORS, SHAPING_OPTIONS, SHAPINGS, estimators_taking
+from proas.credit.registry import (
+    SHAPING_OPTIONS,
+    SHAPINGS,
+    estimator_choices,
+    estimator_name,
+    estimator_spec,
+    estimators_taking,
+)
 from proas.errors import ProasError
 from proas.fileio import atomic_write_all, check_output_path
 from proas.types import Trajectory, TrajectoryFormatError
@@ -116,7 +123,8 @@ def cmd_credit(args: argparse.Namespace) -> int:
     else:
         graph = ReferenceGraph()
     est_opts = _parse_options(args.estimator_option, "estimator")
-    grouped = ESTIMATORS[args.estimator].takes("group_stats")
+    args.estimator = estimator_name(args.estimator)  # ppo is gae
+    grouped = estimator_spec(args.estimator).takes("group_stats")
     if args.group_stats is not None and not grouped:
         raise ProasError(f"--group-stats does not apply to estimator {args.estimator!r} "
                          f"(it applies to: {', '.join(sorted(estimators_taking('group_stats')))})")
@@ -216,7 +224,7 @@ def register(sub) -> None:
     p.add_argument("--build-from", help="build the graph from the successful trajectories of this JSONL")
     p.add_argument("--save-graph", help="save the graph (after merging the input's successes) here")
     p.add_argument("--export-graph", help="also export the graph for viewing (.graphml or .dot)")
-    p.add_argument("--estimator", default="grpo", choices=sorted(ESTIMATORS))
+    p.add_argument("--estimator", default="grpo", choices=estimator_choices())
     p.add_argument("--shaping", default="proas", choices=list(SHAPINGS))
     p.add_argument("--static", action="store_true", help="do not merge the input's successful trajectories")
     p.add_argument("--rea", default=REA_RULES[0], choices=list(REA_RULES),
@@ -232,5 +240,5 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_credit)
 
     d = sub.add_parser("credit-demo", help="show ProAS credit on shipped example trajectories")
-    d.add_argument("--estimator", default="grpo", choices=sorted(ESTIMATORS))
+    d.add_argument("--estimator", default="grpo", choices=estimator_choices())
     d.set_defaults(func=cmd_credit_demo)

@@ -28,12 +28,15 @@ import numpy as np
 
 __all__ = [
     "ESTIMATORS",
+    "ESTIMATOR_ALIASES",
     "SHAPINGS",
     "SHAPING_OPTIONS",
     "EstimatorSpec",
     "Option",
     "ShapingSpec",
     "check_options",
+    "estimator_choices",
+    "estimator_name",
     "estimator_spec",
     "estimators_taking",
     "register_estimator",
@@ -149,6 +152,16 @@ class EstimatorSpec:
 #: every base estimator, by name, in registration order
 ESTIMATORS: dict[str, EstimatorSpec] = {}
 
+#: other names of registered estimators: ``ppo`` is GAE over a critic's values, the trainer's name
+#: for it (``algo.estimator=ppo``); ``proas credit`` and ``compute_credit`` take either name
+ESTIMATOR_ALIASES: dict[str, str] = {"ppo": "gae"}
+
+
+def estimator_name(name: str) -> str:
+    """The registry name of ``name``, an estimator's name or one of its aliases
+    (``ESTIMATOR_ALIASES``); any other string is returned as it is."""
+    return ESTIMATOR_ALIASES.get(name, name)
+
 
 def register_estimator(name: str, *, needs_values: bool = False, outcome_only: bool = False) -> Callable:
     """Register ``fn(batch, *, option=default, ...) -> BaseAdvantage`` under ``name``.
@@ -170,9 +183,14 @@ def register_estimator(name: str, *, needs_values: bool = False, outcome_only: b
 def estimator_spec(name: str) -> EstimatorSpec:
     """The entry of ``name``; ``ValueError`` listing the valid names if there is none."""
     try:
-        return ESTIMATORS[name]
+        return ESTIMATORS[estimator_name(name)]
     except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; choose one of: {', '.join(sorted(ESTIMATORS))}") from None
+        raise ValueError(f"unknown estimator {name!r}; choose one of: {', '.join(estimator_choices())}") from None
+
+
+def estimator_choices() -> list[str]:
+    """Every name an estimator may be given by: the registry's and their aliases, sorted."""
+    return sorted({*ESTIMATORS, *(a for a, n in ESTIMATOR_ALIASES.items() if n in ESTIMATORS)})
 
 
 def estimators_taking(option: str) -> tuple[str, ...]:

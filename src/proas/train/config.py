@@ -54,6 +54,9 @@ __all__ = [
 CREDIT_ESTIMATOR = {{"gae": "ppo"}.get(name, name): name for name in CREDIT_ESTIMATORS}
 #: base estimators of the trainer; ``ppo`` = critic + GAE
 ESTIMATORS = tuple(CREDIT_ESTIMATOR)
+#: other names ``algo.estimator`` takes, recorded as the trainer's: ``gae``, the credit core's
+#: (and ``proas credit``'s) name for ``ppo``'s estimator
+ESTIMATOR_ALIASES = {credit: trainer for trainer, credit in CREDIT_ESTIMATOR.items() if credit != trainer}
 #: shaping variants of the credit core; ``proas`` is the method, the rest are its ablations
 SHAPINGS = tuple(CREDIT_SHAPINGS)
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -472,6 +475,7 @@ def _validate(cfg: Config) -> None:
 def _to_config(merged: DictConfig) -> Config:
     obj = OmegaConf.to_object(merged)
     assert isinstance(obj, Config)
+    obj.algo.estimator = ESTIMATOR_ALIASES.get(obj.algo.estimator, obj.algo.estimator)
     _validate(obj)
     return obj
 
