@@ -192,6 +192,32 @@ def test_ppo_proas_says_it_is_ppos_run():
     assert "the same run as ppo" in text and "proas.enable" not in text
 
 
+def test_the_dry_run_cd_line_pastes_into_a_shell(monkeypatch):
+    monkeypatch.delenv("VERL_AGENT_DIR", raising=False)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert launch.main(["grpo", "--dry-run"]) == 0
+    assert buf.getvalue().splitlines()[1] == 'cd "$VERL_AGENT_DIR"'  # double quotes: the shell expands it
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert launch.main(["grpo", "--dry-run", "--verl-agent", "/opt/verl agent"]) == 0
+    assert buf.getvalue().splitlines()[1] == "cd '/opt/verl agent'"
+
+
+def test_the_launcher_without_proas_says_so_in_one_line(tmp_path):
+    """``python -I -S``: no site-packages, so neither proas nor omegaconf is importable."""
+    import subprocess
+
+    run = [sys.executable, "-I", "-S", str(RECIPE / "launch.py"), "grpo_proas"]
+    proc = subprocess.run([*run, "--verl-agent", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "proas is not installed in this Python" in proc.stderr
+    proc = subprocess.run([*run, "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert "-m verl.trainer.main_ppo" in proc.stdout.replace(" \\\n    ", " ")
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("# proas config not resolved: proas is not installed")
+
+
 def test_a_real_launch_needs_the_checkout(monkeypatch, capsys):
     monkeypatch.delenv("VERL_AGENT_DIR", raising=False)
     with pytest.raises(SystemExit):
@@ -213,20 +239,25 @@ def patch_files() -> dict[str, list[str]]:
     return out
 
 
-def test_the_patch_touches_the_four_places_and_calls_proas():
+def test_the_patch_touches_the_five_places_and_calls_proas():
     added = patch_files()
     assert set(added) == {
         "agent_system/environments/env_manager.py",
         "agent_system/multi_turn_rollout/rollout_loop.py",
+        "verl/trainer/main_ppo.py",
         "verl/trainer/ppo/ray_trainer.py",
         "verl/trainer/config/ppo_trainer.yaml",
     }
+    # the start-up check runs in main() before run_ppo (before Ray starts)
+    main = [ln.strip() for ln in added["verl/trainer/main_ppo.py"]]
+    assert main[-1] == "check_config(config)"
     trainer = "\n".join(added["verl/trainer/ppo/ray_trainer.py"])
     for needed in ("trainer_credit(config)", "self.proas.reshape(batch)", "self.proas.save_checkpoint(",
                    "self.proas.load_checkpoint(global_step_folder)"):
         assert needed in trainer
     assert "rollout_columns(infos)" in "\n".join(added["agent_system/multi_turn_rollout/rollout_loop.py"])
-    assert "make_proas_envs(config)" in "\n".join(added["agent_system/environments/env_manager.py"])
+    # verl-agent's make_envs rebound, wrapped: the last added line of env_manager.py
+    assert added["agent_system/environments/env_manager.py"][-1] == "make_envs = with_proas_envs(make_envs)"
 
 
 def test_the_proas_step_comes_right_after_compute_advantage_in_the_patch():

@@ -268,6 +268,16 @@ def resolved_proas(row_id: str, env: str, size: str, seed: int, out: Path, extra
     return settings
 
 
+def _missing_proas() -> str | None:
+    """Why proas (or omegaconf, which it brings) cannot be imported here, or ``None``."""
+    import importlib.util
+
+    for name in ("proas", "omegaconf"):
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed in this Python ({sys.executable})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -296,16 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     row = ROWS[args.row]
     cmds = commands(args.row, args.env, args.size, args.seed, out, extra)
-    settings = resolved_proas(args.row, args.env, args.size, args.seed, out, extra)
-    where = args.verl_agent or "$VERL_AGENT_DIR"
+    missing = _missing_proas()
+    if missing and not args.dry_run:
+        print(f"launch.py: {missing}; the patched trainer imports it: pip install proas (or pip install -e "
+              f"/path/to/proas) into verl-agent's environment", file=sys.stderr)
+        return 2
+    settings = None if missing else resolved_proas(args.row, args.env, args.size, args.seed, out, extra)
     print(f"# {row.table} table, {row.label}: env {args.env}, {args.size}, seed {args.seed}")
     if row.note:
         print(f"# note: {row.note}")
     if args.dry_run:
-        print(f"cd {shlex.quote(where)}")
+        # unset: the variable, in double quotes, so the pasted line expands it
+        print(f"cd {shlex.quote(args.verl_agent)}" if args.verl_agent else 'cd "$VERL_AGENT_DIR"')
         for cmd in cmds:
             print(" \\\n    ".join(shlex.quote(c) if "$" not in c else c for c in cmd))
-        if settings is None:
+        if missing and ROWS[args.row].proas:
+            print(f"# proas config not resolved: {missing}")
+        elif settings is None:
             print("# proas: off (verl-agent's own advantage)")
         else:
             from omegaconf import OmegaConf

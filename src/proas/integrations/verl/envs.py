@@ -26,7 +26,9 @@ from proas.envs.base import Env
 from proas.errors import ProasError
 from proas.integrations.verl.rows import StepColumns
 
-__all__ = ["ProasEnvManager", "project_action", "step_columns", "default_prompt", "ERROR_COLUMN"]
+__all__ = [
+    "ERROR_COLUMN", "ProasEnvManager", "ProasVecEnv", "default_prompt", "project_action", "step_columns", "task_of",
+]
 
 #: the column name :func:`step_columns` gives ``error_t``; set ``columns.error`` to it
 ERROR_COLUMN = "env_error"
@@ -49,13 +51,29 @@ def project_action(text: str, require_think: bool = True) -> tuple[str, bool]:
     return m.group(1).strip(), valid
 
 
+def task_of(info: Mapping[str, Any]) -> str:
+    """The task of an episode as its env states it: household's ``goal`` ("Your task is to: ..."),
+    shop's ``task`` (the instruction), or ``""``."""
+    task = info.get("goal") or info.get("task") or ""
+    return task if isinstance(task, str) else ""
+
+
 def default_prompt(obs: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]]) -> str:
-    """A verl-agent-like prompt: recent (observation, action) pairs, the observation, the
-    admissible actions, and the answer format."""
+    """proas's prompt outside verl-agent: the task (at every step), how many steps were taken, the
+    recent (observation, action) pairs, the observation, the admissible actions, and the answer
+    format. Inside verl-agent the recipe uses verl-agent's own templates instead (``make_envs``).
+
+    ``history`` holds the recent pairs only; ``info["steps"]`` (when the env reports it) is the
+    count of steps taken so far.
+    """
     parts = []
+    task = task_of(info)
+    if task:
+        parts.append(task if task.lower().startswith("your task is to") else f"Your task is to: {task}")
     if history:
+        taken = int(info.get("steps", len(history)) or len(history))
         lines = [f"[Observation {k + 1}: {o!r}, Action {k + 1}: {a!r}]" for k, (o, a) in enumerate(history)]
-        parts.append("Your most recent observations and actions:\n" + "\n".join(lines))
+        parts.append(f"Steps taken so far: {taken}. Your most recent observations and actions:\n" + "\n".join(lines))
     parts.append(f"Current observation: {obs}")
     if info.get("admissible"):
         parts.append("Admissible actions: " + ", ".join(repr(a) for a in info["admissible"] if a != "help"))
@@ -202,11 +220,150 @@ class ProasEnvManager:
         return {"success_rate": self.success().astype(np.float64)}
 
 
+#: the two vectorised-env contracts of verl-agent's env managers ``ProasVecEnv`` speaks
+VEC_LAYOUTS = ("alfworld", "webshop")
+
+
+class ProasVecEnv:
+    """proas environments behind the *vectorised env* contract of verl-agent's own env managers,
+    so that verl-agent's ``AlfWorldEnvironmentManager`` (household) or ``WebshopEnvironmentManager``
+    (shop) drives them: its prompt templates (the task at every step), its history, its action
+    projection and its success metrics, unchanged.
+
+    ``layout="alfworld"`` is the contract of verl-agent's ALFWorld envs: ``reset() -> (text_obs,
+    None, infos)``, ``step(actions) -> (text_obs, None, rewards, dones, infos)``, each info with
+    ``admissible_commands``, ``won`` and ``extra.gamefile`` (here ``proas/household/<task type>/
+    <task id>``, which its per-type success rates read), and ``get_admissible_commands``.
+    ``layout="webshop"`` is WebShop's: ``reset() -> (obs, infos)``, ``step(actions) -> (obs,
+    rewards, dones, infos)``, each info with ``available_actions`` (``has_search_bar``,
+    ``clickables``), ``won`` and ``task_score`` (WebShop's raw score of the purchase).
+
+    Tasks: ``env_num`` distinct tasks a batch drawn from ``tasks`` (seeded), or ``tasks()`` when
+    it is a callable, each played by ``group_n`` consecutive envs. Every info carries the env's
+    ``abstract_state``; every step's info also the ProAS fields under ``info["proas"]`` (as
+    ``ProasEnvManager``'s; ``env_error`` here is the env's own rejection, and ``step_columns``
+    adds the manager's format flag, ``is_action_valid``). Finished envs are not stepped again:
+    they return their last observation, reward 0, done, and no ``proas`` entry.
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], Env],
+        *,
+        layout: str,
+        tasks: Sequence[str] | Callable[[], Sequence[str]],
+        env_num: int | None = None,
+        group_n: int = 1,
+        seed: int = 0,
+    ) -> None:
+        if layout not in VEC_LAYOUTS:
+            raise ProasError(f"unknown layout {layout!r}; choose one of {', '.join(VEC_LAYOUTS)}")
+        if group_n < 1:
+            raise ProasError(f"group_n must be >= 1, got {group_n}")
+        if not callable(tasks):
+            tasks = list(tasks)
+            if env_num is None or not 1 <= env_num <= len(tasks):
+                raise ProasError(f"env_num must be in 1..{len(tasks)} to draw tasks from a list, got {env_num}")
+        self.layout = layout
+        self.tasks = tasks
+        self.env_num = env_num
+        self.group_n = int(group_n)
+        self.rng = np.random.default_rng(seed)
+        self.make_env = make_env
+        self.envs: list[Env] = []
+        self.task_ids: list[str] = []
+        self.obs: list[str] = []
+        self.infos: list[dict[str, Any]] = []
+        self.done = np.zeros(0, dtype=bool)
+        self.steps = np.zeros(0, dtype=np.int64)
+
+    @property
+    def num_processes(self) -> int:
+        return len(self.obs)
+
+    def _next_tasks(self) -> list[str]:
+        if callable(self.tasks):
+            return [str(t) for t in self.tasks()]
+        picks = self.rng.choice(len(self.tasks), size=self.env_num, replace=False)
+        return [str(self.tasks[int(k)]) for k in picks]
+
+    def _outer(self, info: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+        out = dict(info)
+        out["won"] = bool(info.get("won", False))
+        if self.layout == "alfworld":
+            out["admissible_commands"] = list(info.get("admissible", []))
+            env_name = getattr(self.envs[0], "name", "env")
+            out["extra.gamefile"] = f"proas/{env_name}/{info.get('task_type', '')}/{task_id}"
+        else:
+            out["available_actions"] = {"has_search_bar": bool(info.get("has_search_bar", False)),
+                                        "clickables": list(info.get("clickables", []))}
+            out["task_score"] = float(info.get("score", 0.0))
+        return out
+
+    def reset(self) -> tuple:
+        per_env = [t for t in self._next_tasks() for _ in range(self.group_n)]
+        while len(self.envs) < len(per_env):
+            self.envs.append(self.make_env())
+        self.task_ids = per_env
+        self.obs, self.infos = [], []
+        for env, task in zip(self.envs, per_env):
+            obs, info = env.reset(task)
+            self.obs.append(obs)
+            self.infos.append(dict(info))
+        self.done = np.zeros(len(per_env), dtype=bool)
+        self.steps = np.zeros(len(per_env), dtype=np.int64)
+        outer = [self._outer(info, t) for info, t in zip(self.infos, per_env)]
+        if self.layout == "alfworld":
+            return list(self.obs), None, outer
+        return list(self.obs), outer
+
+    def step(self, actions: Sequence[str]) -> tuple:
+        n = len(self.obs)
+        if len(actions) != n:
+            raise ProasError(f"step: expected {n} actions (one per env), got {len(actions)}")
+        rewards = [0.0] * n
+        outer: list[dict[str, Any]] = []
+        for i, action in enumerate(actions):
+            if self.done[i]:
+                info = {k: v for k, v in self.infos[i].items() if k != "proas"}
+                outer.append(self._outer(info, self.task_ids[i]))
+                continue
+            before = self.infos[i]["abstract_state"]
+            obs, reward, done, info = self.envs[i].step(action)
+            info = dict(info)
+            info["proas"] = {
+                "step_index": int(self.steps[i]),
+                "abstract_state": before,
+                "next_abstract_state": info["abstract_state"],
+                "action": action,
+                ERROR_COLUMN: bool(info["error"]),
+            }
+            self.obs[i], self.infos[i] = obs, info
+            self.steps[i] += 1
+            self.done[i] = bool(done)
+            rewards[i] = float(reward)
+            outer.append(self._outer(info, self.task_ids[i]))
+        dones = [bool(d) for d in self.done]
+        if self.layout == "alfworld":
+            return list(self.obs), None, rewards, dones, outer
+        return list(self.obs), rewards, dones, outer
+
+    @property
+    def get_admissible_commands(self) -> list[list[str]]:
+        """verl-agent's ALFWorld envs' property: each env's admissible commands now."""
+        return [list(info.get("admissible", [])) for info in self.infos]
+
+    def close(self) -> None:
+        self.envs = []
+
+
 def step_columns(
     infos: Sequence[Mapping[str, Any]], columns: StepColumns | None = None, error_column: str = ERROR_COLUMN
 ) -> dict[str, np.ndarray]:
-    """The ProAS ``non_tensor_batch`` columns of one rollout step, from ``ProasEnvManager.step``'s
-    infos: step index, abstract state before and after, action, and ``error_t``.
+    """The ProAS ``non_tensor_batch`` columns of one rollout step, from the ``proas`` entries of
+    its infos (``ProasEnvManager``, ``ProasVecEnv`` or a state tracker of ``states``): step
+    index, abstract state before and after, action, and ``error_t`` (the env rejected the action,
+    or ``is_action_valid`` is false).
 
     Rows of finished envs (no ``proas`` entry) get ``None``; verl-agent drops them by
     ``active_masks`` before training.
@@ -224,6 +381,15 @@ def step_columns(
         if name is None:
             continue
         arr = np.empty(len(infos), dtype=object)
-        arr[:] = [info["proas"][field] if "proas" in info else None for info in infos]
+        arr[:] = [_field(info, field) if "proas" in info else None for info in infos]
         out[name] = arr
     return out
+
+
+def _field(info: Mapping[str, Any], field: str) -> Any:
+    value = info["proas"][field]
+    if field == ERROR_COLUMN:
+        # error_t: the env rejected the action, or its format was invalid (verl-agent's flag,
+        # which its env managers add after the env's step)
+        return bool(value) or not bool(info.get("is_action_valid", True))
+    return value

@@ -3,8 +3,14 @@
 The patch in ``recipes/verl_agent/verl-agent.patch`` keeps its edits to verl-agent's files to a
 few lines each by calling into this module:
 
-- ``make_envs(config)`` in verl-agent's ``make_envs``: the proas household / shop environments
-  behind ``ProasEnvManager`` for ``env.env_name`` ``proas/household`` or ``proas/shop``;
+- ``check_config(config)`` in its ``main_ppo.main``, before Ray starts: a config ProAS cannot run
+  with (an env without abstract states, bad ``proas:`` settings, a missing graph file) stops
+  there with one line saying why and what to change;
+- ``with_proas_envs(make_envs)`` around its ``make_envs``: for ``env.env_name``
+  ``proas/household`` or ``proas/shop``, proas's envs behind verl-agent's own ALFWorld / WebShop
+  env managers (its prompts, history and projection; ``make_envs``); for its own
+  ``alfworld/AlfredTWEnv`` and WebShop envs with ``proas.enable``, their vectorised envs wrapped
+  by the state trackers of ``proas.integrations.verl.states``;
 - ``rollout_columns(infos)`` in its rollout loop: the step columns ProAS reads;
 - ``trainer_credit(config)`` in its ``RayPPOTrainer``: the ``ProASCredit`` of the config's
   ``proas:`` section, or ``None`` when ``proas.enable`` is off.
@@ -18,6 +24,9 @@ Nothing here imports verl or verl-agent: ``config`` is any mapping with verl-age
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,24 +34,33 @@ from proas.credit import ESTIMATORS, ReferenceGraph
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
-from proas.integrations.verl.envs import ProasEnvManager, step_columns
+from proas.integrations.verl.envs import ProasEnvManager, ProasVecEnv, step_columns
 from proas.integrations.verl.hook import ProASCredit
 from proas.types import Trajectory
 
 __all__ = [
+    "ALFWORLD_TW",
     "ENV_NAMES",
     "GRAPH_VARIANTS",
     "build_graph",
+    "check_config",
+    "check_env_states",
     "make_envs",
     "oracle_trajectories",
     "proas_env_of",
     "proas_settings",
     "rollout_columns",
+    "states_source",
     "trainer_credit",
+    "with_proas_envs",
 ]
 
 #: verl-agent ``env.env_name`` -> proas environment
 ENV_NAMES = {"proas/household": "household", "proas/shop": "shop"}
+#: verl-agent's text ALFWorld env, whose states come from the household simulator in lockstep
+ALFWORLD_TW = "alfworld/AlfredTWEnv"
+#: the env names ProAS can take states from, for messages
+STATE_ENV_NAMES = ("proas/household", "proas/shop", ALFWORLD_TW, "Webshop")
 #: initial graphs ``build_graph`` makes; evolving vs static is the trainer's ``proas.evolve``
 GRAPH_VARIANTS = ("oracle", "incomplete", "distill")
 #: the Incomplete ablation's share of state-action pairs removed (the paper's 0.4)
@@ -80,14 +98,110 @@ def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
     return node
 
 
-def make_envs(config: Any) -> tuple[ProasEnvManager, ProasEnvManager] | None:
-    """verl-agent's ``make_envs`` for ``env.env_name`` ``proas/household`` or ``proas/shop``.
+def states_source(env_name: str) -> str | None:
+    """Where a verl-agent env's abstract states come from: ``proas`` (proas's envs),
+    ``alfworld`` (``alfworld/AlfredTWEnv``: the household simulator in lockstep), ``webshop``
+    (any name verl-agent routes to WebShop: the page tracker), or ``None`` (no states)."""
+    name = str(env_name).strip()
+    if proas_env_of(name) is not None:
+        return "proas"
+    if name == ALFWORLD_TW:
+        return "alfworld"
+    if "webshop" in name.lower():
+        return "webshop"
+    return None
+
+
+def proas_enabled(config: Any) -> bool:
+    return bool(_get(config, "proas.enable", False))
+
+
+def _verl_agent_alfworld_config() -> Path | None:
+    """verl-agent's ``config_tw.yaml`` (what its ``AlfredTWEnv`` reads), when ``agent_system`` is
+    importable."""
+    try:
+        spec = importlib.util.find_spec("agent_system.environments")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "env_package" / "alfworld" / "configs" / "config_tw.yaml"
+    return path if path.is_file() else None
+
+
+def check_env_states(config: Any) -> None:
+    """Refuse (``ProasError``, one line) a run with ``proas.enable`` whose env cannot give ProAS
+    its abstract states; nothing when ProAS is off."""
+    if not proas_enabled(config):
+        return
+    name = str(_get(config, "env.env_name", ""))
+    source = states_source(name)
+    if source is None:
+        raise ProasError(f"proas.enable=True, but env.env_name={name!r} gives no abstract states for the reference "
+                         f"graph; use one of {', '.join(STATE_ENV_NAMES)}, or set proas.enable=False")
+    if source == "alfworld":
+        cfg = _verl_agent_alfworld_config()
+        if cfg is not None:
+            from omegaconf import OmegaConf
+
+            if bool(OmegaConf.select(OmegaConf.load(cfg), "env.domain_randomization", default=False)):
+                raise ProasError(f"proas.enable=True with {ALFWORLD_TW} needs env.domain_randomization: False in {cfg} "
+                                 f"(randomised object names break the lockstep states)")
+
+
+def check_config(config: Any) -> None:
+    """The start-up check the patch runs in ``main_ppo.main`` before Ray starts: with
+    ``proas.enable``, the env must give states (``check_env_states``), the ``proas:`` settings
+    must build a ``ProASCredit``, and a named graph file must exist. On a problem, one line on
+    stderr (``proas: ...``) and exit status 2; nothing when ProAS is off."""
+    if not proas_enabled(config):
+        return
+    try:
+        check_env_states(config)
+        settings = proas_settings(config)
+        graph = settings.get("graph")
+        if graph is not None and not Path(str(graph)).is_file():
+            raise ProasError(f"proas.graph={graph} does not exist; build it with proas verl build-graph, "
+                             f"or set proas.graph=null to start from an empty graph")
+        ProASCredit.from_config({k: v for k, v in settings.items() if k != "graph"})
+    except ProasError as exc:
+        print(f"proas: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _verl_agent_managers(env: str) -> tuple[type, Callable, str] | None:
+    """verl-agent's env-manager class, action projection and vectorised-env layout for a proas
+    env (household: its ALFWorld manager; shop: its WebShop manager), or ``None`` outside a
+    verl-agent install (no ``agent_system`` package)."""
+    try:
+        if importlib.util.find_spec("agent_system") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    from agent_system.environments.env_manager import AlfWorldEnvironmentManager, WebshopEnvironmentManager
+
+    if env == "household":
+        from agent_system.environments.env_package.alfworld import alfworld_projection
+
+        return AlfWorldEnvironmentManager, functools.partial(alfworld_projection), "alfworld"
+    from agent_system.environments.env_package.webshop import webshop_projection
+
+    return WebshopEnvironmentManager, functools.partial(webshop_projection), "webshop"
+
+
+def make_envs(config: Any) -> tuple[Any, Any] | None:
+    """The (train, validation) env managers for ``env.env_name`` ``proas/household`` or
+    ``proas/shop``; ``None`` for another env name, so verl-agent's own branches run.
 
     Training envs: ``data.train_batch_size`` tasks a batch drawn from the env's ``train`` split,
     each played ``env.rollout.n`` times; validation envs: ``data.val_batch_size`` tasks of its
     ``valid`` split (the fixed 128), once each, seeded ``env.seed + 1000`` as verl-agent's own.
-    ``env.max_steps`` and ``env.history_length`` are honoured. Returns ``None`` for another
-    env name, so the patch's call falls through to verl-agent's own branches.
+    ``env.max_steps`` and ``env.history_length`` are honoured.
+
+    Inside verl-agent (its ``agent_system`` package importable) the managers are verl-agent's
+    own, ``AlfWorldEnvironmentManager`` for household and ``WebshopEnvironmentManager`` for shop,
+    over ``ProasVecEnv``: the prompts are its templates (the task at every step), the projection
+    its own. Elsewhere they are ``ProasEnvManager`` with proas's ``default_prompt``.
     """
     env = proas_env_of(_get(config, "env.env_name", ""))
     if env is None:
@@ -100,11 +214,47 @@ def make_envs(config: Any) -> tuple[ProasEnvManager, ProasEnvManager] | None:
     train, valid = list(probe.task_ids("train")), list(probe.task_ids("valid"))
     train_n = int(_get(config, "data.train_batch_size", 16))
     val_n = min(int(_get(config, "data.val_batch_size", len(valid))), len(valid))
+    theirs = _verl_agent_managers(env)
+    if theirs is not None:
+        manager, projection, layout = theirs
+        vec = ProasVecEnv(make, layout=layout, tasks=train, env_num=train_n, group_n=max(group_n, 1), seed=seed)
+        val_vec = ProasVecEnv(make, layout=layout, tasks=valid, env_num=val_n, group_n=1, seed=seed + 1000)
+        return manager(vec, projection, config), manager(val_vec, projection, config)
     envs = ProasEnvManager(make, group_n=max(group_n, 1), tasks=train, env_num=train_n, seed=seed,
                            history_length=history)
     val_envs = ProasEnvManager(make, group_n=1, tasks=valid, env_num=val_n, seed=seed + 1000,
                                history_length=history)
     return envs, val_envs
+
+
+def with_proas_envs(make: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], tuple[Any, Any]]:
+    """verl-agent's ``make_envs`` with the recipe's envs: the patch rebinds
+    ``make_envs = with_proas_envs(make_envs)`` at the end of its ``env_manager.py``.
+
+    The result checks that the env gives states when ProAS is on (``check_env_states``), builds
+    proas's envs for ``proas/*`` names (``make_envs``), and otherwise calls verl-agent's
+    ``make``; with ``proas.enable`` it then wraps the vectorised env of both managers in the
+    state tracker of ``proas.integrations.verl.states`` (``AlfworldLockstep`` for
+    ``alfworld/AlfredTWEnv``, ``WebshopPages`` for WebShop).
+    """
+
+    @functools.wraps(make)
+    def make_envs_with_proas(config: Any) -> tuple[Any, Any]:
+        check_env_states(config)
+        ours = make_envs(config)
+        if ours is not None:
+            return ours
+        envs, val_envs = make(config)
+        if proas_enabled(config):
+            from proas.integrations.verl.states import AlfworldLockstep, WebshopPages
+
+            source = states_source(str(_get(config, "env.env_name", "")))
+            tracker = AlfworldLockstep if source == "alfworld" else WebshopPages
+            for manager in (envs, val_envs):
+                manager.envs = tracker(manager.envs)
+        return envs, val_envs
+
+    return make_envs_with_proas
 
 
 def rollout_columns(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -252,24 +402,38 @@ def build_graph(
 
 def sft_examples(env: str, *, tasks: int | None = None, history_length: int = 2) -> list[dict[str, str]]:
     """(prompt, response) pairs of the oracle's walkthroughs of ``env``'s training tasks, for the
-    SFT row: the prompt is what ``ProasEnvManager`` shows the policy at that step (the RL runs'
-    prompt), the response the answer format the RL runs require, ``<think>..</think>`` then
-    ``<action>..</action>``. The oracle gives no reasoning, so the think part only names the
-    action; the model learns the format and the actions, as imitation of the walkthroughs.
+    SFT row: the prompt is what the RL runs' env manager shows the policy at that step (inside
+    verl-agent its own manager and templates, as ``make_envs`` builds them; elsewhere
+    ``ProasEnvManager``), the response the answer format the RL runs require,
+    ``<think>..</think>`` then ``<action>..</action>``. The oracle gives no reasoning, so the
+    think part only names the action; the model learns the format and the actions, as imitation
+    of the walkthroughs.
     """
     make = env_factory(env)
     probe = make()
     ids = list(probe.task_ids("train"))
     if tasks is not None:
         ids = ids[: int(tasks)]
-    manager = ProasEnvManager(make, group_n=1, history_length=history_length)
+    current: list[str] = []
+    theirs = _verl_agent_managers(env)
+    if theirs is not None:
+        from omegaconf import OmegaConf
+
+        manager_cls, projection, layout = theirs
+        vec = ProasVecEnv(make, layout=layout, tasks=lambda: list(current))
+        manager = manager_cls(vec, projection, OmegaConf.create({"env": {"history_length": history_length}}))
+        played = vec
+    else:
+        manager = ProasEnvManager(make, group_n=1, history_length=history_length, tasks=lambda: list(current))
+        played = manager
     out: list[dict[str, str]] = []
     for tid in ids:
-        obs, _ = manager.reset([tid])
-        for action in manager.envs[0].oracle(tid)[: int(manager.envs[0].max_steps)]:
+        current[:] = [tid]
+        obs, _ = manager.reset(kwargs=None)
+        for action in played.envs[0].oracle(tid)[: int(played.envs[0].max_steps)]:
             response = f"<think>The next step towards the goal: {action}.</think>\n<action>{action}</action>"
             out.append({"prompt": obs["text"][0], "response": response, "task_id": tid})
             obs, _, done, _ = manager.step([response])
-            if done[0]:
+            if bool(done[0]):
                 break
     return out
