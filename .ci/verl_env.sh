@@ -20,8 +20,13 @@ VERL="verl==0.9.1"
 # `verl-core` extra, which would also bring much more.
 TRAINER_EXTRAS="cachetools uvicorn fastapi"
 # verl-agent's ray_trainer module (tests/test_verl_agent.py, with VERL_AGENT_DIR) also imports
-# openai; kept out of the stamp, so a venv built before it is topped up instead of rebuilt.
-VERL_AGENT_EXTRAS="openai"
+# openai; proas's shop env needs rapidfuzz, bm25s and PyStemmer, its household generator the
+# alfworld package's data (without TextWorld and the planner: --no-deps), so that verl-agent's
+# rollout loop can play both there. Kept out of the stamp, so an older venv is topped up instead
+# of rebuilt.
+VERL_AGENT_EXTRAS="openai rapidfuzz>=3.0 bm25s>=0.2 PyStemmer>=2.2"
+ALFWORLD="alfworld==0.4.2"
+EXTRAS_IMPORT="import openai, rapidfuzz, bm25s, Stemmer, alfworld.gen.constants"
 PROAS_DEPS="numpy networkx>=3.0 omegaconf>=2.3 rich>=13 pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100"
 STAMP_TEXT="$TORCH $VERL $TRAINER_EXTRAS $PROAS_DEPS"
 STAMP="$VENV/.proas-verl-stamp"
@@ -45,7 +50,10 @@ if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT"
     if [[ "$where" != "$REPO" ]]; then
         pip_install --no-deps -e "$REPO"
     fi
-    "$VENV/bin/python" -c "import openai" 2>/dev/null || pip_install $VERL_AGENT_EXTRAS
+    if ! "$VENV/bin/python" -c "$EXTRAS_IMPORT" 2>/dev/null; then
+        pip_install "$TORCH" $VERL_AGENT_EXTRAS
+        pip_install --no-deps "$ALFWORLD"
+    fi
     echo "verl venv: reusing $VENV (proas from $REPO)"
     exit 0
 fi
@@ -56,6 +64,7 @@ pip_install "$TORCH"
 pip_install "$VERL" "$TORCH" $TRAINER_EXTRAS
 pip_install --no-deps -e "$REPO"
 pip_install "$TORCH" $PROAS_DEPS $VERL_AGENT_EXTRAS
+pip_install --no-deps "$ALFWORLD"
 "$VENV/bin/python" -c "import torch, verl, proas; print('verl venv: verl', verl.__version__, '| torch', torch.__version__)"
 echo "$STAMP_TEXT" >"$STAMP"
 echo "verl venv: built $VENV in $(( $(date +%s) - start ))s"

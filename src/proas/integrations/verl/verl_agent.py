@@ -171,8 +171,8 @@ def check_config(config: Any) -> None:
 
 def _verl_agent_managers(env: str) -> tuple[type, Callable, str] | None:
     """verl-agent's env-manager class, action projection and vectorised-env layout for a proas
-    env (household: its ALFWorld manager; shop: its WebShop manager), or ``None`` outside a
-    verl-agent install (no ``agent_system`` package)."""
+    env (household: its ALFWorld manager and ``alfworld_projection``; shop: its WebShop manager
+    and ``webshop_projection``), or ``None`` outside a verl-agent install (no ``agent_system``)."""
     try:
         if importlib.util.find_spec("agent_system") is None:
             return None
@@ -181,12 +181,23 @@ def _verl_agent_managers(env: str) -> tuple[type, Callable, str] | None:
     from agent_system.environments.env_manager import AlfWorldEnvironmentManager, WebshopEnvironmentManager
 
     if env == "household":
-        from agent_system.environments.env_package.alfworld import alfworld_projection
+        return AlfWorldEnvironmentManager, _projection("alfworld", "alfworld_projection"), "alfworld"
+    return WebshopEnvironmentManager, _projection("webshop", "webshop_projection"), "webshop"
 
-        return AlfWorldEnvironmentManager, functools.partial(alfworld_projection), "alfworld"
-    from agent_system.environments.env_package.webshop import webshop_projection
 
-    return WebshopEnvironmentManager, functools.partial(webshop_projection), "webshop"
+def _projection(package: str, name: str) -> Callable:
+    """verl-agent's ``env_package/<package>/projection.py`` function ``name``, loaded from its file:
+    the env package's ``__init__`` imports its engine (TextWorld and torchvision for ALFWorld,
+    Ray and gym for WebShop), which proas's envs do not need; the projection module is plain."""
+    spec = importlib.util.find_spec("agent_system.environments")
+    assert spec is not None and spec.submodule_search_locations
+    path = Path(list(spec.submodule_search_locations)[0]) / "env_package" / package / "projection.py"
+    module_spec = importlib.util.spec_from_file_location(f"_verl_agent_{package}_projection", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ProasError(f"verl-agent's {path} is missing; is the checkout complete?")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return functools.partial(getattr(module, name))
 
 
 def make_envs(config: Any) -> tuple[Any, Any] | None:

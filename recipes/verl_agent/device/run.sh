@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# ProAS in verl-agent's trainer on one H200, end to end (issue #26, item 5): PREPARED, NOT YET
+# RUN. docs/verl.md section 10 says what each step is for and what is still missing (a stand-in
+# flash_attn.bert_padding module and an sdpa switch for verl-agent's FSDP workers).
+#
+# On the device, in the repo root, after two calls that carried .whl/batch1 and .whl/batch2
+# (fetch_wheels.sh) and the patched verl-agent's verl/, agent_system/ (without
+# env_package/gym_cards) and gigpo/ as VERL_AGENT_DIR:
+#
+#   ENV=proas/household STEPS=10 bash recipes/verl_agent/device/run.sh
+#   ENV=alfworld/AlfredTWEnv STEPS=10 bash recipes/verl_agent/device/run.sh
+set -euo pipefail
+REPO=$(pwd)
+: "${VERL_AGENT_DIR:?the patched verl-agent copy}"
+ENV=${ENV:-proas/household}
+STEPS=${STEPS:-10}
+WORK=${WORK:-/tmp/proas-va}
+OUTDIR=${OUT:-$WORK/out}
+mkdir -p "$WORK" "$OUTDIR"
+python3 -m pip install -q --no-index --find-links .whl/batch1 --find-links .whl/batch2 --no-deps .whl/batch1/*.whl .whl/batch2/*.whl
+python3 -m pip install -q --no-deps -e "$REPO"
+export PYTHONPATH="$VERL_AGENT_DIR:${PYTHONPATH:-}"
+# the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
+[[ -d "$WORK/tok" ]] || proas lm tokenizer --env household --vocab 4096 --max-tasks 200 --out "$WORK/tok"
+[[ -d "$WORK/model" ]] || proas lm new-model --tokenizer "$WORK/tok" --size small --out "$WORK/model"
+# ALFWorld's own env reads games from $ALFWORLD_DATA: proas's exported ones
+export ALFWORLD_DATA=$WORK/alfworld
+[[ -d "$ALFWORLD_DATA/json_2.1.1/train" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split train --limit 64
+[[ -d "$ALFWORLD_DATA/json_2.1.1/valid_seen" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split valid_seen --limit 8
+python3 recipes/verl_agent/device/prepare_data.py "$WORK/data" --train 4 --val 8
+[[ -f "$WORK/arg.json.gz" ]] || proas verl build-graph --env household --variant oracle --tasks 400 --out "$WORK/arg.json.gz"
+run() {  # $1: run dir, $2: total steps, $3: resume mode
+    (cd "$VERL_AGENT_DIR" && python3 -m verl.trainer.main_ppo \
+        algorithm.adv_estimator=grpo env.env_name="$ENV" env.seed=0 env.max_steps=15 env.rollout.n=4 \
+        data.train_files="$WORK/data/train.parquet" data.val_files="$WORK/data/test.parquet" \
+        data.train_batch_size=4 data.val_batch_size=8 data.max_prompt_length=2048 data.max_response_length=64 \
+        data.truncation=left data.return_raw_chat=True \
+        actor_rollout_ref.model.path="$WORK/model" actor_rollout_ref.rollout.name=hf \
+        actor_rollout_ref.rollout.n=1 actor_rollout_ref.model.use_remove_padding=False \
+        actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
+        actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 \
+        actor_rollout_ref.actor.optim.lr=1e-5 actor_rollout_ref.actor.use_kl_loss=False \
+        actor_rollout_ref.rollout.val_kwargs.temperature=0.4 actor_rollout_ref.rollout.val_kwargs.do_sample=True \
+        proas.enable=True proas.graph="$WORK/arg.json.gz" \
+        trainer.logger="['console']" trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.val_before_train=False \
+        trainer.test_freq=-1 trainer.save_freq=5 trainer.total_training_steps="$2" trainer.total_epochs=1000 \
+        trainer.resume_mode="$3" trainer.default_local_dir="$1" trainer.project_name=proas trainer.experiment_name=run) \
+        2>&1 | tee "$1.log"
+}
+run "$WORK/full" "$STEPS" disable                      # the uninterrupted run: STEPS steps, checkpoints every 5
+run "$WORK/cut" $(( STEPS / 2 )) disable               # stopped at the first checkpoint...
+run "$WORK/cut" "$STEPS" auto                          # ...and resumed from it
+cp "$WORK/full.log" "$WORK/cut.log" "$OUTDIR/"
