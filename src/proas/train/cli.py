@@ -37,7 +37,8 @@ def register(sub) -> None:
                    "order); default: the run's own validation tasks")
     e.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's "
                    "policy.val_temperature; 0 = greedy)")
-    e.add_argument("--seed", type=int, default=0, help="seed of the evaluation's sampling")
+    e.add_argument("--seed", type=int, default=None, help="seed of the evaluation's sampling (default: the seed "
+                   "of the run's own validation at the checkpoint's step, which gives its figure again)")
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.set_defaults(func=_eval)
 
@@ -84,8 +85,23 @@ def _eval(args) -> int:
     res, info = evaluate_checkpoint(Path(args.target), tasks=args.tasks, temperature=args.temperature,
                                     seed=args.seed)
     if args.json:
-        print(json.dumps({"checkpoint": str(info["checkpoint"]), "step": info["step"], **res.metrics("")}))
+        print(json.dumps({"checkpoint": str(info["checkpoint"]), "step": info["step"], "seed": info["seed"],
+                          **res.metrics("")}))
         return 0
     print(f"{info['checkpoint']} (step {info['step']}): {info['env']} validation, {info['n']} tasks")
     print_val_table(res, None)
+    print(sampling_note(info))
     return 0
+
+
+def sampling_note(info: dict) -> str:
+    """One line on the sampling seed: whether this evaluation repeats the run's own validation
+    of the step (and so its figure), and why a figure from another seed differs."""
+    reported = info.get("reported_sr")
+    said = "" if reported is None else f", where training reported {100 * reported:.1f}%"
+    if info.get("as_run"):
+        return (f"sampling seed {info['seed']}: the run's own validation of step {info['step']}{said}; "
+                "--seed N draws other samples")
+    return (f"sampling seed {info['seed']} (the run validated step {info['step']} with seed {info['run_seed']}{said}): "
+            "figures from other seeds, tasks or temperatures differ by sampling, and the best step's "
+            "own figure favours the draw that made it best")

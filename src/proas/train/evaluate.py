@@ -45,8 +45,15 @@ def spread_over_types(ids: Sequence[str], types: Sequence[str], n: int) -> list[
 
 
 def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: float | None = None,
-                        seed: int = 0) -> tuple[ValResult, dict[str, Any]]:
-    """Validate the policy of a run directory (best checkpoint, else latest) or checkpoint."""
+                        seed: int | None = None) -> tuple[ValResult, dict[str, Any]]:
+    """Validate the policy of a run directory (best checkpoint, else latest) or checkpoint.
+
+    ``seed`` seeds the sampling; None takes the seed of the run's own validation at the
+    checkpoint's step (``val_seed``), so that the best checkpoint, on the run's validation tasks
+    at its temperature, gives again the figure training reported for that step. Another seed
+    draws other samples: a figure that differs by sampling alone (and, for the best checkpoint,
+    one free of the choice of the best step, which favours a lucky draw).
+    """
     directory = ckpt.find_checkpoint(target)
     state = ckpt.load_state(directory)
     cfg = config_from_yaml(str(state.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
@@ -66,10 +73,34 @@ def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: 
     else:
         ids = Trainer._val_ids_for(cfg, env0, env_name)
     envs = [env0] + [make() for _ in range(len(ids) - 1)]
-    res = validate(policy, envs, ids, seed=seed, temperature=cfg.policy.val_temperature if temperature is None
-                   else temperature, max_steps=int(cfg.env.max_steps or env0.max_steps),
+    from proas.train.loop import val_seed
+
+    step = int(state.get("step", -1))
+    run_seed = val_seed(cfg.seed, max(step, 0))
+    res = validate(policy, envs, ids, seed=run_seed if seed is None else seed,
+                   temperature=cfg.policy.val_temperature if temperature is None else temperature,
+                   max_steps=int(cfg.env.max_steps or env0.max_steps),
                    env_name=str(getattr(env0, "name", cfg.env.name)), success_reward=cfg.env.success_reward)
-    return res, {"checkpoint": directory, "step": int(state.get("step", -1)), "env": cfg.env.name, "n": len(ids)}
+    return res, {"checkpoint": directory, "step": step, "env": cfg.env.name, "n": len(ids),
+                 "seed": run_seed if seed is None else seed, "run_seed": run_seed,
+                 # what training reported for this checkpoint (the best one records it), and
+                 # whether this evaluation repeats that validation exactly
+                 "reported_sr": _reported_sr(directory, step),
+                 "as_run": (seed is None or seed == run_seed) and tasks is None and temperature in (
+                     None, cfg.policy.val_temperature)}
+
+
+def _reported_sr(directory: Path, step: int) -> float | None:
+    """The validation SR training logged for ``step``, as the checkpoint's ``meta.json``
+    records it (the best checkpoint's); None when it records none."""
+    import json
+
+    try:
+        meta = json.loads((Path(directory) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sr = meta.get("val/sr") if isinstance(meta, dict) and meta.get("step") == step else None
+    return float(sr) if isinstance(sr, (int, float)) and not isinstance(sr, bool) else None
 
 
 def _task_type(env: Any, task_id: str) -> str:
