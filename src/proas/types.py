@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["Step", "Trajectory", "TrajectoryFormatError", "group_by", "successful"]
+__all__ = ["Step", "Trajectory", "TrajectoryFormatError", "as_trajectories", "group_by", "successful"]
 
 
 class TrajectoryFormatError(ValueError):
@@ -208,3 +208,19 @@ def group_by(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:
 def successful(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
     """The successful trajectories (``won`` if recorded, else ``reward > 0``)."""
     return [t for t in trajectories if t.success]
+
+
+def as_trajectories(items: Iterable[Trajectory | Mapping[str, Any]]) -> list[Trajectory]:
+    """``items`` as ``Trajectory`` objects: each one already is, or is a JSON record of one
+    (a line of a trajectory log, as ``Trajectory.from_json`` reads it; a malformed record is a
+    ``TrajectoryFormatError`` naming its index). Lets the credit API take parsed JSON lines."""
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Trajectory):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(Trajectory.from_json(item, where=f"trajectory {i}"))
+        else:
+            raise TrajectoryFormatError(f"trajectory {i}: expected a Trajectory or a JSON object, "
+                                        f"got {type(item).__name__}")
+    return out

@@ -13,12 +13,17 @@ so a verl user can take it alone. Symbols of the paper and where they live:
 ``Ã_{i,t}``         ``shape`` (MUI: ``mask_unreasonable``, APR: ``redistribute_penalty``)
 ==================  ======================================================
 
+``read_trajectories(path)`` reads a trajectory log (one JSON trajectory a line, checked as
+``proas credit`` checks it); ``compute_credit`` and ``ReferenceGraph.from_trajectories`` also take
+the parsed JSON records themselves.
+
 Estimators and shapings are looked up by name in ``ESTIMATORS`` and ``SHAPINGS``
 (``proas.credit.registry``), each entry with its typed options.
 """
 
 from proas.credit.annotate import REA_RULES, Annotations, annotate, annotate_loop, future_drift, reasonable
 from proas.credit.batch import CreditBatch
+from proas.credit.cli import read_trajectories
 from proas.credit.estimators import (
     GROUP_STATS,
     BaseAdvantage,
@@ -79,6 +84,7 @@ __all__ = [
     "make_reference_graph",
     "mask_unreasonable",
     "progress_bonus",
+    "read_trajectories",
     "redistribute_penalty",
     "register_estimator",
     "register_shaping",

@@ -49,7 +49,7 @@ import os
 import re
 import zlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ import numpy as np
 
 from proas.errors import ProasError
 from proas.fileio import atomic_open
-from proas.types import Step, Trajectory
+from proas.types import Step, Trajectory, as_trajectories
 
 __all__ = ["FORMAT", "VERSION", "GraphFileError", "ReferenceGraph", "clean_path"]
 
@@ -286,16 +286,18 @@ class ReferenceGraph:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_trajectories(cls, trajectories: Iterable[Trajectory]) -> ReferenceGraph:
-        """Build from the successful trajectories of ``trajectories`` (others are ignored)."""
+    def from_trajectories(cls, trajectories: Iterable[Trajectory | Mapping[str, Any]]) -> ReferenceGraph:
+        """Build from the successful trajectories of ``trajectories`` (others are ignored), each a
+        ``Trajectory`` or its JSON record."""
         graph = cls()
         graph.add_trajectories(trajectories)
         return graph
 
-    def add_trajectories(self, trajectories: Iterable[Trajectory]) -> int:
-        """Evolve: clean and merge every successful trajectory; return the number of new edges."""
+    def add_trajectories(self, trajectories: Iterable[Trajectory | Mapping[str, Any]]) -> int:
+        """Evolve: clean and merge every successful trajectory; return the number of new edges.
+        Trajectories may be given as JSON records (``proas.types.as_trajectories``)."""
         before = len(self._edges)
-        for traj in trajectories:
+        for traj in as_trajectories(trajectories):
             if traj.success and traj.steps:
                 self.add_path(*clean_path(traj.steps))
         return len(self._edges) - before

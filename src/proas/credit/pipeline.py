@@ -25,7 +25,7 @@ from proas.credit.batch import CreditBatch
 from proas.credit.graph import ReferenceGraph
 from proas.credit.registry import SHAPING_OPTIONS, check_options
 from proas.credit.shaping import progress_bonus, shape
-from proas.types import Trajectory
+from proas.types import Trajectory, as_trajectories
 
 __all__ = ["ARG_VARIANTS", "CreditResult", "arg_milestones", "compute_credit", "credit_arrays", "make_reference_graph"]
 
@@ -132,7 +132,7 @@ def credit_arrays(
 
 
 def compute_credit(
-    trajectories: Sequence[Trajectory],
+    trajectories: Sequence[Trajectory | Mapping[str, Any]],
     graph: ReferenceGraph,
     estimator: str = "grpo",
     shaping: str = "proas",
@@ -145,7 +145,9 @@ def compute_credit(
     """Credit for a batch of trajectories.
 
     Args:
-        trajectories: the batch, groups identified by ``Trajectory.group``.
+        trajectories: the batch, groups identified by ``Trajectory.group``: ``Trajectory``
+            objects or their JSON records (the lines of a trajectory log, parsed), checked as
+            ``proas credit`` checks them (``TrajectoryFormatError``, a ``ValueError``).
         graph: the reference graph; with ``evolve=True`` the batch's successful trajectories
             are merged into it first (the graph is modified in place).
         estimator: a name in ``proas.credit.ESTIMATORS``; ``estimator_options`` go to it (its
@@ -156,6 +158,7 @@ def compute_credit(
         seed: seeds the ``random`` ablation's labels.
         rea: the reasonableness rule (``proas.credit.REA_RULES``; ``transition`` by default).
     """
+    trajectories = as_trajectories(trajectories)
     if evolve:
         graph.add_trajectories(trajectories)
     return credit_arrays(
