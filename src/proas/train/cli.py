@@ -65,7 +65,7 @@ def _train(args) -> int:
         print(config_to_yaml(cfg), end="")
         unset = unset_resolved(cfg)
         if unset:
-            print("# unset keys (null above) resolve to:")
+            print("# unset keys (null above): what each resolves to, or what the run does without it")
             for key, value in unset.items():
                 print(f"#   {key}: {value}")
         return 0

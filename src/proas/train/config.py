@@ -507,18 +507,60 @@ def config_to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+#: what a key left unset (``null``) means when no value can be resolved for it: the run then
+#: goes without it, or takes it from elsewhere (``unset_resolved``; every nullable key has one)
+NULL_MEANS: dict[str, str] = {
+    "env.max_steps": "the env's own step limit (household 50, shop 15)",
+    "env.fixed_train_set.path": "no schedule: each step's tasks are drawn from the env's train split with the "
+                                "run's seed",
+    "env.fixed_val_set.path": "the validation set shipped for the env (proas/data/fixed_val_set/<env>.jsonl), else "
+                              "the first env.fixed_val_set.size ids of the env's valid split",
+    "policy.scorer.init_from": "no warm start: random weights (policy.scorer.init_std)",
+    "policy.lm.model_path": "no local model directory: policy.lm.model_config or policy.lm.init_from names the "
+                            "model (policy=lm needs one of the three)",
+    "policy.lm.model_config": "no built-in architecture: the model comes from policy.lm.model_path or "
+                              "policy.lm.init_from",
+    "policy.lm.tokenizer_path": "the model's own tokenizer (policy.lm.model_path or init_from; a model_config "
+                                "model builds a small BPE tokenizer)",
+    "policy.lm.init_from": "no warm start: the model of policy.lm.model_path or policy.lm.model_config",
+    "policy.lm.attn_implementation": "the library's default attention (sdpa)",
+    "algo.graph.path": "no saved graph (only algo.graph.source=load reads one)",
+}
+
+
+def _null_keys(obj: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of ``obj`` (a config dataclass) whose value is None, in config order."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _null_keys(value, f"{prefix}{f.name}.")
+        elif value is None:
+            out.append(prefix + f.name)
+    return out
+
+
 def unset_resolved(cfg: Config) -> dict[str, Any]:
-    """What the keys left unset (``null``) in ``cfg`` mean for its estimator, env and policy."""
+    """What every key left unset (``null``) in ``cfg`` means, in config order: the value it
+    resolves to for the run's estimator, env and policy, or what the run does without it
+    (``NULL_MEANS``)."""
     a = cfg.algo
+    resolved: dict[str, Any] = {
+        "algo.clip_high": a.resolved_clip_high,
+        "algo.kl_coef": lambda: a.resolved_kl_coef(cfg.policy.kind),
+        "algo.dynamic_sampling": a.resolved_dynamic_sampling,
+        "algo.gigpo_mode": lambda: a.resolved_gigpo_mode(cfg.env.name),
+        "train.run_name": lambda: (f"{cfg.env.name.replace(':', '_')}-{cfg.policy.kind}-{a.estimator}-{a.shaping}"
+                                   f"-s{cfg.seed}-<utc time>"),
+    }
     out: dict[str, Any] = {}
-    if a.clip_high is None:
-        out["algo.clip_high"] = a.resolved_clip_high()
-    if a.kl_coef is None:
-        out["algo.kl_coef"] = a.resolved_kl_coef(cfg.policy.kind)
-    if a.dynamic_sampling is None:
-        out["algo.dynamic_sampling"] = a.resolved_dynamic_sampling()
-    if a.gigpo_mode is None:
-        out["algo.gigpo_mode"] = a.resolved_gigpo_mode(cfg.env.name)
+    for key in _null_keys(cfg):
+        if key in resolved:
+            out[key] = resolved[key]()
+        else:
+            out[key] = NULL_MEANS.get(key, "unset")
     return out
 
 
