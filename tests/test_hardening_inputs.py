@@ -171,3 +171,65 @@ def test_deep_nesting_and_huge_numbers_in_task_set_files_are_one_line(tmp_path, 
     before = _files(tmp_path)
     _one_line_refusal(capsys, ["schedule", "verify", str(sched)])
     assert _files(tmp_path) == before
+
+
+# ------------------------------------------------------------------ terminal text in printed lines
+
+#: text an attacker can put in an id, a path or a log: escape sequences, C1 controls, bidi
+#: overrides and isolates, carriage returns, line and paragraph separators
+_HOSTILE = st.lists(st.sampled_from(list("ab.-_ ") + ["\x1b", "\x1b[2J", "\x1b]0;t\x07", "\x9b", "\r", "\n",
+                                                       "\x00", "\x7f", "\u202e", "\u2066", "\u2028", "\u200f",
+                                                       "\t"]),
+                    min_size=1, max_size=6).map("".join)
+
+
+def _clean_line(text: str) -> bool:
+    from proas.termtext import _unsafe
+
+    return text.endswith("\n") and text.count("\n") == 1 and not any(_unsafe(ch) for ch in text[:-1])
+
+
+@settings(max_examples=12, deadline=None)
+@given(task=_HOSTILE, trajectory=_HOSTILE, name=_HOSTILE.map(lambda s: s.replace("\x00", "")).filter(bool))
+def test_inspect_prints_its_wrote_line_without_terminal_control(task, trajectory, name):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from proas.credit import ReferenceGraph
+    from proas.rollout_log import write_rollouts
+    from proas.types import Step, Trajectory
+
+    step = Step(state="a", action="go", next_state="b", error=False)
+    traj = Trajectory(group=task, trajectory=trajectory, reward=1.0, steps=[step], extra={"task_id": task})
+    credit = SimpleNamespace(offsets=np.array([0, 1]), rea=np.array([1]), pa=np.array([1]), fd=np.array([0]),
+                             base_advantage=np.array([0.5]), advantage=np.array([0.5]),
+                             uniform=np.array([True]), traj_advantage=np.array([0.5]))
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        write_rollouts(run, 1, [traj], credit)
+        graph = Path(tmp) / f"g{name}.json"
+        ReferenceGraph.from_trajectories([traj]).save(graph)
+        page = Path(tmp) / f"{name}.html"
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["inspect", str(run), "--html", str(page), "--graph", str(graph)])
+        assert rc == 0, err.getvalue()
+        assert page.is_file()
+        line = out.getvalue()
+        assert line.startswith("wrote ") and _clean_line(line), repr(line)
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=_HOSTILE.map(lambda s: s.replace("\x00", "")).filter(bool))
+def test_an_error_line_never_carries_terminal_control(name):
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli.main(["schedule", "verify", f"/nonexistent/{name}"])
+    assert rc == 2 and _clean_line(err.getvalue()), repr(err.getvalue())

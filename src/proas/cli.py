@@ -2,16 +2,22 @@
 
 Each subsystem owns its subcommands: a module listed in ``COMMAND_MODULES`` exposes
 ``register(subparsers)`` and sets ``func`` on the parsers it adds. A ``ProasError`` (bad input,
-missing or corrupt file, malformed config) becomes one line on stderr and exit status 2.
+missing or corrupt file, malformed config) becomes one line on stderr and exit status 2, its
+control and bidi characters escaped (``proas.termtext.printable``). So does a write the storage
+refuses (a full disk, a read-only or forbidden folder: ``STORAGE_ERRNOS``): every file proas
+writes is written atomically, so what was complete before the failure (a run's last complete
+checkpoint) is intact, and ``--resume`` continues from there once there is room.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
 from proas.errors import ProasError
+from proas.termtext import printable
 
 COMMAND_MODULES = [
     "proas.credit.cli",
@@ -40,13 +46,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the errors of a storage that refuses a write: full (``ENOSPC``, ``EDQUOT``, ``EFBIG``),
+#: read-only (``EROFS``), forbidden (``EACCES``, ``EPERM``) or failing (``EIO``)
+STORAGE_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "EIO")
+    if hasattr(errno, name)
+)
+
+
+def _storage_error(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename is not None else ""
+    return f"{exc.strerror or exc}{where}; every file completed before is intact (a run resumes with --resume)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         rc = args.func(args)
     except ProasError as exc:
-        print(f"proas: error: {exc}", file=sys.stderr)
+        print(f"proas: error: {printable(exc, newlines=False)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        print(f"proas: error: {printable(_storage_error(exc), newlines=False)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("proas: interrupted", file=sys.stderr)

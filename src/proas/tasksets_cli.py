@@ -16,6 +16,7 @@ from typing import Any
 
 from proas import tasksets
 from proas.errors import ProasError
+from proas.termtext import printable
 
 ENV_FACTORIES: dict[str, str] = {
     "household": "proas.envs.household:make_household_env",
@@ -105,13 +106,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if path.is_file() and path.name.endswith(".jsonl") and path.name != tasksets.SCHEDULE_FILE:
         val = tasksets.load_val_set(path=path)
-        print(f"ok: validation set {val.path}: {len(val.task_ids)} unique tasks, sha256 {val.sha256}")
+        print(f"ok: validation set {printable(val.path, newlines=False)}: {len(val.task_ids)} unique tasks, "
+              f"sha256 {val.sha256}")
         return 0
     sched = tasksets.load_schedule(path)
     m = sched.manifest
     print(
-        f"ok: schedule {sched.path}: env {sched.env}, seed {sched.seed}, {len(sched.steps)} steps x "
-        f"{sched.per_step} tasks; hashes match; disjoint from {m['val_set']['path']}"
+        printable(f"ok: schedule {sched.path}: env {sched.env}, seed {sched.seed}, {len(sched.steps)} steps x "
+                  f"{sched.per_step} tasks; hashes match; disjoint from {m['val_set']['path']}", newlines=False)
     )
     return 0
 

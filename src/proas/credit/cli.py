@@ -22,6 +22,7 @@ from proas.credit.registry import (
 )
 from proas.errors import ProasError
 from proas.fileio import atomic_write_all, check_output_path
+from proas.termtext import printable
 from proas.types import Trajectory, TrajectoryFormatError
 
 
@@ -155,7 +156,7 @@ def cmd_credit(args: argparse.Namespace) -> int:
     atomic_write_all(files)  # every output or none
     n_steps = int(res.offsets[-1])
     print(
-        f"wrote {n_steps} steps of {len(trajectories)} trajectories to {args.out} "
+        f"wrote {n_steps} steps of {len(trajectories)} trajectories to {printable(args.out, newlines=False)} "
         f"(graph: {graph.num_nodes} nodes, {graph.num_edges} edges)"
     )
     return 0

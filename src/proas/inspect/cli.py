@@ -18,6 +18,7 @@ from proas.errors import ProasError
 from proas.fileio import atomic_write_text
 from proas.inspect.view import inspection, select
 from proas.rollout_log import read_rollouts
+from proas.termtext import printable
 
 GRAPH_FILE = "graph.json"
 
@@ -64,7 +65,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     page = render_html(log, group, traj, graph, str(graph_path), max_nodes=args.max_nodes)
     atomic_write_text(args.html, page)
     _readable(Path(args.html))
-    print(f"wrote {args.html}: step {log.step}, task {traj.task_id}, trajectory {traj.trajectory}, graph {graph_path}")
+    # ids and paths come from the log and the command line: shown with their control and bidi
+    # characters escaped, never executed by the terminal
+    shown = [printable(x, newlines=False) for x in (args.html, traj.task_id, traj.trajectory, graph_path)]
+    print("wrote {}: step {}, task {}, trajectory {}, graph {}".format(shown[0], log.step, *shown[1:]))
     return 0
 
 
