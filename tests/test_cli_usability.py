@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,105 @@ def test_a_typo_in_a_resume_override_is_reported_before_torch_loads(tmp_path):
 def test_show_config_needs_no_torch(tmp_path):
     out = _run(["train", "--show-config", "env=shop"], tmp_path)
     assert out.returncode == 0 and "name: shop" in out.stdout, out.stderr
+
+
+# ---------------------------------------------------------------------------- help text
+#: a metavar for each kind of number: a count, a seed, a size... (the same kind, the same name)
+INT_METAVARS = {"N", "SEED", "BYTES", "PORT", "STEP"}
+FLOAT_METAVARS = {"SECONDS", "T", "RATE", "FRACTION"}
+METAVAR = r"[A-Z][A-Z0-9_]*(=[A-Z]+)?(\.[a-z]+)?(\|[A-Z][A-Z0-9_]*)*"
+
+
+def _arguments():
+    """``(command, action)`` of every argument of every command, help and subcommands aside."""
+    for path, parser in _walk(build_parser()):
+        for a in parser._actions:
+            if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            yield " ".join(path), a
+
+
+def _takes_value(a) -> bool:
+    return a.nargs != 0
+
+
+def test_every_argument_has_help():
+    missing = [f"{cmd} {a.option_strings or a.dest}" for cmd, a in _arguments() if not a.help]
+    assert not missing, missing
+
+
+def test_every_default_is_shown():
+    """An option with a default (not None, not a flag's False) says it in its help."""
+    hidden = []
+    for path, parser in _walk(build_parser()):
+        text = parser.format_help()
+        options = text[text.index("\noptions:"):]
+        for a in parser._actions:
+            if a.option_strings and a.default not in (None, False, argparse.SUPPRESS) and _takes_value(a):
+                start = re.search(rf"^  (-\S+, )*{re.escape(a.option_strings[0])}\b", options, flags=re.M).start()
+                block = options[start:]
+                end = block.find("\n  -", 1)
+                block = block if end < 0 else block[:end]
+                if "default" not in block:
+                    hidden.append(f"{' '.join(path)} {a.option_strings[-1]}")
+    assert not hidden, hidden
+
+
+def test_metavars_follow_one_convention():
+    """Every argument that takes a value names it with an explicit upper-case metavar (or lists
+    its choices); numbers of one kind share one name (N for counts, SECONDS for times ...); an
+    option spelt the same way in several commands is named the same way in each; subcommands
+    are COMMAND everywhere."""
+    bad = []
+    by_flag: dict[str, set] = {}
+    for cmd, a in _arguments():
+        if not _takes_value(a):
+            continue
+        name = f"{cmd} {a.option_strings[-1] if a.option_strings else a.dest}"
+        if a.choices is not None and a.metavar is None:
+            continue
+        mv = a.metavar
+        if mv is None or not re.fullmatch(METAVAR, mv):
+            bad.append(f"{name}: metavar {mv!r}")
+            continue
+        if a.type is int and mv not in INT_METAVARS:
+            bad.append(f"{name}: an integer named {mv} (one of {sorted(INT_METAVARS)})")
+        if a.type is float and mv not in FLOAT_METAVARS:
+            bad.append(f"{name}: a number named {mv} (one of {sorted(FLOAT_METAVARS)})")
+        if a.option_strings and a.option_strings[-1] != "--out":  # --out is a file or a folder
+            by_flag.setdefault((a.option_strings[-1], a.type), set()).add(mv)
+    bad += [f"{flag}: named {sorted(mvs)}" for (flag, _), mvs in by_flag.items() if len(mvs) > 1]
+    for path, parser in _walk(build_parser()):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction) and a.metavar != "COMMAND":
+                bad.append(f"{' '.join(path) or 'proas'}: subcommands named {a.metavar!r}")
+    assert not bad, "\n".join(bad)
+
+
+# ---------------------------------------------------------------------------- task ids
+def test_proas_tasks_lists_the_ids_that_play_and_the_task_sets_take(capsys):
+    from proas.cli import main
+    from proas.play_cli import make_env
+
+    assert main(["tasks", "household"]) == 0
+    out, err = capsys.readouterr()
+    ids = out.split()
+    env = make_env("household")
+    assert ids == env.task_ids("valid") and len(ids) == 128 and err.strip() == "128 tasks in household's valid split"
+    assert main(["tasks", "household", "--split", "train"]) == 0
+    train = capsys.readouterr().out.split()
+    assert "train-heat-0003" in train and not set(train) & set(ids)
+    env.reset(train[0])  # an id it lists starts
+    assert main(["tasks", "household", "--split", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "valid_seen" in err
+
+
+def test_play_takes_only_the_backends_there_are(capsys):
+    from proas.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["play", "household", "--task", "x", "--backend", "fst"])
+    assert exc.value.code == 2 and "invalid choice: 'fst'" in capsys.readouterr().err
+    assert main(["play", "shop", "--task", "x", "--backend", "fast"]) == 2
+    assert "household only" in capsys.readouterr().err

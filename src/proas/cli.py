@@ -43,7 +43,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _conventions(parser)
     return parser
+
+
+def _conventions(parser: argparse.ArgumentParser) -> None:
+    """The help's conventions, applied to every command in one place (checked by
+    tests/test_cli_usability.py): subcommands are named COMMAND; a whole number that its command
+    does not name is N (SEED for a seed, PORT for a port), a temperature T; and every option
+    with a default says it."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            a.metavar = "COMMAND"
+            for child in a.choices.values():
+                _conventions(child)
+            continue
+        if isinstance(a, argparse._HelpAction) or a.nargs == 0:
+            continue
+        if a.metavar is None and a.choices is None:
+            if a.type is int:
+                a.metavar = "SEED" if "seed" in a.dest else "PORT" if a.dest == "port" else "N"
+            elif a.type is float and "temperature" in a.dest:
+                a.metavar = "T"
+        if (a.option_strings and a.help and a.default not in (None, False, argparse.SUPPRESS)
+                and "default" not in a.help):
+            a.help += " (default: %(default)s)"
 
 
 #: the errors of a storage that refuses a write: full (``ENOSPC``, ``EDQUOT``, ``EFBIG``),

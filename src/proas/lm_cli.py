@@ -14,7 +14,7 @@ def register(sub) -> None:
         help="lm policy tools: export a run's model, train an env tokenizer, make a from-scratch model",
         description="Tools around the lm policy's Hugging Face models.",
     )
-    lsub = lm.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
+    lsub = lm.add_subparsers(dest="lm_command", metavar="COMMAND")
     lsub.required = True
     e = lsub.add_parser("export", help="write the lm of a run (an SFT run's best checkpoint) as a Hugging Face "
                                        "model directory",
@@ -22,8 +22,8 @@ def register(sub) -> None:
                                     "checkpoint directory or a state.pt as a Hugging Face model directory: "
                                     "weights (LoRA merged), config, tokenizer with its chat template. Load it "
                                     "with policy.lm.model_path=OUT or policy.lm.init_from=OUT.")
-    e.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
-    e.add_argument("out", metavar="OUT_DIR", help="the directory to write (must be new or empty)")
+    e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="the run (its best checkpoint) or checkpoint to export")
+    e.add_argument("out", metavar="DIR", help="the directory to write (must be new or empty)")
     e.set_defaults(func=_export)
 
     t = lsub.add_parser("tokenizer", help="train a byte-level BPE tokenizer on an env's own training text",
@@ -32,7 +32,7 @@ def register(sub) -> None:
                                     "responses of the candidate actions. Saved as a Hugging Face tokenizer.")
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides of `proas train` "
                    "(env.options..., env.fixed_train_set.path=..., policy.lm.history_length=...)")
-    t.add_argument("--env", default=None, help="the env (shorthand for env.name=...)")
+    t.add_argument("--env", default=None, metavar="ENV", help="the env (shorthand for env.name=...)")
     t.add_argument("--vocab", type=int, default=4096, help="vocabulary size (default 4096)")
     t.add_argument("--max-tasks", type=int, default=None, help="use at most N training tasks, evenly spaced")
     t.add_argument("--span", choices=("line", "word"), default="line", help="merges may span words within a line "
@@ -44,12 +44,12 @@ def register(sub) -> None:
                         description="Write a from-scratch causal LM (Qwen2 architecture, random weights, the "
                                     "tokenizer's vocabulary) with the tokenizer, for policy.lm.model_path=OUT.")
     m.add_argument("--tokenizer", required=True, metavar="DIR", help="a tokenizer directory (proas lm tokenizer)")
-    m.add_argument("--size", default="small", help="tiny | small | base | large (default small)")
+    m.add_argument("--size", default="small", metavar="SIZE", help="tiny | small | base | large (default small)")
     m.add_argument("--layers", type=int, default=None, help="override the number of layers")
     m.add_argument("--hidden-size", type=int, default=None, help="override the hidden size")
     m.add_argument("--heads", type=int, default=None, help="override the attention heads")
     m.add_argument("--max-positions", type=int, default=8192, help="longest sequence (default 8192)")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
     m.add_argument("--out", required=True, metavar="DIR", help="the directory to write (new or empty)")
     m.set_defaults(func=_new_model)
 

@@ -117,6 +117,8 @@ def play(env: Any, task: str, read: Callable[[], str], out: TextIO, *, echo: boo
 
 
 def cmd_play(args: argparse.Namespace) -> int:
+    if args.backend and args.env != "household":
+        raise ProasError(f"--backend applies to household only, not {args.env}")
     kwargs = {"backend": args.backend} if args.backend else {}
     env = make_env(args.env, **kwargs)
     # a terminal shows what is typed after the prompt; piped input shows nothing, so the loop
@@ -126,9 +128,34 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0  # quitting or losing a game is not a command failure
 
 
+#: the household env's engines (``HouseholdEnv(backend=...)``)
+HOUSEHOLD_BACKENDS = ("fast", "alfworld")
+#: the splits each shipped env lists (``Env.task_ids(split)``), for the help text
+SPLITS = {"household": "train, valid_seen, valid_unseen, valid (the fixed 128)", "shop": "train, valid, test, all"}
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    env = make_env(args.env)
+    ids = env.task_ids(args.split)
+    for task_id in ids:
+        print(task_id)
+    print(f"{len(ids)} tasks in {args.env}'s {args.split} split", file=sys.stderr)
+    return 0
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("play", help="play one task of an environment in the terminal")
-    p.add_argument("env", help=f"environment: {', '.join(ENV_FACTORIES)}")
-    p.add_argument("--task", required=True, help="task id, e.g. train-pick-0007 for household")
-    p.add_argument("--backend", default=None, help="household: fast (default) or alfworld (the real engine)")
+    p.add_argument("env", metavar="ENV", choices=list(ENV_FACTORIES), help=f"environment: {', '.join(ENV_FACTORIES)}")
+    p.add_argument("--task", required=True, metavar="TASK_ID",
+                   help="task id, e.g. train-pick-0007 for household (`proas tasks ENV` lists them)")
+    p.add_argument("--backend", default=None, choices=HOUSEHOLD_BACKENDS,
+                   help="household's engine: fast (the simulator, default) or alfworld (the real engine)")
     p.set_defaults(func=cmd_play)
+
+    t = sub.add_parser("tasks", help="list the task ids of an environment's split, one a line",
+                       description="List the task ids of one split of an environment (for `proas play --task`, "
+                                   "task sets and `algo.graph.oracle_tasks`), one a line; the count goes to stderr.")
+    t.add_argument("env", metavar="ENV", choices=list(ENV_FACTORIES), help=f"environment: {', '.join(ENV_FACTORIES)}")
+    t.add_argument("--split", default="valid", metavar="SPLIT",
+                   help="; ".join(f"{env}: {splits}" for env, splits in SPLITS.items()) + " (default valid)")
+    t.set_defaults(func=cmd_tasks)

@@ -30,9 +30,9 @@ def register(sub) -> None:
                                    "training tasks, validate like RL runs, keep the best checkpoint.")
     s.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     s.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory to create")
-    s.add_argument("--epochs", type=int, default=10)
-    s.add_argument("--lr", type=float, default=None, help="learning rate (default: Adam 0.01 for the scorer, "
-                   "policy.lm.lr for the lm)")
+    s.add_argument("--epochs", type=int, default=10, help="passes over the oracle trajectories (default 10)")
+    s.add_argument("--lr", type=float, default=None, metavar="RATE",
+                   help="learning rate (default: Adam 0.01 for the scorer, policy.lm.lr for the lm)")
     s.add_argument("--batch-size", type=int, default=64, help="oracle steps per gradient step")
     s.add_argument("--val-every", type=int, default=1, help="validate every N epochs")
     s.add_argument("--max-tasks", type=int, default=None, help="use at most N training tasks")
@@ -41,18 +41,19 @@ def register(sub) -> None:
     v = sub.add_parser("serve", help="serve a checkpoint as an OpenAI-compatible chat endpoint (loopback)",
                        description="Serve a proas policy at http://HOST:PORT/v1/chat/completions in the "
                                    "ReAct format of `proas react`. Loopback addresses only.")
-    v.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
-    v.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    v.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="the run (its best checkpoint) or checkpoint to serve")
+    v.add_argument("--host", default="127.0.0.1", metavar="HOST", help="loopback address to bind (default 127.0.0.1)")
     v.add_argument("--port", type=int, default=8000, help="port (0 = any free port; default 8000)")
     v.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
-    v.add_argument("--model-name", default=None, help="the model id to report (default: from the checkpoint)")
+    v.add_argument("--model-name", default=None, metavar="NAME",
+                   help="the model id to report (default: from the checkpoint)")
     v.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                    help="largest request body; a larger one is answered 413 (default 1 MiB)")
-    v.add_argument("--read-timeout", type=float, default=10.0, metavar="S",
+    v.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="seconds to receive a request body, else 408 (default 10)")
     v.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait for the policy; more are answered 503 (default 256)")
-    v.add_argument("--keep-alive", type=float, default=5.0, metavar="S",
+    v.add_argument("--keep-alive", type=float, default=5.0, metavar="SECONDS",
                    help="seconds an idle keep-alive connection stays open (default 5)")
     v.set_defaults(func=_serve)
 
@@ -60,14 +61,16 @@ def register(sub) -> None:
                        description="Run a ReAct agent (thought + action per turn) against a chat endpoint on "
                                    "the validation set of an env.")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
-    r.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
-    r.add_argument("--model", required=True, help="model name sent with each request")
+    r.add_argument("--base-url", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
+    r.add_argument("--model", required=True, metavar="NAME", help="model name sent with each request")
     r.add_argument("--tasks", type=int, default=None, help="number of validation tasks (default: the config's)")
-    r.add_argument("--temperature", type=float, default=0.0)
+    r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature sent with each request "
+                   "(default 0.0)")
     r.add_argument("--seed", type=int, default=None, help="send a per-request seed derived from this")
     r.add_argument("--retries", type=int, default=4, help="retries per request on connection errors, 429, 5xx")
-    r.add_argument("--backoff", type=float, default=0.5, help="first retry delay in seconds (doubles)")
-    r.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    r.add_argument("--backoff", type=float, default=0.5, metavar="SECONDS",
+                   help="first retry delay in seconds (doubles)")
+    r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="seconds per request")
     r.add_argument("--api-key-env", default=None, metavar="VAR", help="send the key in this env variable")
     r.add_argument("--out", default=None, metavar="FILE.jsonl", help="write the trajectories (with replies)")
     r.add_argument("--json", action="store_true", help="print the figures as JSON")

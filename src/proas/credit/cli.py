@@ -219,14 +219,17 @@ def register(sub) -> None:
         help="ProAS credit for trajectory logs (JSONL in, per-step JSONL out)",
         description="Annotate and shape the advantages of a batch of logged trajectories.",
     )
-    p.add_argument("--trajectories", required=True, help="input JSONL, one trajectory per line")
-    p.add_argument("--out", required=True, help="output JSONL, one line per step")
-    p.add_argument("--graph", help="load the reference graph from this file")
-    p.add_argument("--build-from", help="build the graph from the successful trajectories of this JSONL")
-    p.add_argument("--save-graph", help="save the graph (after merging the input's successes) here")
-    p.add_argument("--export-graph", help="also export the graph for viewing (.graphml or .dot)")
-    p.add_argument("--estimator", default="grpo", choices=estimator_choices())
-    p.add_argument("--shaping", default="proas", choices=list(SHAPINGS))
+    p.add_argument("--trajectories", required=True, metavar="FILE", help="input JSONL, one trajectory per line")
+    p.add_argument("--out", required=True, metavar="FILE", help="output JSONL, one line per step")
+    p.add_argument("--graph", metavar="FILE", help="load the reference graph from this file")
+    p.add_argument("--build-from", metavar="FILE",
+                   help="build the graph from the successful trajectories of this JSONL")
+    p.add_argument("--save-graph", metavar="FILE", help="save the graph (after merging the input's successes) here")
+    p.add_argument("--export-graph", metavar="FILE", help="also export the graph for viewing (.graphml or .dot)")
+    p.add_argument("--estimator", default="grpo", choices=estimator_choices(),
+                   help="base estimator, A_i and B_i,t (docs/credit.md; ppo and gae are one estimator)")
+    p.add_argument("--shaping", default="proas", choices=list(SHAPINGS),
+                   help="how the base advantage is reshaped: proas (the method), none, or an ablation")
     p.add_argument("--static", action="store_true", help="do not merge the input's successful trajectories")
     p.add_argument("--rea", default=REA_RULES[0], choices=list(REA_RULES),
                    help="reasonableness rule: (s_t, s_t+1) is an ARG edge (transition, default), "
@@ -241,5 +244,5 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_credit)
 
     d = sub.add_parser("credit-demo", help="show ProAS credit on shipped example trajectories")
-    d.add_argument("--estimator", default="grpo", choices=estimator_choices())
+    d.add_argument("--estimator", default="grpo", choices=estimator_choices(), help="base estimator")
     d.set_defaults(func=cmd_credit_demo)

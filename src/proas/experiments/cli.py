@@ -20,7 +20,7 @@ writes the tables.
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="run a study (one of the paper's tables) over seeds")
-    esub = p.add_subparsers(dest="experiment_command", metavar="ACTION")
+    esub = p.add_subparsers(dest="experiment_command", metavar="COMMAND")
     esub.required = True
     r = esub.add_parser("run", help="run a study's grid", description=RUN_HELP,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,7 +31,7 @@ def register(sub) -> None:
     r.add_argument("--steps", type=int, help="step budget (default: the study's; a smaller one is a reduced "
                    "setting and the report says so)")
     r.add_argument("--jobs", "-j", type=int, default=None, help="runs at a time (default: CPU cores)")
-    r.add_argument("--out", default="results/runs", help="results directory (default: results/runs)")
+    r.add_argument("--out", default="results/runs", metavar="DIR", help="results directory (default: results/runs)")
     r.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop every run after this long "
                    "(checkpoints kept; run the command again to resume)")
     r.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
@@ -42,14 +42,14 @@ def register(sub) -> None:
 
     rep = sub.add_parser("report", help="tables (Markdown, CSV) and learning curves of a results directory")
     rep.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run`")
-    rep.add_argument("--out", help="where to write report.md, CSVs and PNGs (default: RESULTS_DIR)")
+    rep.add_argument("--out", metavar="DIR", help="where to write report.md, CSVs and PNGs (default: RESULTS_DIR)")
     rep.add_argument("--steps", type=int, help="step budget for 'best checkpoint within' (default: each study's)")
-    rep.add_argument("--studies", nargs="+", help="only these saved studies")
+    rep.add_argument("--studies", nargs="+", metavar="STUDY", help="only these saved studies")
     rep.add_argument("--no-plots", action="store_true", help="skip the PNG curves")
     rep.set_defaults(func=_report)
 
     h = sub.add_parser("heldout", help="the held-out study (docs/study-protocol.md): configs, tuning selection")
-    hsub = h.add_subparsers(dest="heldout_command", metavar="ACTION")
+    hsub = h.add_subparsers(dest="heldout_command", metavar="COMMAND")
     hsub.required = True
     hc = hsub.add_parser("configs", help="write the tuning study configs from the protocol's constants")
     hc.add_argument("--check", action="store_true", help="only check that the shipped configs are up to date")
@@ -59,7 +59,7 @@ def register(sub) -> None:
                     help="tuning results directories (the --out of `proas experiment run heldout_tune`) and/or "
                          "run-records CSVs (--records); a later source's run replaces an earlier one's")
     hs.add_argument("--start", choices=["random", "sft"], default="random", help="which tuning grid (default random)")
-    hs.add_argument("--out", help="write the selection as Markdown here (default: print it)")
+    hs.add_argument("--out", metavar="FILE", help="write the selection as Markdown here (default: print it)")
     hs.add_argument("--records", metavar="CSV", help="write every run's record (validation curve, tuning metric, "
                                                      "commit) here: the per-run data behind the selection")
     hs.add_argument("--extension", metavar="YAML", help="write the study of the grid's extension past an edge "
@@ -77,7 +77,7 @@ def register(sub) -> None:
                          "per-seed CSVs written by an earlier analyse; a later source's run replaces an earlier one's")
     ha.add_argument("--study", nargs="+", metavar="YAML", help="the evaluation study config(s) (default: the "
                     "heldout_main*/heldout_sft* configs saved under the results directories' studies/)")
-    ha.add_argument("--out", required=True, help="directory for STUDY_per_seed.csv and STUDY_pairs.md")
+    ha.add_argument("--out", required=True, metavar="DIR", help="directory for STUDY_per_seed.csv and STUDY_pairs.md")
     ha.set_defaults(func=_heldout_analyse)
 
 

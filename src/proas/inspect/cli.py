@@ -95,16 +95,19 @@ def _step(text: str) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("inspect", help="show why each step of a logged batch got its credit (terminal or HTML)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory (with rollouts/)")
-    p.add_argument("--step", type=_step, default=None, help="RL step to inspect (default: the newest logged)")
-    p.add_argument("--task", default=None, help="group id or task id (default: the most informative group, "
+    p.add_argument("--step", type=_step, default=None, metavar="STEP",
+                   help="RL step to inspect (default: the newest logged)")
+    p.add_argument("--task", default=None, metavar="TASK_ID", help="group id or task id (default: the most "
+                   "informative group, "
                    "one with both wins and failures)")
-    p.add_argument("--trajectory", default=None, help="trajectory id, or its index in the group")
+    p.add_argument("--trajectory", default=None, metavar="ID", help="trajectory id, or its index in the group")
     p.add_argument(
-        "--html", default=None, metavar="OUT.html", help="write a self-contained page with the reference graph"
+        "--html", default=None, metavar="FILE.html", help="write a self-contained page with the reference graph"
     )
-    p.add_argument("--graph", default=None, help="reference graph file (default: the run's checkpoint)")
-    p.add_argument("--max-nodes", type=_positive, default=300, help="cap on the graph states drawn (default 300)")
+    p.add_argument("--graph", default=None, metavar="FILE", help="reference graph file (default: the run's checkpoint)")
+    p.add_argument("--max-nodes", type=_positive, default=300, metavar="N",
+                   help="cap on the graph states drawn (default 300)")
     p.add_argument("--observations", action="store_true", help="show each step's observation in the step table "
                    "(needs about 160 columns; shown anyway from 180)")
-    p.add_argument("--width", type=_positive, default=None, help="terminal width (default: detected)")
+    p.add_argument("--width", type=_positive, default=None, metavar="N", help="terminal width (default: detected)")
     p.set_defaults(func=cmd_inspect)

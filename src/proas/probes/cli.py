@@ -9,15 +9,15 @@ from proas.errors import ProasError
 
 def register(sub) -> None:
     p = sub.add_parser("probe", help="the paper's motivation probes (stats, esr, fd)")
-    ps = p.add_subparsers(dest="probe", metavar="PROBE")
+    ps = p.add_subparsers(dest="probe", metavar="COMMAND")
     ps.required = True
 
     s = ps.add_parser("stats", help="unreasonable steps in successes, NA steps in failures, over training")
-    s.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    s.add_argument("runs", nargs="+", metavar="RUN_DIR", help="training runs (their checkpoints and rollout logs)")
     s.add_argument("--out", required=True, metavar="DIR", help="where stats.csv/.md/.png go")
     s.add_argument("--tasks", type=int, default=32, help="training tasks per checkpoint (fresh rollouts only)")
     s.add_argument("--group", type=int, default=4, help="rollouts per task (fresh rollouts only)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the fresh rollouts")
     s.set_defaults(func=_stats)
 
     for name, helptext in (("esr", "ESR with vs without an injected segment of K unreasonable actions"),
@@ -30,18 +30,18 @@ def register(sub) -> None:
         e.add_argument("--n", type=int, default=50, help="continuations per state (default 50)")
         e.add_argument("--temperature", type=float, default=None, help="sampling temperature "
                        "(default: the run's policy.temperature)")
-        e.add_argument("--seed", type=int, default=0)
+        e.add_argument("--seed", type=int, default=0, help="seed of the sampled continuations")
         if name == "esr":
             e.add_argument("--k", type=int, action="append", default=None,
                            help="length of the injected segment; repeat for several (default 4)")
-            e.add_argument("--cut", type=float, default=0.5, help="the clean prefix: this fraction of the "
-                           "oracle walkthrough (default 0.5)")
+            e.add_argument("--cut", type=float, default=0.5, metavar="FRACTION",
+                           help="the clean prefix: this fraction of the oracle walkthrough (default 0.5)")
             e.set_defaults(func=_esr)
         else:
             e.add_argument("--rollouts", type=int, default=2, help="episodes per task to find failures")
             e.add_argument("--points", type=int, default=4, help="suppression points per failed trajectory")
-            e.add_argument("--graph", default=None, help="reference graph file (default: the checkpoint's, "
-                           "else the oracle graph of the training tasks)")
+            e.add_argument("--graph", default=None, metavar="FILE", help="reference graph file (default: the "
+                           "checkpoint's, else the oracle graph of the training tasks)")
             e.set_defaults(func=_fd)
 
 

@@ -29,11 +29,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("household", help="household (ALFWorld) environment tools")
-    hsub = p.add_subparsers(dest="household_command", metavar="ACTION")
+    hsub = p.add_subparsers(dest="household_command", metavar="COMMAND")
     hsub.required = True
     ex = hsub.add_parser("export", help="write generated tasks as ALFWorld game directories")
-    ex.add_argument("--out", required=True, help="output directory (an ALFWorld data_path)")
-    ex.add_argument("--split", default="valid", help="train, valid_seen, valid_unseen or valid (default)")
-    ex.add_argument("--task", action="append", help="a task id (repeatable); overrides --split")
+    ex.add_argument("--out", required=True, metavar="DIR", help="output directory (an ALFWorld data_path)")
+    ex.add_argument("--split", default="valid", choices=("train", "valid_seen", "valid_unseen", "valid"),
+                    help="the split to export (default valid, the fixed 128)")
+    ex.add_argument("--task", action="append", metavar="TASK_ID", help="a task id (repeatable); overrides --split")
     ex.add_argument("--limit", type=int, default=None, help="export only the first N tasks")
     ex.set_defaults(func=cmd_export)

@@ -52,7 +52,7 @@ def cmd_sft_data(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("verl", help="verl / verl-agent integration tools (build-graph)",
                        description="Tools for ProAS inside verl-agent (docs/verl.md).")
-    vsub = p.add_subparsers(dest="verl_command", metavar="SUBCOMMAND")
+    vsub = p.add_subparsers(dest="verl_command", metavar="COMMAND")
     vsub.required = True
     g = vsub.add_parser(
         "build-graph",
@@ -62,13 +62,16 @@ def register(sub) -> None:
                     "incomplete: the same with --prune (0.4) of its state-action pairs removed; "
                     "distill: from a teacher run's saved graph or trajectory JSONL (--from).",
     )
-    g.add_argument("--env", required=True, choices=["household", "shop"])
-    g.add_argument("--variant", default="oracle", choices=["oracle", "incomplete", "distill"])
-    g.add_argument("--out", required=True, help="where to save the graph, e.g. arg.json.gz")
+    g.add_argument("--env", required=True, choices=["household", "shop"],
+                   help="the env whose training tasks it replays")
+    g.add_argument("--variant", default="oracle", choices=["oracle", "incomplete", "distill"],
+                   help="which graph (see above)")
+    g.add_argument("--out", required=True, metavar="FILE", help="where to save the graph, e.g. arg.json.gz")
     g.add_argument("--tasks", type=int, default=None, help="use only the first N training tasks")
     g.add_argument("--seed", type=int, default=0, help="seeds the incomplete variant's pruning")
-    g.add_argument("--prune", type=float, default=0.4, help="share of state-action pairs removed (incomplete)")
-    g.add_argument("--from", dest="source", default=None,
+    g.add_argument("--prune", type=float, default=0.4, metavar="FRACTION",
+                   help="share of state-action pairs removed (incomplete)")
+    g.add_argument("--from", dest="source", default=None, metavar="FILE",
                    help="distill: a saved graph (.json.gz/.json) or a trajectory JSONL")
     g.set_defaults(func=cmd_build_graph)
     s = vsub.add_parser(
@@ -78,8 +81,8 @@ def register(sub) -> None:
                     "rows in the RL runs' prompt and answer format, for verl's SFT trainer (.parquet, "
                     "needs pyarrow) or as .jsonl.",
     )
-    s.add_argument("--env", required=True, choices=["household", "shop"])
-    s.add_argument("--out", required=True, help="sft.parquet or sft.jsonl")
+    s.add_argument("--env", required=True, choices=["household", "shop"], help="the env whose training tasks it writes")
+    s.add_argument("--out", required=True, metavar="FILE", help="sft.parquet or sft.jsonl")
     s.add_argument("--tasks", type=int, default=None, help="use only the first N training tasks")
     s.set_defaults(func=cmd_sft_data)
 
