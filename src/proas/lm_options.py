@@ -7,7 +7,8 @@ transformers), so both read them from here.
 
 from __future__ import annotations
 
-__all__ = ["DECODERS", "MODES", "SCORE_IMPLS"]
+__all__ = ["AUTOCAST", "DECODERS", "LR_SCHEDULES", "MASK_ATTN_IMPLS", "MODES", "SCORE_IMPLS", "SCORE_NORMS",
+           "attn_problem"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see ``proas.policies.lm``)
@@ -23,3 +24,37 @@ DECODERS = ("hf", "static")
 #: ``auto`` (``packed`` for the loss's passes everywhere and for acting on a CPU, ``expand`` for
 #: acting on a GPU: the faster of the two for each, as measured; ``LMPolicy.score_impl_for``)
 SCORE_IMPLS = ("expand", "packed", "auto")
+
+#: score mode: a candidate's score from its tokens' log-probs, ``sum`` (the sequence's
+#: log-likelihood) or ``mean`` (per token, over the candidate's own tokens: GLAM's normalised
+#: variant, which does not favour short candidates)
+SCORE_NORMS = ("sum", "mean")
+
+#: the compute dtype of the forward passes (``torch.autocast``) over fp32 weights: ``auto`` (bf16
+#: on a GPU, none on a CPU), ``bf16`` or ``none``
+AUTOCAST = ("auto", "bf16", "none")
+
+#: the learning-rate schedule after the warmup (``transformers.get_scheduler``'s names)
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+#: the attention implementations that take an additive 4D float mask (packed score passes, the
+#: static decoder); a flash-attention kernel would ignore it
+MASK_ATTN_IMPLS = ("eager", "sdpa")
+
+
+def attn_problem(attn_implementation: str | None, mode: str, score_impl: str,
+                 gradient_checkpointing: bool = False) -> str | None:
+    """Why the lm's passes cannot run with this attention implementation and score setting, or
+    None. Score mode's packed passes (``score_impl`` ``packed``, and ``auto`` for the loss) give
+    the model a 4D float mask, which only ``MASK_ATTN_IMPLS`` apply; a flash-attention kernel
+    would silently attend across candidates. Gradient checkpointing drops the KV cache in
+    training passes, which ``expand``'s loss passes score on."""
+    if mode == "score" and gradient_checkpointing and score_impl == "expand":
+        return ("policy.lm.gradient_checkpointing drops the KV cache that score_impl=expand's loss passes "
+                "score on; use score_impl=packed or auto")
+    if attn_implementation is None or attn_implementation in MASK_ATTN_IMPLS:
+        return None
+    if mode == "score" and score_impl in ("packed", "auto"):
+        return (f"policy.lm.attn_implementation={attn_implementation!r} cannot take the 4D float masks of packed "
+                f"score passes (score_impl={score_impl}); use {' or '.join(MASK_ATTN_IMPLS)}, or score_impl=expand")
+    return None

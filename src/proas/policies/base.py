@@ -160,6 +160,11 @@ class Policy(abc.ABC):
         """The optimiser of this policy's parameters (Adam unless a policy knows better)."""
         return torch.optim.Adam(self.parameters(), lr=lr, foreach=True)
 
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
+        """The learning-rate schedule over ``total_steps`` steps, or None: a constant rate (the
+        ``lm`` has warmup and schedules, ``LMPolicy.make_scheduler``)."""
+        return None
+
     def parameters(self):
         return [p for p in self.module.parameters() if p.requires_grad]
 
@@ -168,3 +173,13 @@ class Policy(abc.ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state)
+
+    def checkpoint_parts(self) -> tuple[dict[str, Any], Any]:
+        """What a checkpoint keeps of this policy: entries of its state (here ``policy``, the
+        weights, in ``state.pt``) and a writer of files beside them (``writer(directory)``), or
+        None. The ``lm`` writes a Hugging Face directory instead (``LMPolicy.save_pretrained``)."""
+        return {"policy": self.state_dict()}, None
+
+    def load_checkpoint(self, directory, state: dict[str, Any]) -> None:
+        """Load the weights of the checkpoint in ``directory`` whose state is ``state``."""
+        self.load_state_dict(state["policy"])

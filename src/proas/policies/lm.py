@@ -11,7 +11,11 @@ still receives the text, as in verl-agent, and usually rejects it).
 Models come from a local directory (``model_path``; nothing is downloaded) or, for tests and
 timing, from a named architecture with random weights (``model_config``: ``tiny``,
 ``qwen2.5-1.5b``, ``qwen2.5-7b``) and a small byte-level BPE tokenizer built on the spot.
-Log-probs are per response token at temperature 1. LoRA via peft is optional; bf16 on a GPU.
+Log-probs are per response token at temperature 1. LoRA via peft is optional. Training is mixed
+precision by default, as verl's and TRL's: fp32 weights, forward passes in bf16 under
+``torch.autocast`` on a GPU (``resolve_precision``), AdamW with weight decay and a warmup and
+schedule (``make_optimizer``, ``make_scheduler``). Checkpoints are Hugging Face directories
+(``save_pretrained``, ``load_pretrained``); docs/lm.md gives the decisions.
 Generation runs through Hugging Face ``generate`` (``decode="hf"``) or a static-cache decoder
 with CUDA graphs (``decode="static"``, ``proas.policies.lm_decode``) that gives the same outputs.
 
@@ -19,7 +23,8 @@ with CUDA graphs (``decode="static"``, ``proas.policies.lm_decode``) that gives 
 candidate actions (admissible plus invalid candidates, as the ``scorer`` policy does). Each
 candidate's response is the one SFT teaches, ``<think>LM_THOUGHT</think><action>A</action>``
 plus the end-of-turn token; its score is the summed log-probability of the response tokens after
-the prompt, and the policy is ``softmax(score / temperature)`` over the candidates. The leading
+the prompt (``score_norm="mean"``: their mean), and the policy is ``softmax(score / temperature)``
+over the candidates. The leading
 tokens shared by every candidate's response have the same log-probability for all of them and
 cancel in the softmax, so they join the prompt: the prompt is encoded once per decision and the
 candidates' distinct tokens are scored after it (``score_impl``: on its KV cache, expanded over
@@ -30,9 +35,11 @@ for the ``scorer``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
+import json
 import re
 import warnings
 from collections.abc import Callable
@@ -45,7 +52,7 @@ import torch
 from torch import nn
 
 from proas.errors import ProasError
-from proas.lm_options import DECODERS, MODES, SCORE_IMPLS
+from proas.lm_options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
 
 __all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "SCORE_IMPLS", "build_prompt", "project_action",
@@ -232,6 +239,36 @@ def _last_logits(k: int) -> dict[str, int]:
     return {name: k} if name else {}
 
 
+#: weights without weight decay, by name (the Hugging Face Trainer's ``get_decay_parameter_names``)
+_NO_DECAY = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+
+
+class _DrawnLogp:
+    """A ``generate`` logits processor, first in the list, that records the temperature-1
+    log-probability of each drawn token: at each step it reads the token the previous step drew
+    (the last of ``input_ids``) from that step's log-softmax, then keeps this step's; ``finish``
+    reads the last draw from the sequences."""
+
+    def __init__(self):
+        self.prev: torch.Tensor | None = None
+        self.out: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prev is not None:
+            self.out.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, gen: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` log-probs of the ``(B, T)`` generated tokens ``gen``."""
+        if self.prev is not None and len(self.out) < gen.shape[1]:
+            self.out.append(self.prev.gather(-1, gen[:, len(self.out), None]).squeeze(-1))
+        self.prev = None
+        if not self.out:
+            return torch.zeros((gen.shape[0], 0), dtype=torch.float32, device=gen.device)
+        return torch.stack(self.out, dim=1)
+
+
 class _AdapterOff(nn.Module):
     """The reference policy of a LoRA model: the same model with its adapters switched off."""
 
@@ -248,6 +285,50 @@ class _AdapterOff(nn.Module):
 def is_hf_model_dir(path: str | Path) -> bool:
     """Whether ``path`` is a Hugging Face model directory rather than a proas run or checkpoint."""
     return (Path(path) / "config.json").is_file()
+
+
+_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+           "fp32": torch.float32, "float32": torch.float32}
+
+
+def resolve_precision(dtype: str, autocast: str, device: torch.device,
+                      lora: bool = False) -> tuple[torch.dtype, torch.dtype | None]:
+    """``(weights' dtype, autocast dtype or None)`` of ``policy.lm.dtype`` and ``policy.lm.autocast``
+    on ``device``.
+
+    The default is mixed precision as verl and TRL train: fp32 weights, so that Adam's small
+    updates accumulate instead of rounding away at bf16's 8-bit mantissa, and bf16 forward passes
+    under ``torch.autocast`` on a GPU. On a CPU autocast is off (fp32 throughout), unless asked
+    for. A LoRA model's base is frozen, so with autocast on a GPU it is kept in bf16 and only the
+    adapters are fp32 (peft's default). An explicit ``dtype`` sets every weight.
+    """
+    if autocast == "auto":
+        compute = torch.bfloat16 if device.type == "cuda" else None
+    elif autocast == "bf16":
+        compute = torch.bfloat16
+    elif autocast == "none":
+        compute = None
+    else:
+        raise ProasError(f"config: policy.lm.autocast={autocast!r} is not auto, bf16 or none")
+    if dtype == "auto":
+        weights = torch.bfloat16 if (lora and compute is not None and device.type == "cuda") else torch.float32
+    else:
+        weights = _DTYPES.get(dtype)
+        if weights is None:
+            raise ProasError(f"config: policy.lm.dtype={dtype!r} is not auto, bf16, fp16 or fp32")
+    if compute is not None and weights != torch.float32 and not lora:
+        compute = None  # the weights are already in a low precision: nothing to cast to
+    return weights, compute
+
+
+def _set_attn(model: nn.Module, attn: str, key: str) -> None:
+    """Switch a built model to attention implementation ``attn`` (``attn_implementation`` of a
+    model not loaded by ``from_pretrained``)."""
+    try:
+        model.set_attn_implementation(attn)
+    except (ValueError, ImportError) as exc:
+        raise ProasError(f"policy.lm.attn_implementation={attn!r}: not available for the {key} model "
+                         f"({str(exc).splitlines()[0]})") from None
 
 
 class LMPolicy(Policy):
@@ -267,9 +348,26 @@ class LMPolicy(Policy):
                  max_prompt_tokens: int = 2048, history_length: int = 2, lora: bool = False,
                  mode: str = "generate", temperature: float = 1.0, micro_batch_size: int = 8,
                  score_tokens_per_pass: int = 262144, score_impl: str = "auto",
-                 decode: str = "hf"):
+                 decode: str = "hf", score_norm: str = "sum", autocast_dtype: torch.dtype | None = None,
+                 weight_decay: float = 0.01, lr_schedule: str = "constant", warmup_ratio: float = 0.0):
         if mode not in MODES:
             raise ProasError(f"policy.lm.mode={mode!r} is not one of {', '.join(MODES)}")
+        if score_norm not in SCORE_NORMS:
+            raise ProasError(f"policy.lm.score_norm={score_norm!r} is not one of {', '.join(SCORE_NORMS)}")
+        if lr_schedule not in LR_SCHEDULES:
+            raise ProasError(f"policy.lm.lr_schedule={lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)}")
+        #: score mode: a candidate's score is the ``sum`` or the ``mean`` of its tokens' log-probs
+        self.score_norm = score_norm
+        #: the dtype of the forward passes under ``torch.autocast`` (None: the weights' own)
+        self.autocast_dtype = autocast_dtype
+        #: the optimiser and its schedule (``make_optimizer``, ``make_scheduler``)
+        self.weight_decay = weight_decay
+        self.lr_schedule = lr_schedule
+        self.warmup_ratio = warmup_ratio
+        #: generate mode under autocast: the bf16 copy of the weights that decodes, and the
+        #: weights' version counters when it was last refreshed (``rollout_module``)
+        self._rollout: nn.Module | None = None
+        self._rollout_version: tuple | None = None
         if decode not in DECODERS:
             raise ProasError(f"policy.lm.decode={decode!r} is not one of {', '.join(DECODERS)}")
         if score_impl not in SCORE_IMPLS:
@@ -313,13 +411,13 @@ class LMPolicy(Policy):
 
         device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
                               ("cpu" if lm.device == "auto" else lm.device))
-        if lm.dtype == "auto":
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        else:
-            dtype = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-                     "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}.get(lm.dtype)
-            if dtype is None:
-                raise ProasError(f"config: policy.lm.dtype={lm.dtype!r} is not auto, bf16, fp16 or fp32")
+        dtype, autocast_dtype = resolve_precision(lm.dtype, getattr(lm, "autocast", "auto"), device,
+                                                  lora=lm.lora_rank > 0)
+        attn = getattr(lm, "attn_implementation", None)
+        problem = attn_problem(attn, lm.mode, lm.score_impl, getattr(lm, "gradient_checkpointing", False))
+        if problem:
+            raise ProasError(problem)
+        attn_kw = {"attn_implementation": attn} if attn else {}
         torch.manual_seed(seed)
         # ``init_from``: a Hugging Face directory loads like ``model_path``; a proas run or
         # checkpoint (an SFT run) rebuilds that run's policy and takes its (merged) weights
@@ -332,11 +430,14 @@ class LMPolicy(Policy):
                                  "the policy with proas.train.warm_start.build_policy, which loads it")
             model, tokenizer = load_run(lm.init_from)
             model = model.to(dtype)
+            if attn:
+                _set_attn(model, attn, "init_from")
         elif model_path:
             try:
                 tokenizer = load_tokenizer(lm.tokenizer_path or model_path)
-                model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True)
-            except (OSError, ValueError) as exc:
+                model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True,
+                                                             **attn_kw)
+            except (OSError, ValueError, ImportError) as exc:
                 raise ProasError(f"policy.lm.{key}={model_path!r}: cannot load a local model "
                                  f"({str(exc).splitlines()[0]})") from None
         else:
@@ -352,12 +453,18 @@ class LMPolicy(Policy):
             arch = dict(arch, vocab_size=max(arch["vocab_size"], len(tokenizer)))
             config = Qwen2Config(**arch, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
             model = Qwen2ForCausalLM(config).to(dtype)
+            if attn:
+                _set_attn(model, attn, "model_config")
         if tokenizer.chat_template is None:
             tokenizer.chat_template = _CHAT_TEMPLATE
         model.to(device)
+        if getattr(lm, "gradient_checkpointing", False):
+            # non-reentrant: gradients reach LoRA adapters without inputs that require them
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if lm.lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
+            # peft keeps the adapters in fp32 over a bf16 base (``autocast_adapter_dtype``)
             model = get_peft_model(model, LoraConfig(r=lm.lora_rank, lora_alpha=lm.lora_alpha, lora_dropout=0.0,
                                                      target_modules="all-linear", task_type="CAUSAL_LM"))
         model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -365,7 +472,11 @@ class LMPolicy(Policy):
                    max_prompt_tokens=lm.max_prompt_tokens, history_length=lm.history_length,
                    lora=lm.lora_rank > 0, mode=lm.mode, temperature=temperature,
                    micro_batch_size=lm.micro_batch_size, decode=lm.decode,
-                   score_tokens_per_pass=lm.score_tokens_per_pass, score_impl=lm.score_impl)
+                   score_tokens_per_pass=lm.score_tokens_per_pass, score_impl=lm.score_impl,
+                   score_norm=getattr(lm, "score_norm", "sum"), autocast_dtype=autocast_dtype,
+                   weight_decay=getattr(lm, "weight_decay", 0.01),
+                   lr_schedule=getattr(lm, "lr_schedule", "constant"),
+                   warmup_ratio=getattr(lm, "warmup_ratio", 0.0))
 
     def reference_module(self) -> nn.Module:
         if self.lora:
@@ -374,6 +485,117 @@ class LMPolicy(Policy):
         ref.requires_grad_(False)
         ref.eval()
         return ref
+
+    # ---- precision and the optimiser
+    def compute(self) -> contextlib.AbstractContextManager:
+        """The context of this policy's forward passes: ``torch.autocast`` to ``autocast_dtype``
+        (bf16 matmuls over fp32 weights), or nothing when it is None."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def rollout_module(self) -> nn.Module:
+        """The model that generate mode decodes with: the model itself, or under autocast a copy
+        of it in the autocast dtype (verl's rollout weights: bf16, synced from the fp32 actor),
+        so that decoding neither casts every weight at every token nor changes the static
+        decoder's buffers. The copy is refreshed whenever a weight of the model has changed
+        in place since (an optimiser step, a checkpoint load): their version counters say so."""
+        if self.autocast_dtype is None:
+            return self.module
+        version = tuple(t._version for t in self._weights(self.module))
+        if self._rollout is None:
+            self._rollout = copy.deepcopy(self.module).to(self.autocast_dtype)
+            self._rollout.requires_grad_(False)
+            self._rollout.eval()
+        elif version != self._rollout_version:
+            with torch.no_grad():
+                for dst, src in zip(self._weights(self._rollout), self._weights(self.module), strict=True):
+                    dst.copy_(src)
+        self._rollout_version = version
+        return self._rollout
+
+    @staticmethod
+    def _weights(module: nn.Module) -> list[torch.Tensor]:
+        return [*module.parameters(), *module.buffers()]
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """AdamW (betas 0.9, 0.999, verl's and the Hugging Face Trainer's) over the trainable
+        weights, with ``weight_decay`` on all but biases and normalisation weights (the
+        Trainer's ``get_decay_parameter_names`` rule). Fused on a GPU."""
+        from transformers.trainer_pt_utils import get_parameter_names
+
+        decay = set(get_parameter_names(self.module, [nn.LayerNorm], _NO_DECAY))
+        named = [(n, q) for n, q in self.module.named_parameters() if q.requires_grad]
+        groups = [{"params": [q for n, q in named if n in decay], "weight_decay": self.weight_decay},
+                  {"params": [q for n, q in named if n not in decay], "weight_decay": 0.0}]
+        fast = {"fused": True} if self.device.type == "cuda" else {"foreach": True}
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.999), eps=1e-8, **fast)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
+        """The learning-rate schedule over ``total_steps`` (``transformers.get_scheduler``): a
+        linear warmup from 0 over ``warmup_ratio`` of them, then ``lr_schedule`` (``constant``
+        keeps the peak rate; ``linear`` and ``cosine`` end at 0)."""
+        from transformers import get_scheduler
+
+        total = max(1, int(total_steps))
+        warmup = int(round(self.warmup_ratio * total))
+        name = "constant_with_warmup" if self.lr_schedule == "constant" and warmup else self.lr_schedule
+        return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total)
+
+    # ---- checkpoints: a Hugging Face directory
+    def checkpoint_parts(self):
+        """No weights in ``state.pt``: ``save_pretrained`` writes them beside it."""
+        return {}, self.save_pretrained
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write the model (``save_pretrained``: config and safetensors weights, or with LoRA the
+        adapters and their config) and the tokenizer to ``directory``."""
+        self.module.save_pretrained(directory, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory)
+
+    def load_checkpoint(self, directory: Path, state: dict[str, Any]) -> None:
+        """Weights from a checkpoint: ``state["policy"]`` (older checkpoints: every weight in
+        ``state.pt``) or the Hugging Face files ``save_pretrained`` wrote (``load_pretrained``)."""
+        if "policy" in state:
+            self.load_state_dict(state["policy"])
+        else:
+            self.load_pretrained(directory)
+
+    def load_pretrained(self, directory: str | Path) -> None:
+        """Load the weights that ``save_pretrained`` wrote into this policy's model, in place
+        (the optimiser keeps its parameters), bit for bit. Read with safetensors: no code runs.
+        Tied weights (the output layer of a model that ties it to the embeddings) are not
+        saved and need not be; any other weight missing or left over is a ``ProasError``."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if self.lora:
+            from peft import set_peft_model_state_dict
+
+            path = directory / "adapter_model.safetensors"
+            if not path.is_file():
+                raise ProasError(f"{directory}: no LoRA adapters (adapter_model.safetensors) to load")
+            res = set_peft_model_state_dict(self.module, load_file(path, device="cpu"))
+            if res.unexpected_keys:
+                raise ProasError(f"{path}: adapters that this model does not have ({res.unexpected_keys[0]}, ...)")
+            return
+        index = directory / "model.safetensors.index.json"
+        if index.is_file():
+            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        else:
+            files = ["model.safetensors"]
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            if Path(name).name != name or not (directory / name).is_file():
+                raise ProasError(f"{directory}: no model weights {name!r} to load")
+            state.update(load_file(directory / name, device="cpu"))
+        names = {n for n, _ in self.module.named_parameters(remove_duplicate=False)}
+        tied = names - {n for n, _ in self.module.named_parameters()}
+        missing, unexpected = self.module.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - tied:
+            what = unexpected[0] if unexpected else sorted(set(missing) - tied)[0]
+            raise ProasError(f"{directory}: the saved weights do not fit the model "
+                             f"({'unexpected' if unexpected else 'missing'} {what})")
 
     # ---- acting
     def _chat_ids(self, ctx: Context, history_length: int) -> list[int]:
@@ -460,7 +682,7 @@ class LMPolicy(Policy):
 
     @torch.no_grad()
     def generate_ids(self, prompts: Sequence[Sequence[int]], temperature: float, decode: str | None = None,
-                     min_new_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                     min_new_tokens: int = 0, **generate_options: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """``(tokens, logp)``, ``(len(prompts), n)`` CPU tensors: each prompt's sampled
         continuation (up to ``max_new_tokens``; a row is read up to its first stop id, later
         entries are padding) and each token's log-probability at temperature 1.
@@ -468,10 +690,20 @@ class LMPolicy(Policy):
         ``decode`` (default ``self.decode``): ``hf`` runs ``model.generate``; ``static`` the
         static-cache decoder (``lm_decode.StaticDecoder``; models it cannot run use ``hf``).
         ``min_new_tokens`` forbids stop ids before that many tokens (``generate``'s meaning; for
-        timing random-weight models, which rarely stop on their own).
+        timing random-weight models, which rarely stop on their own). ``generate_options`` go to
+        ``generate`` as they are (``cache_implementation="static"`` for a benchmark).
+
+        Both decode on ``rollout_module()``. ``hf`` keeps no logits: a logits processor that
+        runs first at every step (before the temperature and ``min_new_tokens``) takes each
+        token's log-probability from the raw logits when the next step shows which token was
+        drawn, so one ``(B, V)`` log-softmax lives at a time, never ``generate``'s ``(B, T, V)``
+        ``output_logits``.
         """
+        from transformers import LogitsProcessorList, MinNewTokensLengthLogitsProcessor, TemperatureLogitsWarper
+
         decode = self.decode if decode is None else decode
-        self.module.eval()
+        model = self.rollout_module()
+        model.eval()
         if decode == "static" and self.static_decoder() is not None:
             return self.static_decoder().generate(prompts, self.max_new_tokens, temperature, self.stop_ids,
                                                   min_new_tokens=min_new_tokens)
@@ -482,61 +714,67 @@ class LMPolicy(Policy):
         for i, p in enumerate(prompts):  # left padding, as generation needs
             ids[i, width - len(p):] = torch.tensor(list(p))
             mask[i, width - len(p):] = 1
-        out = self.module.generate(
+        record = _DrawnLogp()
+        procs = LogitsProcessorList([record])
+        if min_new_tokens > 0:
+            procs.append(MinNewTokensLengthLogitsProcessor(width, min_new_tokens, self.stop_ids, device=self.device))
+        if temperature > 0 and temperature != 1.0:
+            procs.append(TemperatureLogitsWarper(temperature))
+        # every sampling knob set here, so none comes from the model's generation_config
+        # (an instruct model's ships top_k, top_p, a temperature and a repetition penalty)
+        out = model.generate(
             input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=self.max_new_tokens,
-            do_sample=temperature > 0, temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0,
-            eos_token_id=self.stop_ids, pad_token_id=pad, return_dict_in_generate=True, output_logits=True,
-            min_new_tokens=min_new_tokens,
+            do_sample=temperature > 0, temperature=1.0, top_p=1.0, top_k=0, min_p=None, typical_p=1.0,
+            repetition_penalty=1.0, no_repeat_ngram_size=0, eos_token_id=self.stop_ids, pad_token_id=pad,
+            return_dict_in_generate=True, logits_processor=procs, **generate_options,
         )
         gen = out.sequences[:, width:]
-        # raw logits (temperature 1), one (B, V) tensor per generated position; gathered one
-        # position at a time so that no (B, T, V) float copy is ever made
-        logp_all = torch.stack([torch.log_softmax(lg.float(), dim=-1).gather(-1, gen[:, t, None]).squeeze(-1)
-                                for t, lg in enumerate(out.logits)], dim=1).cpu()
-        return gen.cpu(), logp_all
+        return gen.cpu(), record.finish(gen).cpu()
 
     def static_decoder(self):
-        """The ``StaticDecoder`` of this policy's model (built on first use), or None when the
+        """The ``StaticDecoder`` of the rollout model (built on first use), or None when the
         model cannot use it (warned once; ``hf`` decoding is used instead)."""
         max_len = self.max_prompt_tokens + self.max_new_tokens
-        if self._static and (self._static.model is not self.module or self._static.max_len < max_len):
+        model = self.rollout_module()
+        if self._static and (self._static.model is not model or self._static.max_len < max_len):
             self._static = None  # another model or larger budgets than it was built for
         if self._static is None:
             from proas.policies.lm_decode import StaticDecoder, static_unsupported
 
-            why = static_unsupported(self.module)
+            why = static_unsupported(model)
             if why:
                 warnings.warn(f"lm policy: policy.lm.decode=static does not support this model ({why}); "
                               "decoding with hf generate instead", RuntimeWarning, stacklevel=3)
                 self._static = False
             else:
-                self._static = StaticDecoder(self.module, max_len, self.tokenizer.pad_token_id)
+                self._static = StaticDecoder(model, max_len, self.tokenizer.pad_token_id)
         return self._static or None
 
     # ---- the loss side
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Right-padded prompt+response ids and the response-token positions (score mode: the
-        prompts, candidates and choices)."""
+        """Prompt+response ids (prompts left-padded, responses right-padded), their positions and
+        the response tokens (score mode: the prompts, candidates and choices)."""
         if self.mode == "score":
             return {"items": [(list(d["prompt"]), [list(c) for c in d["cands"]]) for d in data],
                     "choice": torch.tensor([d["choice"] for d in data], dtype=torch.long)}
-        seqs = [list(d["prompt"]) + list(d["response"]) for d in data]
-        width = max(len(s) for s in seqs)
+        # prompts left-padded to end at one column, responses right-padded after it: every
+        # row's response logits are then the same last columns, and only those are computed
+        plen = max(len(d["prompt"]) for d in data)
         resp_w = max(1, max(len(d["response"]) for d in data))
         pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        attn = torch.zeros((len(seqs), width), dtype=torch.long)
-        pos = torch.zeros((len(seqs), resp_w), dtype=torch.long)
-        tgt = torch.zeros((len(seqs), resp_w), dtype=torch.long)
-        rmask = torch.zeros((len(seqs), resp_w), dtype=torch.float32)
-        for i, (s, d) in enumerate(zip(seqs, data)):
-            ids[i, : len(s)] = torch.tensor(s)
-            attn[i, : len(s)] = 1
-            n, p = len(d["response"]), len(d["prompt"])
-            if n:
-                pos[i, :n] = torch.arange(p - 1, p - 1 + n)  # logits at t predict token t+1
-                tgt[i, :n] = torch.tensor(d["response"])
-                rmask[i, :n] = 1.0
+        n = len(data)
+        ids = torch.full((n, plen + resp_w), pad, dtype=torch.long)
+        attn = torch.zeros((n, plen + resp_w), dtype=torch.long)
+        tgt = torch.zeros((n, resp_w), dtype=torch.long)
+        rmask = torch.zeros((n, resp_w), dtype=torch.float32)
+        for i, d in enumerate(data):
+            p, r = list(d["prompt"]), list(d["response"])
+            ids[i, plen - len(p): plen + len(r)] = torch.tensor(p + r)
+            attn[i, plen - len(p): plen + len(r)] = 1
+            if r:
+                tgt[i, : len(r)] = torch.tensor(r)
+                rmask[i, : len(r)] = 1.0
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
         return {"ids": ids, "attn": attn, "pos": pos, "tgt": tgt, "mask": rmask}
 
     def evaluate(self, batch: dict[str, Any], module: nn.Module | None = None) -> TokenStats:
@@ -546,11 +784,18 @@ class LMPolicy(Policy):
         if self.mode == "score":
             return self._evaluate_score(batch, module)
         dev = self.device
-        logits = module(input_ids=batch["ids"].to(dev), attention_mask=batch["attn"].to(dev)).logits
-        pos = batch["pos"].to(dev)
-        picked = logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1])).float()  # (B, R, V)
-        logp_all = torch.log_softmax(picked, dim=-1)
-        logp = logp_all.gather(-1, batch["tgt"].to(dev)[:, :, None]).squeeze(-1)
+        tgt = batch["tgt"].to(dev)
+        resp_w = tgt.shape[1]
+        with self.compute():
+            # the last column is only a target; position t predicts token t + 1, so the last
+            # ``resp_w`` logits are the response's, and only they are computed: the prompt's
+            # (B, T, V) logits at 2048-token prompts would dwarf the rest
+            logits = module(input_ids=batch["ids"][:, :-1].to(dev), attention_mask=batch["attn"][:, :-1].to(dev),
+                            position_ids=batch["pos"][:, :-1].to(dev), use_cache=False,
+                            **_last_logits(resp_w)).logits
+        logits = logits[:, -resp_w:]
+        logp_all = torch.log_softmax(logits.float(), dim=-1)  # (B, R, V), the one float copy
+        logp = logp_all.gather(-1, tgt[:, :, None]).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         mask = batch["mask"].to(dev)
         return TokenStats(logp=logp, entropy=entropy, mask=mask)
@@ -637,14 +882,23 @@ class LMPolicy(Policy):
 
     def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
                         module: nn.Module | None = None, impl: str | None = None) -> list[torch.Tensor]:
-        """Summed log-probs of each decision's candidate token sequences after its prompt, one
-        ``(n_candidates,)`` tensor per decision, differentiable through ``module``; by
-        ``score_impl``'s passes (``_candidate_logps_expand`` or ``_candidate_logps_packed``,
-        equal up to float rounding)."""
+        """The scores of each decision's candidate token sequences after its prompt, one
+        ``(n_candidates,)`` tensor per decision, differentiable through ``module``: the sum of
+        the tokens' log-probs, or with ``score_norm="mean"`` their mean over the candidate's own
+        tokens (those after the prefix all candidates share, which ``score_item`` moved into
+        the prompt; the end-of-turn token included). By ``score_impl``'s passes
+        (``_candidate_logps_expand`` or ``_candidate_logps_packed``, equal up to float
+        rounding), under ``compute()``."""
         module = module if module is not None else self.module
-        if (impl or self.score_impl_for(loss=False)) == "packed":
-            return self._candidate_logps_packed(items, module)
-        return self._candidate_logps_expand(items, module)
+        with self.compute():
+            if (impl or self.score_impl_for(loss=False)) == "packed":
+                sums = self._candidate_logps_packed(items, module)
+            else:
+                sums = self._candidate_logps_expand(items, module)
+        if self.score_norm == "mean":
+            return [s / torch.tensor([len(c) for c in cs], dtype=s.dtype, device=s.device)
+                    for s, (_, cs) in zip(sums, items, strict=True)]
+        return sums
 
     def _candidate_logps_expand(self, items: Sequence[tuple[list[int], list[list[int]]]],
                                 module: nn.Module) -> list[torch.Tensor]:

@@ -147,18 +147,42 @@ class LMConfig:
     model_config: Optional[str] = None
     #: tokenizer directory; None = ``model_path``
     tokenizer_path: Optional[str] = None
-    #: Adam(W) learning rate (verl-agent: 1e-6)
+    #: AdamW learning rate (verl-agent: 1e-6); the peak rate when warming up or decaying
     lr: float = 1e-6
     #: LoRA rank; 0 trains every weight
+    #: AdamW's decoupled weight decay (verl-agent's actor: 0.01), not applied to biases and
+    #: normalisation weights (as the Hugging Face Trainer); the same optimiser for SFT and RL
+    weight_decay: float = 0.01
+    #: learning rate after the warmup: ``constant`` (verl-agent's actor), ``linear`` or
+    #: ``cosine`` (to 0 at the last step; ``transformers.get_scheduler``). RL steps it once per
+    #: RL step (verl's unit), SFT once per batch (TRL's)
+    lr_schedule: str = "constant"
+    #: share of the steps spent warming up linearly from 0 (verl-agent: 0, no warmup)
+    warmup_ratio: float = 0.0
     lora_rank: int = 0
     lora_alpha: int = 32
     #: start from this model instead of ``model_path``/``model_config``: a proas run or checkpoint
     #: directory of an lm policy (an SFT run: its best checkpoint, LoRA merged) or a Hugging Face
     #: model directory; the KL reference is this initial model
     init_from: Optional[str] = None
-    #: ``auto`` = bf16 on a GPU, fp32 on CPU
+    #: dtype of the weights: ``auto`` = fp32 master weights (at lr 1e-6 Adam's updates are below
+    #: bf16's resolution and round away), except a LoRA model's frozen base, bf16 on a GPU; or
+    #: ``bf16`` / ``fp16`` / ``fp32`` for every weight (pure bf16 is not advised for training)
     dtype: str = "auto"
     #: ``auto`` = cuda when present
+    #: compute dtype of the forward passes (``torch.autocast`` over the fp32 weights, as TRL and
+    #: verl's FSDP mixed precision): ``auto`` = bf16 on a GPU, none on a CPU; ``bf16``; ``none``.
+    #: Generate mode then decodes on a bf16 copy of the weights, refreshed after each update
+    #: (verl's rollout weights); score mode acts on the model itself under autocast
+    autocast: str = "auto"
+    #: recompute each layer's activations in the backward pass instead of keeping them
+    #: (``gradient_checkpointing_enable``, non-reentrant): less memory, about a third more compute
+    gradient_checkpointing: bool = False
+    #: attention implementation (``from_pretrained``'s ``attn_implementation``); None = the
+    #: library's default (sdpa). Only ``eager`` and ``sdpa`` take the 4D masks of packed score
+    #: passes and the static decoder; another (``flash_attention_2``) is refused in score mode
+    #: with a packed loss, and ``decode=static`` falls back to ``hf`` with it
+    attn_implementation: Optional[str] = None
     device: str = "auto"
     #: response budget per step (verl-agent: 512)
     max_new_tokens: int = 512
@@ -184,6 +208,10 @@ class LMConfig:
     #: candidates)
     score_impl: str = "auto"
     #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
+    #: score mode: a candidate's score from its response tokens' log-probs: ``sum`` (the
+    #: log-likelihood of the response) or ``mean`` (per token, over the candidate's own tokens,
+    #: GLAM's normalised variant: long candidates are not penalised for their length)
+    score_norm: str = "sum"
     #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
     mode: str = "generate"
     #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache
@@ -402,6 +430,9 @@ def _validate(cfg: Config) -> None:
     choice("policy.lm.decode", cfg.policy.lm.decode, lm_options.DECODERS)
     choice("policy.lm.score_impl", cfg.policy.lm.score_impl, lm_options.SCORE_IMPLS)
     if cfg.algo.gigpo_mode is not None:
+    choice("policy.lm.score_norm", cfg.policy.lm.score_norm, lm_options.SCORE_NORMS)
+    choice("policy.lm.autocast", cfg.policy.lm.autocast, lm_options.AUTOCAST)
+    choice("policy.lm.lr_schedule", cfg.policy.lm.lr_schedule, lm_options.LR_SCHEDULES)
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, CREDIT_ESTIMATORS["gigpo"].options["mode"].choices)
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
     choice("algo.graph.rea", cfg.algo.graph.rea, REA_RULES)
@@ -444,6 +475,7 @@ def _validate(cfg: Config) -> None:
         ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
         ("policy.lm.history_length", cfg.policy.lm.history_length),
         ("policy.scorer.history_length", cfg.policy.scorer.history_length),
+        ("policy.lm.weight_decay", cfg.policy.lm.weight_decay),
         ("policy.scorer.weight_decay", cfg.policy.scorer.weight_decay),
     ]:
         positive(key, val, allow_zero=True)
@@ -471,6 +503,11 @@ def _validate(cfg: Config) -> None:
     if lm.init_from and (lm.model_path or lm.model_config):
         raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
 
+    if not 0.0 <= lm.warmup_ratio < 1.0:
+        raise ProasError(f"config: policy.lm.warmup_ratio={lm.warmup_ratio} must be in [0, 1)")
+    problem = lm_options.attn_problem(lm.attn_implementation, lm.mode, lm.score_impl, lm.gradient_checkpointing)
+    if problem:
+        raise ProasError(f"config: {problem}")
 
 def _to_config(merged: DictConfig) -> Config:
     obj = OmegaConf.to_object(merged)
