@@ -276,6 +276,8 @@ def test_analyse_pairs_by_seed_and_writes_every_figure(tmp_path):
     assert "| 10 |" in at_base and at_base.rstrip().endswith("| hurts |")
     household = next(line for line in pairs.splitlines() if "| household | grpo +ProAS (own setting)" in line)
     assert household.rstrip().endswith("| not run |")
+    # Holm waits for the whole family of primary pairs: household is not in yet
+    assert "| pending |" in own and "| pending |" in household
     # the per-seed CSV alone (what results/ keeps) gives the same analysis, curves included;
     # a results directory given after it replaces its runs
     cfg = tmp_path / "study.yaml"

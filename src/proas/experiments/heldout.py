@@ -674,10 +674,13 @@ def analyse(sources: Path | Iterable[Path], study: dict[str, Any]) -> tuple[list
                                              "p": None, "mde": None}
         pairs.append({"env": env, "pair": label, "base": base, "proas": proas, **res,
                       "verdict": verdict(res["lo"], res["hi"]) if deltas else "not run"})
+    # Holm over the study's primary pairs (the protocol's 6), once every one of them has its
+    # p-value: a family with members missing has no adjusted p yet ("pending")
     primary = [i for i, p in enumerate(pairs) if p["pair"].endswith("(own setting)")]
-    adjusted = holm([pairs[i]["p"] for i in primary])
+    pvals = [pairs[i]["p"] for i in primary]
+    adjusted = holm(pvals) if all(p is not None for p in pvals) else [None] * len(primary)
     for i, adj in zip(primary, adjusted):
-        pairs[i]["p_holm"] = adj
+        pairs[i]["p_holm"] = adj if adj is not None else "pending"
     return rows, pairs
 
 
@@ -690,7 +693,8 @@ def render_pairs(pairs: list[dict[str, Any]]) -> str:
     for p in pairs:
         ci = "–" if p["lo"] is None else f"[{pct(p['lo'])}, {pct(p['hi'])}]"
         pv = "–" if p["p"] is None else f"{p['p']:.3g}"
-        ph = "–" if p.get("p_holm") is None else f"{p['p_holm']:.3g}"
+        ph = p.get("p_holm")
+        ph = "–" if ph is None else ph if isinstance(ph, str) else f"{ph:.3g}"
         mde = "–" if p["mde"] is None else f"{100 * p['mde']:.1f}"
         lines.append(f"| {p['env']} | {p['pair']} | {p['n']} | {pct(p['mean'])} | {ci} | {p['up']}/{p['n']} | {pv} | "
                      f"{ph} | {mde} | {p['verdict']} |")
