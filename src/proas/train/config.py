@@ -602,15 +602,36 @@ def unset_resolved(cfg: Config) -> dict[str, Any]:
 
 
 def config_from_yaml(text: str, where: str = "config.yaml") -> Config:
-    """Parse a resolved config written by ``config_to_yaml`` (checked like overrides)."""
+    """Parse a resolved config written by ``config_to_yaml`` (checked like overrides).
+
+    A resolved config holds values only: an interpolation (``${oc.env:HOME}``, ``${train.seed}``)
+    would read the environment or another key when loaded, so one is refused (one line)."""
     try:
         loaded = OmegaConf.create(text)
+        found = _first_interpolation(OmegaConf.to_container(loaded, resolve=False))
+        if found is not None:
+            raise ProasError(f"{where}: {found} holds an interpolation ('${{...}}'); a run's config holds values "
+                             "only")
         merged = OmegaConf.merge(OmegaConf.structured(Config()), loaded)
     except (OmegaConfBaseException, ValueError) as exc:
         raise ProasError(f"{where}: {_one_line(exc)}") from None
+    except ProasError:
+        raise
     except Exception as exc:  # yaml.YAMLError and friends
         raise ProasError(f"{where}: not a valid config ({type(exc).__name__})") from None
     return _to_config(merged)
+
+
+def _first_interpolation(value: Any, key: str = "") -> str | None:
+    """The dotted key of the first string of a raw config that holds ``${``, or None."""
+    if isinstance(value, str):
+        return (key or "the config") if "${" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _first_interpolation(v, f"{key}.{k}" if key else str(k))
+        if found is not None:
+            return found
+    return None
 
 
 #: config fields that may name a task set shipped inside the package
