@@ -329,3 +329,19 @@ def test_the_ablations_run_at_grpo_proas_setting_and_are_read_against_the_main_g
     assert vs_base["mean"] == pytest.approx(0.10) and vs_base["up"] == 5
     assert by[("household", "no_apr vs grpo_proas")]["verdict"] == "not run"
     assert all("p_holm" not in p for p in pairs)
+
+
+def test_speed_at_k_follows_the_protocol():
+    steps = len(heldout.VAL_STEPS)
+    base = [min(0.5, 0.05 * i) for i in range(steps)]  # 0, .05, ..., max 0.5 from step 100
+    fast = [min(0.5, 0.1 * i) for i in range(steps)]
+    # K = 0.25 (50% of 0.5): base first at step 50, fast at step 30 (0.3 >= 0.25 at i=3)
+    assert heldout.spd_at(base, fast, 0.5) == pytest.approx(50 / 30)
+    assert heldout.spd_at(base, [0.0] * steps, 0.5) is None  # never reaches K: n/r
+    assert heldout.spd_at(base, base, 0.75) == pytest.approx(1.0)
+    # a paired secondary reading: the interval of the differences of that reading
+    rows = [{"row": r, "env": "shop", "seed": s, "best_val": v + 0.01 * s, **{f"val{k}": v for k in heldout.VAL_STEPS}}
+            for s in range(4) for r, v in (("a", 0.2), ("b", 0.3))]
+    sec = heldout.secondary(rows, [{"env": "shop", "pair": "p", "base": "a", "proas": "b"}])[0]
+    assert sec["n"] == 4 and sec["best_val"]["mean"] == pytest.approx(0.1) and sec["train_sr"] is None
+    assert "| shop | p | 4 | +10.0 [+10.0, +10.0] |" in heldout.render_secondary([sec])

@@ -164,7 +164,7 @@ def _heldout_analyse(args) -> int:
 
     import yaml
 
-    from proas.experiments.heldout import CSV_FIELDS, analyse, render_pairs
+    from proas.experiments.heldout import CSV_FIELDS, analyse, render_pairs, render_secondary, secondary
     from proas.fileio import atomic_write_bytes
 
     sources = [Path(x) for x in args.sources]
@@ -192,13 +192,16 @@ def _heldout_analyse(args) -> int:
         w.writeheader()
         w.writerows(rows)
         atomic_write_bytes(out / f"{study['study']}_per_seed.csv", buf.getvalue().encode("utf-8"))
-        atomic_write_bytes(out / f"{study['study']}_pairs.md", (render_pairs(pairs) + "\n").encode("utf-8"))
+        text = (render_pairs(pairs) + "\n\nSecondary readings, Δ = compared − reference, mean [95% CI] over the "
+                "paired seeds (SR and errors in points, length in steps, entropy in nats):\n\n"
+                + render_secondary(secondary(rows, pairs)) + "\n")
+        atomic_write_bytes(out / f"{study['study']}_pairs.md", text.encode("utf-8"))
         print(f"{study['study']}: {len(rows)} runs; wrote {out}/{study['study']}_per_seed.csv and _pairs.md")
     return 0
 
 
 def _run(args) -> int:
-    from proas.experiments.runner import plan, run_grid
+    from proas.experiments.runner import estimate, plan, run_grid
     from proas.experiments.spec import load_study
 
     study = load_study(args.config)
@@ -213,10 +216,13 @@ def _run(args) -> int:
         raise ProasError("--jobs must be > 0")
     out = Path(args.out)
     specs = study.runs(out, seeds=args.seeds, rows=args.rows, envs=args.envs)
+    status = plan(study, specs, out.resolve())
     if args.dry_run:
-        status = plan(study, specs, out.resolve())
         for s in specs:
             print(f"{status[s.key]:8s} {s.key}")
+    # said before anything starts: how long the grid will take, and on what the figure rests
+    print(f"{study.name}: {estimate(study, specs, out, status, jobs).line(jobs)}", flush=True)
+    if args.dry_run:
         return 0
     res = run_grid(study, specs, out, jobs=jobs, time_limit=args.time_limit)
     print(f"{study.name}: {len(res.done)} finished now, {len(res.skipped)} already finished, {len(res.failed)} failed"

@@ -699,3 +699,72 @@ def render_pairs(pairs: list[dict[str, Any]]) -> str:
         lines.append(f"| {p['env']} | {p['pair']} | {p['n']} | {pct(p['mean'])} | {ci} | {p['up']}/{p['n']} | {pv} | "
                      f"{ph} | {mde} | {p['verdict']} |")
     return "\n".join(lines)
+
+
+#: the protocol's secondary readings, as (column, label): each reported beside the primary, none decides
+SECONDARY = (("best_val", "best val"), ("last_val", "last val"), ("train_sr", "train SR"),
+             ("train_errors", "train errors"), ("train_steps", "train length"), ("t0_sr", "greedy SR"),
+             ("t1_sr", "SR at T=1"), ("t0.4_entropy", "entropy"))
+
+
+def spd_at(base_curve: list[float | None], other_curve: list[float | None], frac: float) -> float | None:
+    """Spd.@K (protocol, Metric): K = ``frac`` of the maximum of the base's mean validation curve;
+    the step at which the base first reaches K over the step at which the other row does (None:
+    the other never does). Curves are per step 0, 10, ..., 150."""
+    pts = [(s, b, o) for s, b, o in zip(VAL_STEPS, base_curve, other_curve) if b is not None and o is not None]
+    if not pts:
+        return None
+    k = frac * max(b for _, b, _ in pts)
+    first = lambda vals: next((s for s, v in vals if v >= k), None)  # noqa: E731
+    sb, so = first([(s, b) for s, b, _ in pts]), first([(s, o) for s, _, o in pts])
+    if so is None or sb is None:
+        return None
+    return max(sb, 10) / max(so, 10)  # a curve already there at step 0 counts as step 10
+
+
+def secondary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per pair: the paired mean difference and t-interval of each secondary reading, and Spd.@K
+    at 50% and 75% of the base's mean curve's maximum."""
+    by = {(r["row"], r["env"], r["seed"]): r for r in rows}
+    out = []
+    for p in pairs:
+        seeds = sorted(s for (row, env, s) in by if row == p["base"] and env == p["env"]
+                       and (p["proas"], env, s) in by)
+        rec: dict[str, Any] = {"env": p["env"], "pair": p["pair"], "n": len(seeds)}
+        for key, _ in SECONDARY:
+            d = [by[(p["proas"], p["env"], s)][key] - by[(p["base"], p["env"], s)][key] for s in seeds
+                 if by[(p["proas"], p["env"], s)].get(key) is not None
+                 and by[(p["base"], p["env"], s)].get(key) is not None]
+            rec[key] = paired(d) if d else None
+        curves = []
+        for row in (p["base"], p["proas"]):
+            curve = []
+            for k in VAL_STEPS:
+                vals = [by[(row, p["env"], s)].get(f"val{k}") for s in seeds]
+                vals = [v for v in vals if v is not None]
+                curve.append(sum(vals) / len(vals) if vals else None)
+            curves.append(curve)
+        for frac in (0.5, 0.75):
+            rec[f"spd{int(frac * 100)}"] = spd_at(curves[0], curves[1], frac) if seeds else None
+        out.append(rec)
+    return out
+
+
+def render_secondary(sec: list[dict[str, Any]]) -> str:
+    def cell(r: dict[str, Any] | None, scale: float) -> str:
+        if r is None:
+            return "–"
+        ci = "" if r["lo"] is None else f" [{scale * r['lo']:+.1f}, {scale * r['hi']:+.1f}]"
+        return f"{scale * r['mean']:+.1f}{ci}"
+
+    head = "| env | pair | n | " + " | ".join(label for _, label in SECONDARY) + " | Spd.@50% | Spd.@75% |"
+    lines = [head, "|" + "---|" * (len(SECONDARY) + 5)]
+    for r in sec:
+        cells = [cell(r[k], 1.0 if k in ("train_steps", "t0.4_entropy") else 100.0) for k, _ in SECONDARY]
+        spd = ["–" if r[k] is None else f"{r[k]:.2f}" for k in ("spd50", "spd75")]
+        if r["n"] and r["spd50"] is None:
+            spd[0] = "n/r"
+        if r["n"] and r["spd75"] is None:
+            spd[1] = "n/r"
+        lines.append(f"| {r['env']} | {r['pair']} | {r['n']} | " + " | ".join(cells + spd) + " |")
+    return "\n".join(lines)
