@@ -278,6 +278,7 @@ def test_analyse_pairs_by_seed_and_writes_every_figure(tmp_path):
     assert household.rstrip().endswith("| not run |")
     # Holm waits for the whole family of primary pairs: household is not in yet
     assert "| pending |" in own and "| pending |" in household
+    assert "| shop | grpo_proas_shop | 9 |" in pairs and "| shop | grpo_none_shop | 10 | 20.9 ± 0.9 |" in pairs
     # the per-seed CSV alone (what results/ keeps) gives the same analysis, curves included;
     # a results directory given after it replaces its runs
     cfg = tmp_path / "study.yaml"

@@ -164,7 +164,14 @@ def _heldout_analyse(args) -> int:
 
     import yaml
 
-    from proas.experiments.heldout import CSV_FIELDS, analyse, render_pairs, render_secondary, secondary
+    from proas.experiments.heldout import (
+        CSV_FIELDS,
+        analyse,
+        render_pairs,
+        render_rows,
+        render_secondary,
+        secondary,
+    )
     from proas.fileio import atomic_write_bytes
 
     sources = [Path(x) for x in args.sources]
@@ -194,7 +201,8 @@ def _heldout_analyse(args) -> int:
         atomic_write_bytes(out / f"{study['study']}_per_seed.csv", buf.getvalue().encode("utf-8"))
         text = (render_pairs(pairs) + "\n\nSecondary readings, Δ = compared − reference, mean [95% CI] over the "
                 "paired seeds (SR and errors in points, length in steps, entropy in nats):\n\n"
-                + render_secondary(secondary(rows, pairs)) + "\n")
+                + render_secondary(secondary(rows, pairs)) + "\n\nPer row, mean over the seeds run (± std over "
+                "seeds for the primary), in points:\n\n" + render_rows(rows) + "\n")
         atomic_write_bytes(out / f"{study['study']}_pairs.md", text.encode("utf-8"))
         print(f"{study['study']}: {len(rows)} runs; wrote {out}/{study['study']}_per_seed.csv and _pairs.md")
     return 0

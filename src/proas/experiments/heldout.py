@@ -768,3 +768,25 @@ def render_secondary(sec: list[dict[str, Any]]) -> str:
             spd[1] = "n/r"
         lines.append(f"| {r['env']} | {r['pair']} | {r['n']} | " + " | ".join(cells + spd) + " |")
     return "\n".join(lines)
+
+
+def render_rows(rows: list[dict[str, Any]]) -> str:
+    """Per row and env: the seeds run, and the mean (± std over seeds) of the primary metric and
+    the mean of each secondary SR reading, in points."""
+    from proas.experiments.report import mean_std
+
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["env"], r["row"]), []).append(r)
+    keys = (("best_val", "best val"), ("last_val", "last val"), ("train_sr", "train SR"), ("t0_sr", "greedy SR"),
+            ("t1_sr", "SR at T=1"))
+    lines = ["| env | row | seeds | primary | " + " | ".join(label for _, label in keys) + " |",
+             "|" + "---|" * (len(keys) + 4)]
+    for (env, row), rs in groups.items():
+        m, sd = mean_std([r["primary"] for r in rs])
+        cells = []
+        for key, _ in keys:
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            cells.append("–" if not vals else f"{100 * sum(vals) / len(vals):.1f}")
+        lines.append(f"| {env} | {row} | {len(rs)} | {100 * m:.1f} ± {100 * sd:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
