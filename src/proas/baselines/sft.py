@@ -41,6 +41,7 @@ from proas.policies.base import Context, Policy, task_text
 from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import make_env_factory, val_seed, validate, write_run_config
+from proas.train.rundir import absolute_paths
 from proas.train.warm_start import build_policy
 
 __all__ = [
@@ -74,7 +75,7 @@ def sft_task_ids(cfg: Config, env: Env, max_tasks: int | None = None) -> list[st
     from proas import tasksets
 
     if cfg.env.fixed_train_set.path:
-        sched = tasksets.load_schedule(cfg.env.fixed_train_set.path)
+        sched = tasksets.load_schedule(tasksets.resolve_data_path(cfg.env.fixed_train_set.path))
         ids = list(dict.fromkeys(t for step in sched.steps for t in step))
     else:
         ids = list(env.task_ids("train"))
@@ -160,6 +161,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     if (run_dir / "config.yaml").exists():
         raise ProasError(f"{run_dir}: a run already lives here; choose another directory")
     log = log or (lambda s: None)
+    cfg = absolute_paths(cfg)  # its checkpoint records them: eval and RL from it work from any directory
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)

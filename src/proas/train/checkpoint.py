@@ -61,6 +61,7 @@ __all__ = [
     "CHECKPOINTS",
     "find_checkpoint",
     "latest_checkpoint",
+    "load_plain_state",
     "load_state",
     "read_metrics",
     "replace_checkpoint",
@@ -74,6 +75,9 @@ STATE_FILE = "state.pt"
 STATE_JSON = "state.json"
 GRAPH_FILE = "graph.json"
 CHECKSUMS_FILE = "checksums.json"
+#: a run's best checkpoint, and what ``replace_checkpoint`` leaves of the previous one when killed
+#: between its two renames
+BEST, BEST_OLD = "best", "best.old"
 #: 3: tensors in ``state.pt``, the rest in ``state.json``; 2: everything in ``state.pt``, with
 #: ``checksums.json``; 1: everything in ``state.pt``, no checksums
 FORMAT_VERSION = 3
@@ -313,12 +317,24 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
         if problem is not None:
             raise ProasError(f"{p}: checkpoint fails verification ({problem})")
         return p
-    best = p / "best"
+    best = p / BEST
     if (best / STATE_FILE).exists():
         problem = verify_checkpoint(best)
         if problem is None:
             return best
         _warn(f"{best}: {problem}; using the latest checkpoint instead")
+    elif (p / BEST_OLD).is_dir():
+        # a kill while ``replace_checkpoint`` swapped a new best in: best/ is gone and best.old is
+        # the best before it; the latest checkpoint is not the run's best, so never fall back to it
+        old = p / BEST_OLD
+        problem = verify_checkpoint(old)
+        if problem is not None:
+            raise ProasError(f"{best} is missing and {old.name}, left by a crash while best/ was replaced, fails "
+                             f"verification ({problem}); evaluate a checkpoint by name "
+                             f"({p / CHECKPOINTS}/step_N)")
+        _warn(f"{best} is missing (a crash while it was replaced); using {old.name}, the best checkpoint before "
+              "that (proas train --resume restores it as best/)")
+        return old
     latest = latest_checkpoint(p)
     if latest is None:
         raise ProasError(f"{p}: not a run directory with a checkpoint")
@@ -353,6 +369,26 @@ def load_state(directory: Path) -> dict[str, Any]:
     return {**plain, **tensors, "format_version": version}
 
 
+def load_plain_state(directory: Path) -> dict[str, Any]:
+    """The entries of a checkpoint's state that are not tensors (step, config, RNG states, ...):
+    ``state.json`` alone for format 3, without reading ``state.pt``; formats 1 and 2 read
+    ``state.pt`` (weights only) and drop its tensors."""
+    json_path = directory / STATE_JSON
+    if not json_path.exists():
+        return {k: v for k, v in load_state(directory).items() if not _holds_tensor(v)}
+    try:
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or not isinstance(meta.get("state"), dict):
+            raise TypeError("no state object")
+        version = meta.get("format_version")
+        plain = _from_json(meta["state"])
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise ProasError(f"{json_path}: corrupt checkpoint ({type(exc).__name__})") from None
+    if version not in _READABLE_VERSIONS or version < 3:
+        raise ProasError(f"{json_path}: not a proas checkpoint (format {FORMAT_VERSION} expected)")
+    return {**plain, "format_version": version}
+
+
 def _load_tensors(path: Path) -> Any:
     """``torch.load(path, weights_only=True)``: tensors and plain containers, never other objects."""
     try:
@@ -372,27 +408,48 @@ def _load_tensors(path: Path) -> Any:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The complete records of a metrics file (a torn last line from a kill is skipped)."""
-    rows = []
+    """The complete records of a metrics file (a torn last line from a kill is skipped).
+
+    Every record must be a JSON object with an integer ``step``; a file that is not UTF-8, a line
+    that is not JSON (but the last), or a record of another shape is a one-line ``ProasError``."""
+    rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
-    lines = path.read_text().splitlines()
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); not a metrics file") from None
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rec = json.loads(line)
+        except RecursionError:
+            raise ProasError(f"{path}: line {i + 1} is nested too deeply for a metrics record") from None
         except ValueError:
             if i == len(lines) - 1:
                 break  # torn by a kill mid-write
             raise ProasError(f"{path}: line {i + 1} is not JSON") from None
+        if not isinstance(rec, dict) or not _is_step(rec.get("step")):
+            raise ProasError(f"{path}: line {i + 1} is not a metrics record (a JSON object with an integer "
+                             "'step' >= 0)")
+        rows.append(rec)
     return rows
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def truncate_metrics(path: Path, last_step: int) -> list[dict[str, Any]]:
     """Keep the records up to ``last_step`` (the resumed checkpoint); rewrite atomically."""
     from proas.fileio import atomic_write_jsonl
 
-    rows = [r for r in read_metrics(path) if int(r.get("step", -1)) <= last_step]
+    rows = [r for r in read_metrics(path) if r["step"] <= last_step]
     atomic_write_jsonl(path, rows)
     return rows

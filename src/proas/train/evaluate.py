@@ -7,18 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from proas.termtext import safe_text
-from proas.train import checkpoint as ckpt
-from proas.train.config import config_from_yaml
 from proas.train.loop import (
     Trainer,
     ValResult,
-    build_policy,
     make_env_factory,
     validate,
 )
+from proas.train.warm_start import load_policy
 
 __all__ = ["evaluate_checkpoint", "print_val_table", "spread_over_types"]
 
@@ -54,12 +50,9 @@ def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: 
     draws other samples: a figure that differs by sampling alone (and, for the best checkpoint,
     one free of the choice of the best step, which favours a lucky draw).
     """
-    directory = ckpt.find_checkpoint(target)
-    state = ckpt.load_state(directory)
-    cfg = config_from_yaml(str(state.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
-    torch.set_num_threads(cfg.train.threads)
-    policy = build_policy(cfg, cfg.seed)
-    policy.load_state_dict(state["policy"])
+    # the checkpoint (best, else latest; best.old when a kill left best/ missing), its structure
+    # checked, its policy built without reading a warm start's source again
+    policy, cfg, directory, state = load_policy(target)
     make = make_env_factory(cfg.env.name, cfg.env.options)
     env0 = make()
     # the validation set the run used (fixed file, shipped set or the env's valid split)

@@ -49,7 +49,8 @@ from proas.train.config import CREDIT_ESTIMATOR, Config, config_from_yaml, confi
 from proas.train.critic import ValueModel
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
-from proas.train.warm_start import build_policy
+from proas.train.rundir import ResumePoint, apply_repairs, check_resume
+from proas.train.warm_start import INIT_SOURCE, build_policy, init_source_record
 from proas.types import Trajectory
 
 __all__ = ["Trainer", "make_env_factory", "val_result", "validate"]
@@ -156,10 +157,13 @@ def _pad(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
 class Trainer:
     """Owns the run: env pool, policy, optimiser, graph, RNGs, run directory."""
 
-    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False, console=None):
+    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool | ResumePoint = False, console=None):
+        """``resume``: True, or what ``rundir.check_resume`` found (``run.train`` checks the run
+        directory before anything is built or written)."""
         self.cfg = cfg
         self.run_dir = run_dir
         self.console = console
+        point = check_resume(run_dir, cfg) if resume is True else (resume or None)
         torch.set_num_threads(cfg.train.threads)
         self.make_env = make_env_factory(cfg.env.name, cfg.env.options)
         self.envs: list[Env] = [self.make_env()]
@@ -170,7 +174,15 @@ class Trainer:
         random.seed(seed)
         torch.manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.policy = build_policy(cfg, seed)
+        # resumed from a checkpoint that holds what a warm start's source gave (its weights, the
+        # KL reference, an lm's structure): the source is not read again
+        restore = point.state if point is not None and point.state is not None else None
+        if restore is not None and self._init_from() and "reference" not in restore \
+                and cfg.algo.resolved_kl_coef(cfg.policy.kind) > 0 and not self._lora():
+            restore = None  # a checkpoint from before the reference was kept: the source gives it
+        self.policy = build_policy(cfg, seed, restore=restore)
+        self.init_source = (restore[INIT_SOURCE] if restore is not None and INIT_SOURCE in restore
+                            else init_source_record(cfg))
         self.lr = cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr
         self.optimizer = self.policy.make_optimizer(self.lr)
         self.kl_coef = cfg.algo.resolved_kl_coef(cfg.policy.kind)
@@ -189,7 +201,14 @@ class Trainer:
         self.best_sr = -1.0
         self.history: list[dict[str, Any]] = []
         # set here, never None after: a resumed run's graph is its checkpoint's
-        self.graph: ReferenceGraph = self._resume() if resume else self._initial_graph()
+        self.graph: ReferenceGraph = self._resume(point) if point is not None else self._initial_graph()
+
+    def _init_from(self) -> str | None:
+        p = self.cfg.policy
+        return p.scorer.init_from if p.kind == "scorer" else p.lm.init_from
+
+    def _lora(self) -> bool:
+        return self.cfg.policy.kind == "lm" and self.cfg.policy.lm.lora_rank > 0
 
     # ---- task sets and graph
     def _load_task_sets(self) -> None:
@@ -198,7 +217,8 @@ class Trainer:
         cfg = self.cfg.env
         self.schedule = None
         if cfg.fixed_train_set.path:
-            self.schedule = tasksets.load_schedule(cfg.fixed_train_set.path)
+            # as given, else under the shipped data (docs/tasksets.md)
+            self.schedule = tasksets.load_schedule(tasksets.resolve_data_path(cfg.fixed_train_set.path))
             if self.schedule.env != self.env_name:
                 raise ProasError(f"{cfg.fixed_train_set.path}: a schedule for {self.schedule.env!r}, "
                                  f"not for env {self.env_name!r}")
@@ -218,7 +238,8 @@ class Trainer:
             return []
         where = "the env's valid split"
         if v.path or tasksets.val_set_path(env_name).exists():
-            vs = tasksets.load_val_set(path=v.path, env=env_name) if v.path else tasksets.load_val_set(env=env_name)
+            vs = (tasksets.load_val_set(path=tasksets.resolve_data_path(v.path), env=env_name) if v.path
+                  else tasksets.load_val_set(env=env_name))
             if vs.env != env_name:
                 raise ProasError(f"{vs.path}: a validation set for env {vs.env!r}, but this run's env is "
                                  f"{env_name!r}; give env.fixed_val_set.path of a {env_name} set")
@@ -496,44 +517,61 @@ class Trainer:
             "rng_torch": torch.get_rng_state(),
             "rng_python": random.getstate(),
             "best_sr": self.best_sr,
+            # a warm start's: the KL reference (its weights, which no seed rebuilds) and, for an
+            # lm, the source's structure (``warm_start.init_source_record``), so that resuming
+            # and evaluating never read the source again
+            **({"reference": self.ref.state_dict()} if self._keeps_reference() else {}),
+            **({INIT_SOURCE: self.init_source} if self.init_source is not None else {}),
         }
+
+    def _keeps_reference(self) -> bool:
+        # a LoRA model's reference is its own base weights (adapters off), saved with the policy
+        return self.ref is not None and bool(self._init_from()) and len(self.ref.state_dict()) > 0
 
     def save(self) -> Path:
         return ckpt.save_resumable(self.run_dir, self.step, self.state(), self.graph)
 
     def _save_best(self, step: int, metrics: dict[str, float]) -> None:
         meta = {"step": step, **{k: v for k, v in metrics.items() if k.startswith("val/")}}
-        ckpt.replace_checkpoint(self.run_dir / "best", dict(self.state(), step=step), meta, self.graph)
+        state = dict(self.state(), step=step)
+        state.pop("reference", None)  # never resumed from: evaluating needs no reference
+        ckpt.replace_checkpoint(self.run_dir / "best", state, meta, self.graph)
 
-    def _resume(self) -> ReferenceGraph:
-        """Restore the latest checkpoint's state into ``self``; return its reference graph."""
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        if latest is None:
-            # killed before the first checkpoint: start over, unless steps were logged (and their
-            # checkpoints since lost): starting over would silently discard them
-            logged = [int(r.get("step", 0)) for r in ckpt.read_metrics(self.run_dir / "metrics.jsonl")]
-            if any(k > 0 for k in logged):
-                raise ProasError(f"{self.run_dir}: metrics reach step {max(logged)} but no checkpoint is left "
-                                 f"to resume from ({ckpt.CHECKPOINTS}/ is empty)")
+    def _resume(self, point: ResumePoint) -> ReferenceGraph:
+        """Restore the checkpoint ``point`` names into ``self`` (its structure already checked),
+        make the repairs ``check_resume`` found safe; return the checkpoint's reference graph."""
+        if point.checkpoint is None:  # killed before the first checkpoint: start over
             graph = self._initial_graph()
-            ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", -1)
+            apply_repairs(self.run_dir, point, self._notice)
             return graph
-        state = ckpt.load_state(latest)
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_opt.load_state_dict(state["critic_optimizer"])
-        self.rng.bit_generator.state = state["rng_numpy"]
-        torch.set_rng_state(state["rng_torch"])
-        random.setstate(state["rng_python"])
+        latest, state = point.checkpoint, point.state
+        assert state is not None
+        try:
+            self.policy.load_state_dict(state["policy"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.critic is not None:
+                self.critic.load_state_dict(state["critic"])
+                self.critic_opt.load_state_dict(state["critic_optimizer"])
+            if self.ref is not None and "reference" in state:
+                self.ref.load_state_dict(state["reference"])
+            self.rng.bit_generator.state = state["rng_numpy"]
+            torch.set_rng_state(state["rng_torch"])
+            random.setstate(state["rng_python"])
+        except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
+            first = printable(str(exc), newlines=False)[:200]
+            raise ProasError(f"{latest / ckpt.STATE_FILE}: does not fit this run's policy, optimiser or critic "
+                             f"({type(exc).__name__}: {first})") from None
         self.step = int(state["step"])
         self.best_sr = float(state["best_sr"])
         self._log(f"resuming from {escape(str(latest))} (step {self.step})")
         graph_file = latest / ckpt.GRAPH_FILE
         graph = ReferenceGraph.load(graph_file) if graph_file.exists() else ReferenceGraph()
-        self.history = ckpt.truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
+        self.history = apply_repairs(self.run_dir, point, self._notice)
         return graph
+
+    def _notice(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(escape(msg), soft_wrap=True)  # one line, however narrow the terminal
 
     def _log(self, msg: str) -> None:
         if self.console is not None:
@@ -562,7 +600,13 @@ def load_run_config(run_dir: Path) -> Config:
     path = run_dir / "config.yaml"
     if not path.exists():
         raise ProasError(f"{run_dir}: not a run directory (no config.yaml)")
-    return config_from_yaml(path.read_text(), where=str(path))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); a run's config.yaml is UTF-8") from None
+    return config_from_yaml(text, where=str(path))
 
 
 def write_run_config(run_dir: Path, cfg: Config) -> None:

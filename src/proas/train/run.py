@@ -21,6 +21,7 @@ from proas.errors import ProasError
 from proas.fileio import atomic_write_bytes, atomic_write_json
 from proas.train.config import Config, relocate_shipped_paths, same_setting
 from proas.train.loop import Trainer, load_run_config, metrics_line, write_run_config
+from proas.train.rundir import ResumePoint, absolute_paths, check_resume
 
 __all__ = ["curve_figure", "curve_top", "default_run_name", "plot_curve", "train", "wall_so_far"]
 
@@ -203,10 +204,13 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
                              "and train.progress may be overridden")
         else:
             cfg = relocate_shipped_paths(cfg)
-        if cfg != recorded:
-            write_run_config(run_dir, cfg)
+        # metrics, config and checkpoints must agree (rundir.check_resume) before anything is
+        # built or written; what a kill left behind the checkpoint is repaired once the trainer stands
+        point: ResumePoint | bool = check_resume(run_dir, cfg_on_disk)
     else:
         assert cfg is not None
+        point = False
+        cfg = absolute_paths(cfg)  # --resume, eval and serve then work from any directory
         if run_dir is None:
             run_dir = Path(cfg.train.out_dir) / (cfg.train.run_name or default_run_name(cfg))
         if (run_dir / "config.yaml").exists():
@@ -222,7 +226,9 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
     # the trainer resolves the env, task sets, policy and graph before the run directory exists,
     # so a run that cannot start leaves no config-only directory that blocks the next attempt
     with gc_paused():
-        trainer = Trainer(cfg, run_dir, resume=resume is not None, console=console)
+        trainer = Trainer(cfg, run_dir, resume=point, console=console)
+    if resume is not None and cfg != recorded:
+        write_run_config(run_dir, cfg)  # a new step budget, or this checkout's task sets
     if resume is None:
         if (run_dir / "config.yaml").exists():  # another run took the directory meanwhile
             raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "

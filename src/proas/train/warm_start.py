@@ -22,14 +22,26 @@ from typing import Any
 from proas.errors import ProasError
 from proas.policies.base import Policy
 from proas.train import checkpoint as ckpt
-from proas.train.config import Config, config_from_yaml
+from proas.train.config import Config, config_from_yaml, config_to_yaml
 
-__all__ = ["build_policy", "export_hf", "lm_from_run", "load_policy", "scorer_init_state"]
+__all__ = ["INIT_SOURCE", "build_policy", "export_hf", "init_source_record", "lm_from_run", "load_policy",
+           "scorer_init_state"]
 
 
-def build_policy(cfg: Config, seed: int) -> Policy:
+#: the state entry of a checkpoint of an lm warm-started from a proas run that records the
+#: source's structure (``init_source_record``)
+INIT_SOURCE = "init_source"
+
+
+def build_policy(cfg: Config, seed: int, restore: dict[str, Any] | None = None) -> Policy:
     """The configured policy, initialised from ``seed`` (and the model path for ``lm``), or
-    from the run that ``init_from`` names."""
+    from the run that ``init_from`` names.
+
+    ``restore``: the state of the checkpoint whose weights are loaded into the policy next
+    (``--resume``, ``eval``). The ``init_from`` source is then not read: a scorer's structure is
+    its own config's, and an lm's is rebuilt from the source's config that the checkpoint
+    records (``INIT_SOURCE``); a checkpoint from before that record reads the source as before.
+    """
     if cfg.policy.kind == "scorer":
         from proas.policies.scorer import ScorerPolicy
 
@@ -37,12 +49,65 @@ def build_policy(cfg: Config, seed: int) -> Policy:
         policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed,
                               optimizer=s.optimizer, history_length=s.history_length,
                               weight_decay=s.weight_decay)
-        if s.init_from:  # a warm start (an SFT run): its weights, and so the KL reference's
+        if s.init_from and restore is None:  # a warm start (an SFT run): its weights, and so the KL reference's
             policy.load_state_dict(scorer_init_state(s.init_from, s))
         return policy
     from proas.policies.lm import LMPolicy
 
-    return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature, load_run=lm_from_run)
+    load_run = lm_from_run
+    record = restore.get(INIT_SOURCE) if restore is not None else None
+    if cfg.policy.lm.init_from and isinstance(record, dict):
+        def load_run(path):  # noqa: ARG001 - the source's structure, from the record instead of the source
+            return _lm_structure(record)
+    return LMPolicy.from_config(cfg.policy.lm, seed=seed, temperature=cfg.policy.temperature, load_run=load_run)
+
+
+def init_source_record(cfg: Config) -> dict[str, Any] | None:
+    """What rebuilds the structure of the lm that ``policy.lm.init_from`` names, when that is a
+    proas run or checkpoint: its config (architecture, tokenizer, LoRA) and, recursively, its own
+    source's record. None for the scorer (its structure is its own config's) and for an lm
+    without a proas run to start from (a model directory is read on every load, as
+    ``model_path``)."""
+    if cfg.policy.kind != "lm" or not cfg.policy.lm.init_from:
+        return None
+    from proas.policies.lm import is_hf_model_dir
+
+    path = cfg.policy.lm.init_from
+    if is_hf_model_dir(path):
+        return None
+    try:
+        directory = ckpt.find_checkpoint(path)
+        plain = ckpt.load_plain_state(directory)
+        src = config_from_yaml(str(plain.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
+    except ProasError as exc:
+        raise ProasError(f"policy.lm.init_from={str(path)!r}: {exc}") from None
+    inner = plain.get(INIT_SOURCE)
+    if not isinstance(inner, dict):
+        inner = init_source_record(src)
+    return {"config": config_to_yaml(src), INIT_SOURCE: inner}
+
+
+def _lm_structure(record: dict[str, Any]):
+    """``(model, tokenizer)`` built as the source of ``record`` was built, without its weights
+    (those come from the checkpoint): its config's architecture and tokenizer, its LoRA merged.
+    The same calls as reading the source, so the RNGs advance as they did."""
+    import torch
+
+    try:
+        src = config_from_yaml(str(record.get("config", "")), where=f"the recorded {INIT_SOURCE} (config)")
+    except ProasError as exc:
+        raise ProasError(f"checkpoint: {exc}") from None
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(src.train.threads)
+        inner = record.get(INIT_SOURCE)
+        policy = build_policy(src, src.seed, restore={INIT_SOURCE: inner} if isinstance(inner, dict) else None)
+    finally:
+        torch.set_num_threads(threads)
+    model = policy.module
+    if policy.lora:
+        model = model.merge_and_unload()
+    return model, policy.tokenizer
 
 
 def load_policy(target: str | Path):
@@ -52,14 +117,23 @@ def load_policy(target: str | Path):
 
     directory = ckpt.find_checkpoint(target)
     state = ckpt.load_state(directory)
-    cfg = config_from_yaml(str(state.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
+    where = directory / ckpt.STATE_FILE
+    if not isinstance(state.get("step", 0), int) or isinstance(state.get("step"), bool):
+        raise ProasError(f"{where}: not a checkpoint of a policy: 'step' is not an integer")
+    policy_state = state.get("policy")
+    if not (isinstance(policy_state, dict)
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in policy_state.items())):
+        raise ProasError(f"{where}: not a checkpoint of a policy: 'policy' is not a mapping of names to tensors")
+    if not isinstance(state.get("config"), str):
+        raise ProasError(f"{where}: not a checkpoint of a policy: it records no config")
+    cfg = config_from_yaml(state["config"], where=f"{where} (config)")
     torch.set_num_threads(cfg.train.threads)
-    policy = build_policy(cfg, cfg.seed)
+    # the checkpoint's weights replace the initial ones: a warm start's source is not read again
+    policy = build_policy(cfg, cfg.seed, restore=state)
     try:
-        policy.load_state_dict(state["policy"])
-    except (KeyError, RuntimeError) as exc:
-        raise ProasError(f"{directory / ckpt.STATE_FILE}: policy weights do not fit the config "
-                         f"({type(exc).__name__})") from None
+        policy.load_state_dict(policy_state)
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+        raise ProasError(f"{where}: policy weights do not fit the config ({type(exc).__name__})") from None
     return policy, cfg, directory, state
 
 
