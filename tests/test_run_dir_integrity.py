@@ -393,6 +393,7 @@ WRONG_STATE = {
     "optimizer missing": {"optimizer": ...},
     "optimizer a list": {"optimizer": [torch.zeros(1)]},
     "critic a string": {"critic": "x"},
+    "critic_optimizer a list": {"critic_optimizer": [1]},
     "rng_numpy empty": {"rng_numpy": {}},
     "rng_torch floats": {"rng_torch": torch.zeros(5)},
     "rng_torch missing": {"rng_torch": ...},
