@@ -1,10 +1,12 @@
 """The verl-agent recipe against verl-agent's own code (a checkout at commit 796ed31).
 
-Needs ``VERL_AGENT_DIR`` (the checkout, unpatched or patched with the recipe) and the verl venv
-(.ci/verl_env.sh, which also installs ``openai``: verl-agent's ray_trainer module imports it);
+Needs ``VERL_AGENT_DIR`` (the checkout, unpatched or patched with the recipe: the tests run the
+same on both) and the verl venv (.ci/verl_env.sh, which also installs ``openai``, which
+verl-agent's ray_trainer module imports, and what proas's shop and household envs need);
 skipped otherwise. verl-agent's ``verl`` package is a fork that would shadow the PyPI verl the
-other verl tests import, so its code runs in a subprocess (tests/verl_agent_check.py) on a
-rollout recorded from proas's household env (tests/data/verl_agent_rollout.json.gz).
+other verl tests import, so its code runs in a subprocess (tests/verl_agent_check.py): its
+rollout loop (``TrajectoryCollector``) with a scripted model on proas's envs, its advantage
+code, its trainer's checkpoint methods and its ``main_ppo``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if not VERL_AGENT_DIR:
 from omegaconf import OmegaConf  # noqa: E402
 
 from proas.credit import SHAPINGS  # noqa: E402
+from proas.integrations.verl.verl_agent import VERL_AGENT_COMMIT  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = REPO / "recipes" / "verl_agent" / "verl-agent.patch"
@@ -35,6 +38,7 @@ CHECKOUT = Path(VERL_AGENT_DIR)
 TOUCHED = [
     "agent_system/environments/env_manager.py",
     "agent_system/multi_turn_rollout/rollout_loop.py",
+    "verl/trainer/main_ppo.py",
     "verl/trainer/ppo/ray_trainer.py",
     "verl/trainer/config/ppo_trainer.yaml",
 ]
@@ -46,24 +50,39 @@ def git_apply(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "apply", *args, str(PATCH)], cwd=cwd, capture_output=True, text=True)
 
 
+def already_patched() -> bool:
+    """The checkout carries exactly the recipe's patch (it reverses cleanly), or none of it."""
+    if git_apply("--check", cwd=CHECKOUT).returncode == 0:
+        return False
+    back = git_apply("--check", "--reverse", cwd=CHECKOUT)
+    assert back.returncode == 0, f"the patch neither applies to {CHECKOUT} nor is applied there:\n{back.stderr}"
+    return True
+
+
+def test_the_checkout_is_the_pinned_commit():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True)
+    assert head.returncode == 0, f"{CHECKOUT} is not a git checkout: {head.stderr}"
+    assert head.stdout.strip() == VERL_AGENT_COMMIT, (
+        f"{CHECKOUT} is at {head.stdout.strip()}, the recipe is for {VERL_AGENT_COMMIT}: "
+        f"git checkout {VERL_AGENT_COMMIT}")
+    assert VERL_AGENT_COMMIT in PATCH.read_text(encoding="utf-8").split("diff --git", 1)[0]
+
+
 def test_the_patch_applies_cleanly(tmp_path):
-    forward = git_apply("--check", cwd=CHECKOUT)
-    if forward.returncode != 0:
-        # a checkout the recipe was already applied to: the patch must come off exactly
-        back = git_apply("--check", "--reverse", cwd=CHECKOUT)
-        assert back.returncode == 0, f"the patch neither applies nor is applied:\n{forward.stderr}\n{back.stderr}"
-        pytest.skip("the checkout is already patched (the patch reverses cleanly)")
-    # apply it to a copy of the four files, which must then compile and load
+    # a copy of the five files as verl-agent has them (a patched checkout's with the patch taken off)
     for rel in TOUCHED:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(CHECKOUT / rel, tmp_path / rel)
+    if already_patched():
+        back = git_apply("--reverse", cwd=tmp_path)
+        assert back.returncode == 0, back.stderr
     done = git_apply("--verbose", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("Applied patch") == len(TOUCHED)
-    for rel in TOUCHED[:3]:
+    for rel in TOUCHED[:4]:
         py_compile.compile(str(tmp_path / rel), doraise=True)
-    assert_proas_step_follows_compute_advantage((tmp_path / TOUCHED[2]).read_text(encoding="utf-8"))
-    cfg = OmegaConf.load(tmp_path / TOUCHED[3])
+    assert_proas_step_follows_compute_advantage((tmp_path / TOUCHED[3]).read_text(encoding="utf-8"))
+    cfg = OmegaConf.load(tmp_path / TOUCHED[4])
     assert cfg.proas.enable is False and cfg.proas.estimator_options.group_stats == "steps"
     assert cfg.actor_rollout_ref.actor.invalid_action_penalty_coef == 0.1  # verl-agent's own, untouched
 
@@ -89,48 +108,75 @@ def assert_proas_step_follows_compute_advantage(source: str) -> None:
     assert found == 1
 
 
-def patched_copy(dest: Path) -> Path:
-    """verl-agent's Python packages with the patch applied, without copying its env packages'
-    data (linked instead)."""
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory) -> Path:
+    """A verl-agent tree with the recipe applied: the checkout itself when it is patched already,
+    else a copy of its Python packages (its env packages' data linked, not copied) patched here."""
+    if already_patched():
+        return CHECKOUT
+    dest = tmp_path_factory.mktemp("verl-agent")
     shutil.copytree(CHECKOUT / "verl", dest / "verl")
     shutil.copytree(CHECKOUT / "gigpo", dest / "gigpo")
     envs = Path("agent_system") / "environments"
     shutil.copytree(CHECKOUT / "agent_system", dest / "agent_system",
                     ignore=lambda d, names: ["env_package"] if Path(d) == CHECKOUT / envs else [])
     (dest / envs / "env_package").symlink_to(CHECKOUT / envs / "env_package")
-    if git_apply("--check", cwd=dest).returncode != 0:
-        pytest.skip("the checkout is already patched; the round trip runs on an unpatched one")
     done = git_apply(cwd=dest)
     assert done.returncode == 0, done.stderr
     return dest
 
 
-def test_the_patched_trainer_saves_the_graph_with_its_checkpoint_and_restores_it_on_resume(tmp_path):
-    copy = patched_copy(tmp_path / "verl-agent")
+def run_check(patched: Path, *args: str, timeout: int = 900) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(copy), str(REPO / "src"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "verl_agent_check.py"), "--checkpoint",
-                           str(tmp_path / "run")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    env["PYTHONPATH"] = os.pathsep.join([str(patched), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "verl_agent_check.py"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_the_patched_trainer_saves_the_graph_with_its_checkpoint_and_restores_it_on_resume(patched, tmp_path):
+    out = run_check(patched, "--checkpoint", str(tmp_path / "run"))
     assert out["saved"] == ["graph.json.gz", "state.json"]
     assert out["auto"] == [4, 4, True] and out["resume_path"] == [4, 4, True]
     assert out["disable"] == [0, 0]  # resume_mode disable: a fresh graph
     assert out["actor_calls"] == ["load"]
 
 
-@pytest.fixture(scope="module")
-def results():
+def test_main_ppo_refuses_an_env_without_states_before_ray_starts(patched):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), str(REPO / "src"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "verl_agent_check.py"),
-         str(REPO / "tests" / "data" / "verl_agent_rollout.json.gz")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert Path(out["verl"]).resolve().is_relative_to(CHECKOUT.resolve())  # verl-agent's verl, not PyPI's
+    env["PYTHONPATH"] = os.pathsep.join([str(patched), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "env.env_name=sokoban", "proas.enable=True"],
+                          cwd=patched, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("proas: proas.enable=True, but env.env_name='sokoban'")
+    assert "Traceback" not in proc.stderr and "ray init" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def loops(patched):
+    return run_check(patched, "--loop")["loops"]
+
+
+def test_verl_agents_rollout_loop_plays_proas_envs_behind_its_own_managers(loops):
+    assert [(r["env"], r["manager"]) for r in loops] == [("proas/household", "AlfWorldEnvironmentManager"),
+                                                        ("proas/shop", "WebshopEnvironmentManager")]
+    for r in loops:
+        # every row is one step the env manager returned, with the ProAS columns
+        assert r["columns"] == ["abstract_state", "action", "env_error", "next_abstract_state", "step_index"], r
+        assert r["rows"] == r["steps"] and r["rows_equal_recording"], r
+        assert r["groups"] == 3 and r["trajectories"] == 12, r
+        assert r["env_errors"] > r["invalid_format"] > 0, r  # detours and untagged answers were played
+        # verl-agent's templates put the task in every prompt; the tokenizer's chat template wraps it
+        assert r["task_in_every_prompt"] and r["chat_template_in_prompts"] and r["prompts_decoded"] > 0, r
+    assert loops[0]["won"] > 0  # the oracle's moves win household tasks
+
+
+@pytest.fixture(scope="module")
+def results(patched):
+    out = run_check(patched, "--parity", timeout=1800)
+    assert Path(out["verl"]).resolve().is_relative_to(patched.resolve())  # verl-agent's verl, not PyPI's
     return out
 
 
@@ -141,8 +187,7 @@ def test_with_shaping_none_proas_gives_verl_agents_own_advantages_penalty_includ
     for r in rows:
         assert r["max_abs_diff"] < 1e-4, r  # float32 sums in verl-agent, float64 in proas
         assert r["invalid_rows"] > 0 and r["nonzero"] > 0, r  # the penalty was in play
-    # DAPO's dynamic sampling dropped the groups whose rewards were all equal
-    assert rows[1]["rows"] < rows[0]["rows"]
+    assert rows[1]["rollouts"] > 1  # DAPO: the dynamic loop sampled again after dropping equal-reward groups
 
 
 def test_the_proas_step_equals_compute_credit_for_every_estimator_and_shaping(results):

@@ -1,30 +1,27 @@
-"""Run verl-agent's own advantage code on a batch recorded from proas's envs, then the recipe's
-ProAS step, and compare with proas's credit layer. Prints one JSON object.
+"""Run verl-agent's own rollout loop and advantage code on proas's envs, then the recipe's ProAS
+step, and compare with proas's credit layer. Prints one JSON object.
 
-Two stages, because proas's household env needs the alfworld package (the main environment has
-it, the verl venv does not) and verl-agent's code needs its own ``verl`` fork:
+    PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --loop      # the rollout loop
+    PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --parity    # + the advantages
+    PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --checkpoint RUN_DIR
 
-    python tests/verl_agent_check.py --record tests/data/verl_agent_rollout.json.gz   # main env
-    PYTHONPATH=$VERL_AGENT_DIR:src python tests/verl_agent_check.py tests/data/verl_agent_rollout.json.gz
-    PYTHONPATH=PATCHED_COPY:src python tests/verl_agent_check.py --checkpoint RUN_DIR   # the patched trainer
+tests/test_verl_agent.py runs these in a subprocess whose ``PYTHONPATH`` starts with a verl-agent
+checkout patched with the recipe (its ``verl`` package is verl-agent's fork, not the PyPI verl of
+the other verl tests).
 
-The recording is committed; tests/test_recipe_verl_agent.py checks it equals a fresh one.
-tests/test_verl_agent.py runs the second stage in a subprocess whose ``PYTHONPATH`` starts with
-the verl-agent checkout (its ``verl`` package is verl-agent's fork, not the PyPI verl of the
-other verl tests).
-
-What runs is verl-agent's: ``to_list_of_dict`` (its rollout loop's per-step records),
-``TrajectoryCollector.gather_rollout_data`` (episode rewards onto the rows),
-``filter_group_data`` (DAPO's dynamic sampling), ``compute_step_discounted_returns`` (GiGPO),
+What runs is verl-agent's: its ``make_envs`` (as the patch wraps it: proas's envs behind its own
+env managers, prompts and projection), its ``TrajectoryCollector.multi_turn_loop`` (the
+vanilla loop, and the dynamic one of DAPO), ``compute_step_discounted_returns`` (GiGPO),
 ``adjust_batch`` (padding copies), ``EpisodeRewardManager`` (the outcome on the last response
-token), ``apply_invalid_action_penalty`` and ``compute_advantage`` (ray_trainer.py). What the
-recipe's patch adds runs as the patch calls it: ``rollout_columns(infos)`` after each env step,
-``trainer_credit(config).reshape(batch)`` right after ``compute_advantage``.
+token), ``apply_invalid_action_penalty`` and ``compute_advantage`` (ray_trainer.py). The model
+is scripted (``ScriptedActor``: it decodes each prompt and answers with the env's oracle move, an
+admissible detour, an inadmissible command or an untagged answer, seeded), and the tokenizer is
+proas's byte-level BPE with its chat template. The reference the ProAS step is compared with is
+built from what the env manager returned (``RecordingEnvs``), not from the batch's rows.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -32,13 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from proas.credit import SHAPINGS, ReferenceGraph, compute_credit
-from proas.integrations.verl.verl_agent import rollout_columns, trainer_credit
+from proas.integrations.verl.verl_agent import trainer_credit
 from proas.types import Step, Trajectory
 
-PROMPT, RESPONSE = 4, 6
-MAX_STEPS = 12
-GROUP = 4
+TASKS = 3  # data.train_batch_size: tasks a batch
+GROUP = 4  # env.rollout.n
+MAX_STEPS = 10
+RESPONSE = 128  # response tokens a row (data.max_response_length)
 PENALTY = 0.1
+ENVS = ("proas/household", "proas/shop")
 
 
 class SilentTokenizer:
@@ -48,155 +47,209 @@ class SilentTokenizer:
         return ""
 
 
-def record_rollout(seed: int = 11) -> dict:
-    """Play proas's household env through ``ProasEnvManager`` as verl-agent's rollout loop does,
-    with a scripted policy mixing the oracle's actions, admissible detours, inadmissible commands
-    and untagged answers; return what the env manager gave back at every step (JSON-able)."""
-    from proas.envs.household import make_household_env
-    from proas.integrations.verl import ProasEnvManager
-    from proas.integrations.verl.verl_agent import oracle_trajectories
-
-    rng = np.random.default_rng(seed)
-    probe = make_household_env(max_steps=MAX_STEPS)
-    ids = probe.task_ids("train")
-    # two tasks of each of three types
-    tasks = [t for kind in ("pick", "clean", "cool") for t in [i for i in ids if i.split("-")[1] == kind][:2]]
-    envs = ProasEnvManager(lambda: make_household_env(max_steps=MAX_STEPS), group_n=GROUP)
-    obs, infos = envs.reset(tasks)
-    n = len(tasks) * GROUP
-    plans = [envs.envs[i].oracle(tasks[i // GROUP]) for i in range(n)]
-    progress = np.zeros(n, dtype=np.int64)
-    steps = []
-    for _ in range(MAX_STEPS):
-        texts = []
-        for i in range(n):
-            u = rng.random()
-            admissible = [a for a in infos[i].get("admissible", []) if a != "help"] or ["look"]
-            if u < 0.6 and progress[i] < len(plans[i]):
-                act, progress[i] = plans[i][progress[i]], progress[i] + 1
-                texts.append(f"<think>plan</think><action>{act}</action>")
-            elif u < 0.8:
-                texts.append(f"<think>detour</think><action>{admissible[int(rng.integers(len(admissible)))]}</action>")
-            elif u < 0.9:
-                texts.append("<think>hm</think><action>juggle the fridge</action>")
-            else:
-                texts.append("go to the moon")  # no tags: format-invalid (verl-agent's penalty)
-        anchors = list(obs["anchor"])
-        obs, rewards, dones, infos = envs.step(texts)
-        steps.append({
-            "anchor": anchors, "reward": [float(r) for r in rewards], "done": [bool(d) for d in dones],
-            "info": [{"is_action_valid": bool(info["is_action_valid"]),
-                      **({"proas": info["proas"]} if "proas" in info else {})} for info in infos],
-        })
-        if all(dones):
-            break
-    oracle, _ = oracle_trajectories(probe, tasks[:3])
-    return {"tasks": tasks, "group": GROUP, "steps": steps, "success": [bool(x) for x in envs.success()],
-            "oracle": [t.to_json() for t in oracle]}
+_TOKENIZER = []
 
 
-def replay(rec: dict, seed: int = 11):
-    """verl-agent's rollout loop over the recording: per step the rows' tensors, uid / traj_uid,
-    then what the loop stores after ``envs.step`` (is_action_valid, rewards, active_masks) and the
-    patch's ``rollout_columns(infos)``, kept with verl-agent's ``to_list_of_dict``."""
-    import torch
-    from agent_system.multi_turn_rollout.utils import to_list_of_dict
-    from verl import DataProto
+def tokenizer():
+    """proas's byte-level BPE with its chat template (every text round-trips), trained once."""
+    if not _TOKENIZER:
+        from proas.policies.lm import train_tokenizer
 
-    rng = np.random.default_rng(seed)
-    n = len(rec["tasks"]) * rec["group"]
-    uid = np.repeat(np.array([f"uid-{k}" for k in range(len(rec["tasks"]))], dtype=object), rec["group"])
-    traj_uid = np.array([f"traj-{i}" for i in range(n)], dtype=object)
-    done = np.zeros(n, dtype=bool)
-    total = [[] for _ in range(n)]
-    raw = [[] for _ in range(n)]  # (anchor, reward, info) per executed step, for the reference
-    episode_rewards = np.zeros(n, dtype=np.float32)
-    episode_lengths = np.zeros(n, dtype=np.float32)
-    for step in rec["steps"]:
-        active = ~done
-        lengths = torch.as_tensor(rng.integers(1, RESPONSE + 1, size=n))
-        resp_mask = (torch.arange(RESPONSE)[None, :] < lengths[:, None]).to(torch.int64)
-        attention = torch.cat([torch.ones(n, PROMPT, dtype=torch.int64), resp_mask], dim=1)
-        batch = DataProto.from_dict(
-            tensors={
-                "prompts": torch.ones(n, PROMPT, dtype=torch.int64),
-                "responses": torch.ones(n, RESPONSE, dtype=torch.int64),
-                "input_ids": torch.ones(n, PROMPT + RESPONSE, dtype=torch.int64),
-                "attention_mask": attention,
-                "position_ids": torch.cumsum(attention, dim=1) - 1,
-            },
-            non_tensors={"anchor_obs": np.array(step["anchor"], dtype=object),
-                         "data_source": np.array(["proas/household"] * n, dtype=object)},
-        )
-        batch.non_tensor_batch["uid"] = uid
-        batch.non_tensor_batch["traj_uid"] = traj_uid
-        rewards, dones, infos = np.array(step["reward"], dtype=np.float32), np.array(step["done"]), step["info"]
-        # as verl-agent's vanilla_multi_turn_loop stores them
-        batch.non_tensor_batch["is_action_valid"] = np.array([info["is_action_valid"] for info in infos], dtype=bool)
-        episode_rewards[active] += rewards[active]
-        episode_lengths[active] += 1
-        batch.non_tensor_batch["rewards"] = rewards.astype(object)
-        batch.non_tensor_batch["active_masks"] = active.astype(object)
-        batch.non_tensor_batch.update(rollout_columns(infos))  # the patch's line
-        for i, row in enumerate(to_list_of_dict(batch)):
-            total[i].append(row)
-            if active[i]:
-                raw[i].append((step["anchor"][i], float(rewards[i]), infos[i]))
-        done |= dones
-    success = {"success_rate": np.array(rec["success"], dtype=np.float64)}
-    tool_callings = np.zeros(n, dtype=np.float32)
-    return total, raw, episode_rewards, episode_lengths, success, traj_uid, uid, tool_callings
+        texts = ["Your task is to: put some apple in fridge. You arrive at countertop 1.",
+                 "<think>plan</think><action>go to countertop 1</action>", "search[red shirt] click[buy now]"]
+        _TOKENIZER.append(train_tokenizer(texts, 400, "line"))
+    return _TOKENIZER[0]
 
 
-def reference_trajectories(raw, episode_rewards, traj_uid, uid, keep):
-    """The same episodes as proas trajectories, built from the env's own infos (not from rows)."""
-    out = []
-    for i in keep:
-        steps = [Step(info["proas"]["abstract_state"], info["proas"]["action"], info["proas"]["next_abstract_state"],
-                      error=bool(info["proas"]["env_error"]), anchor=anchor, reward=r)
-                 for anchor, r, info in raw[i]]
-        out.append(Trajectory(uid[i], traj_uid[i], float(episode_rewards[i]), steps))
-    return out
+class ScriptedActor:
+    """Stands in for the actor's Ray worker group: ``generate_sequences`` decodes each row's
+    prompt and answers for env ``index`` (the row's env) with, seeded: the env's oracle move
+    (60 %), an admissible detour (20 %), an inadmissible command (10 %) or an untagged answer."""
+
+    world_size = 1
+
+    def __init__(self, vec, seed):
+        self.vec = vec  # the ProasVecEnv under verl-agent's manager: each env's oracle and moves
+        self.rng = np.random.default_rng(seed)
+        self.prompts = []  # per call: the decoded prompt of every row
+
+    def choose(self, i):
+        env, info = self.vec.envs[i], self.vec.infos[i]
+        moves = [a for a in info.get("admissible", []) if a != "help"] or ["look"]
+        u = self.rng.random()
+        hint = env.hint() if not self.vec.done[i] else None
+        if u < 0.6 and hint:
+            return f"<think>plan</think><action>{hint}</action>"
+        if u < 0.8:
+            return f"<think>detour</think><action>{moves[int(self.rng.integers(len(moves)))]}</action>"
+        if u < 0.9:
+            return "<think>hm</think><action>juggle the fridge</action>"
+        return "go to the moon"  # no tags: format-invalid (verl-agent's penalty)
+
+    def generate_sequences(self, batch):
+        import torch
+        from verl import DataProto
+
+        tok = tokenizer()
+        ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"]
+        self.prompts.append([tok.decode(ids[r][mask[r].bool()].tolist()) for r in range(len(ids))])
+        texts = [self.choose(int(i)) for i in range(len(ids))]
+        enc = [tok.encode(t, add_special_tokens=False) for t in texts]
+        width = RESPONSE  # as a rollout engine pads to data.max_response_length: rows of every step stack
+        assert max(len(e) for e in enc) <= width, "a scripted response is longer than RESPONSE tokens"
+        responses = torch.full((len(enc), width), tok.pad_token_id, dtype=ids.dtype)
+        resp_mask = torch.zeros((len(enc), width), dtype=mask.dtype)
+        for r, e in enumerate(enc):
+            responses[r, : len(e)] = torch.as_tensor(e)
+            resp_mask[r, : len(e)] = 1
+        attention = torch.cat([mask, resp_mask], dim=1)
+        out = DataProto.from_dict(tensors={
+            "prompts": ids, "responses": responses, "input_ids": torch.cat([ids, responses], dim=1),
+            "attention_mask": attention, "position_ids": torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0)})
+        out.meta_info = dict(batch.meta_info)
+        return out
 
 
-def config(adv, estimator, shaping, mode, graph_path, divisor, filter_groups, n_tasks):
+class RecordingEnvs:
+    """verl-agent's env manager, unchanged, with what it hands the loop kept per episode: the
+    anchor each action was taken in, the reward, and the step's info."""
+
+    def __init__(self, envs):
+        self.envs = envs
+        self.episodes = []  # per reset: per env, [(anchor, reward, info), ...]
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["envs"], name)
+
+    def reset(self, *args, **kwargs):
+        obs, infos = self.envs.reset(*args, **kwargs)
+        self.episodes.append([[] for _ in infos])
+        self.anchors = list(obs["anchor"])
+        self.prompts = [list(obs["text"])]
+        return obs, infos
+
+    def step(self, actions):
+        obs, rewards, dones, infos = self.envs.step(actions)
+        for i, info in enumerate(infos):
+            if "proas" in info:
+                self.episodes[-1][i].append((self.anchors[i], float(rewards[i]), info))
+        self.anchors = list(obs["anchor"])
+        self.prompts.append(list(obs["text"]))
+        return obs, rewards, dones, infos
+
+
+def config(env_name, adv="grpo", estimator=None, shaping="proas", mode="mean_norm", graph_path=None, divisor=1,
+           filter_groups=False):
     from omegaconf import OmegaConf
 
     return OmegaConf.create({
         "algorithm": {"adv_estimator": adv, "gamma": 0.95, "norm_adv_by_std_in_grpo": True, "use_kl_in_reward": False,
                       "gigpo": {"mode": mode, "step_advantage_w": 1.0},
-                      "filter_groups": {"enable": filter_groups}},
+                      "filter_groups": {"enable": filter_groups, "max_num_gen_batches": 2}},
         "actor_rollout_ref": {"actor": {"use_invalid_action_penalty": True, "invalid_action_penalty_coef": PENALTY,
                                         "use_kl_loss": True, "ppo_micro_batch_size_per_gpu": divisor,
                                         "ppo_mini_batch_size": divisor},
                               "rollout": {"log_prob_micro_batch_size_per_gpu": divisor},
                               "ref": {"log_prob_micro_batch_size_per_gpu": divisor}},
         "trainer": {"n_gpus_per_node": 1, "nnodes": 1},
-        "data": {"train_batch_size": n_tasks},
-        "env": {"rollout": {"n": GROUP}},
+        "data": {"train_batch_size": TASKS, "val_batch_size": 2, "max_prompt_length": 16384, "truncation": "error",
+                 "return_raw_chat": True},
+        "env": {"env_name": env_name, "seed": 0, "max_steps": MAX_STEPS, "history_length": 2,
+                "rollout": {"n": GROUP}, "resources_per_worker": {"num_cpus": 0.1}},
         "proas": {"enable": True, "graph": graph_path, "estimator": estimator, "shaping": shaping,
                   "estimator_options": {"group_stats": "steps"}, "seed": 7, "rea": "transition",
                   "invalid_action_penalty": None, "columns": {"error": "env_error"}},
     })
 
 
-def train_step(recorded, cfg, shuffle_seed):
-    """The trainer's fit() from the rollout to the ProAS step, with verl-agent's functions."""
+def collect(cfg, seed=11):
+    """verl-agent's ``make_envs`` and ``TrajectoryCollector.multi_turn_loop`` with the scripted
+    actor: the gathered batch, the recording of the env manager, the actor."""
     import torch
+    from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from agent_system.multi_turn_rollout.utils import adjust_batch, filter_group_data
+    from verl import DataProto
+
+    envs, _ = make_envs(cfg)
+    recording = RecordingEnvs(envs)
+    actor = ScriptedActor(envs.envs, seed)
+    gen_batch = DataProto.from_dict(
+        tensors={"input_ids": torch.zeros(TASKS, 1, dtype=torch.int64)},
+        non_tensors={"raw_prompt": np.array([[{"role": "user", "content": ""}]] * TASKS, dtype=object),
+                     "data_source": np.array([cfg.env.env_name] * TASKS, dtype=object)})
+    batch = TrajectoryCollector(cfg, tokenizer()).multi_turn_loop(gen_batch, actor, recording, is_train=True)
+    return batch, recording, actor
+
+
+def reference_trajectories(batch, recording):
+    """The batch's episodes as proas trajectories, built from what the env manager returned; each
+    trajectory is found by its env (the rows' ``index``) and its actions."""
+    nt = batch.non_tensor_batch
+    rows_of = {}
+    for r in range(len(batch)):
+        rows_of.setdefault(nt["traj_uid"][r], []).append(r)
+    out = []
+    for traj, rows in rows_of.items():
+        rows.sort(key=lambda r: int(nt["step_index"][r]))
+        env, actions = int(nt["index"][rows[0]]), [nt["action"][r] for r in rows]
+        matches = [ep[env] for ep in recording.episodes if [info["proas"]["action"] for *_, info in ep[env]] == actions]
+        assert matches, f"no recorded episode of env {env} took the actions {actions}"
+        steps = [Step(info["proas"]["abstract_state"], info["proas"]["action"], info["proas"]["next_abstract_state"],
+                      error=bool(info["proas"]["env_error"]) or not bool(info["is_action_valid"]), anchor=anchor,
+                      reward=reward) for anchor, reward, info in matches[0]]
+        out.append(Trajectory(nt["uid"][rows[0]], traj, float(sum(st.reward for st in steps)), steps))
+    return out
+
+
+def rows_equal(batch, trajs):
+    """Each trajectory's rows, in step order, hold the states, action and error_t of the steps the
+    env manager returned (``reference_trajectories``)."""
+    nt = batch.non_tensor_batch
+    for t in trajs:
+        rows = sorted((int(nt["step_index"][r]), r) for r in range(len(batch)) if nt["traj_uid"][r] == t.trajectory)
+        got = [(nt["abstract_state"][r], nt["action"][r], nt["next_abstract_state"][r], bool(nt["env_error"][r]),
+                nt["anchor_obs"][r]) for _, r in rows]
+        want = [(st.state, st.action, st.next_state, st.error, st.anchor) for st in t.steps]
+        if [k for k, _ in rows] != list(range(len(t))) or got != want:
+            return False
+    return True
+
+
+def loop_report(env_name):
+    """The rollout loop on one env: what the rows hold against what the env manager returned."""
+    batch, recording, actor = collect(config(env_name))
+    nt = batch.non_tensor_batch
+    trajs = reference_trajectories(batch, recording)
+    rows = sum(len(t) for t in trajs)
+    from proas.integrations.verl.envs import task_of
+
+    tasks = [task_of(info).replace("Your task is to: ", "") for info in recording.envs.envs.infos]
+    task_everywhere = all(tasks[i] in call[i] for call in recording.prompts for i in range(len(tasks)))
+    decoded = [p for call in actor.prompts for p in call]
+    return {
+        "env": env_name,
+        "manager": type(recording.envs).__name__,
+        "rows": len(batch), "steps": rows, "trajectories": len(trajs), "groups": len(set(nt["uid"])),
+        "columns": sorted(k for k in ("step_index", "abstract_state", "next_abstract_state", "action", "env_error")
+                          if k in nt),
+        "rows_equal_recording": rows_equal(batch, trajs),
+        "env_errors": int(sum(bool(x) for x in nt["env_error"])),
+        "invalid_format": int(sum(not bool(x) for x in nt["is_action_valid"])),
+        "won": int(sum(t.success for t in trajs)),
+        "task_in_every_prompt": bool(task_everywhere),
+        "prompts_decoded": len(decoded),
+        "chat_template_in_prompts": all(p.startswith("<|im_start|>user") for p in decoded),
+    }
+
+
+def train_step(batch, cfg, shuffle_seed):
+    """The trainer's fit() from the gathered rollout to the ProAS step, with verl-agent's functions."""
+    import torch
+    from agent_system.multi_turn_rollout.utils import adjust_batch
     from agent_system.reward_manager.episode import EpisodeRewardManager
     from gigpo import core_gigpo
     from verl.trainer.ppo import ray_trainer
 
-    total, raw, ep_r, ep_l, success, traj_uid, _, tool = recorded
-    keep = np.arange(len(total))
-    if cfg.algorithm.filter_groups.enable:
-        # DAPO's dynamic sampling drops whole groups whose rewards are all equal
-        total, ep_r, ep_l, success, traj_uid, tool = filter_group_data(total, ep_r, ep_l, success, traj_uid, tool, cfg)
-        kept = set(traj_uid)
-        keep = np.array([i for i in range(len(raw)) if recorded[5][i] in kept], dtype=np.int64)
-    batch = TrajectoryCollector.gather_rollout_data(None, total, ep_r, ep_l, success, traj_uid, tool)
     if cfg.algorithm.adv_estimator == "gigpo":
         batch.batch["step_rewards"] = core_gigpo.compute_step_discounted_returns(batch=batch, gamma=cfg.algorithm.gamma)
     np.random.seed(shuffle_seed)
@@ -215,7 +268,7 @@ def train_step(recorded, cfg, shuffle_seed):
     verl_agent_adv = batch.batch["advantages"].clone()
     credit = trainer_credit(cfg)
     credit.reshape(batch)  # the patch's ProAS step
-    return batch, verl_agent_adv, credit, keep, n_pad
+    return batch, verl_agent_adv, credit, n_pad
 
 
 class WorkerGroupDouble:
@@ -292,75 +345,79 @@ def checkpoint_round_trip(run_dir: str) -> dict:
     }
 
 
+def parity(graph_path):
+    """For GRPO, DAPO (its dynamic loop) and GiGPO: the ProAS step with shaping none gives
+    verl-agent's own advantages, and with every shaping equals ``compute_credit``."""
+    import copy
+
+    import torch
+
+    results = {"verl_agent_parity": [], "credit_parity": []}
+    cases = [("grpo", "grpo", "mean_norm", False), ("grpo", "dapo", "mean_norm", True),
+             ("gigpo", "gigpo", "mean_norm", False), ("gigpo", "gigpo", "mean_std_norm", False)]
+    for adv, est, mode, dapo in cases:
+        gathered, recording, _ = collect(config("proas/household", adv, est, "none", mode, graph_path, 1, dapo))
+        trajs = reference_trajectories(gathered, recording)
+        # (1) shaping none, no padding: ProAS's base is verl-agent's own advantage, penalty included
+        batch, theirs, _, n_pad = train_step(copy.deepcopy(gathered), config(
+            "proas/household", adv, est, "none", mode, graph_path, 1, dapo), shuffle_seed=3)
+        invalid = int((~batch.non_tensor_batch["is_action_valid"].astype(bool)).sum())
+        results["verl_agent_parity"].append({
+            "estimator": est, "mode": mode, "rows": len(batch), "pad": n_pad, "rollouts": len(recording.episodes),
+            "max_abs_diff": float((batch.batch["advantages"] - theirs).abs().max()), "invalid_rows": invalid,
+            "nonzero": float(theirs.abs().sum())})
+        # (2) every shaping, with verl-agent's padding copies: the ProAS step equals compute_credit
+        for shaping in SHAPINGS:
+            cfg = config("proas/household", adv, est, shaping, mode, graph_path, 7, dapo)
+            batch, _, credit, n_pad = train_step(copy.deepcopy(gathered), cfg, shuffle_seed=5)
+            order = {t.trajectory: k for k, t in enumerate(credit.last_layout.trajectories)}
+            ordered = sorted(trajs, key=lambda t: order[t.trajectory])
+            invalid = np.array([not valid for t in ordered for valid in _valid_flags(gathered, t)], dtype=np.float64)
+            options = {"group_stats": "steps", "step_penalty": PENALTY * invalid}
+            options.update(dict(gamma=0.95, mode=mode, step_weight=1.0) if est == "gigpo" else dict(norm_by_std=True))
+            ref = compute_credit(ordered, ReferenceGraph.load(graph_path), estimator=est, shaping=shaping,
+                                 estimator_options=options, seed=7, evolve=True, rea="transition")
+            plain = compute_credit(ordered, ReferenceGraph.load(graph_path), estimator=est, shaping="none",
+                                   estimator_options=options, seed=7, evolve=True, rea="transition")
+            index = {(t.trajectory, k): n for n, (t, k) in enumerate((t, k) for t in ordered for k in range(len(t)))}
+            nt = batch.non_tensor_batch
+            at = np.array([index[(nt["traj_uid"][r], int(nt["step_index"][r]))] for r in range(len(batch))])
+            want = torch.as_tensor(ref.advantage[at], dtype=torch.float32)[:, None] * batch.batch["response_mask"]
+            results["credit_parity"].append({
+                "estimator": est, "mode": mode, "shaping": shaping, "rows": len(batch), "pad": n_pad,
+                "max_abs_diff": float((batch.batch["advantages"] - want).abs().max()),
+                "changed": bool(not np.allclose(ref.advantage, plain.advantage))})
+    return results
+
+
+def _valid_flags(gathered, traj):
+    """verl-agent's format flag of each step of ``traj``, in step order (from its rows)."""
+    nt = gathered.non_tensor_batch
+    rows = sorted((int(nt["step_index"][r]), r) for r in range(len(gathered)) if nt["traj_uid"][r] == traj.trajectory)
+    return [bool(nt["is_action_valid"][r]) for _, r in rows]
+
+
 def main(argv: list[str]) -> int:
     import tempfile
 
-    if argv[:1] == ["--record"]:
-        data = json.dumps(record_rollout(), sort_keys=True).encode("utf-8")
-        Path(argv[1]).parent.mkdir(parents=True, exist_ok=True)
-        Path(argv[1]).write_bytes(gzip.compress(data, mtime=0))
-        return 0
+    import verl
+
     if argv[:1] == ["--checkpoint"]:
         print(json.dumps(checkpoint_round_trip(argv[1])))
         return 0
-    import torch
-    import verl
+    out = {"verl": verl.__file__}
+    if argv[:1] == ["--loop"]:
+        out["loops"] = [loop_report(name) for name in ENVS]
+    elif argv[:1] == ["--parity"]:
+        from proas.integrations.verl.verl_agent import build_graph
 
-    rec = json.loads(gzip.decompress(Path(argv[0]).read_bytes()))
-    tasks = rec["tasks"]
-    tmp = Path(tempfile.mkdtemp())
-    graph_path = str(tmp / "arg.json.gz")
-    ReferenceGraph.from_trajectories([Trajectory.from_json(t) for t in rec["oracle"]]).save(graph_path)
-    recorded = replay(rec)
-    results = {"verl_agent_parity": [], "credit_parity": [], "verl": verl.__file__}
-
-    def step_index_of(batch, trajs):
-        index = {(t.trajectory, k): s for s, (t, k) in enumerate((t, k) for t in trajs for k in range(len(t)))}
-        nt = batch.non_tensor_batch
-        return np.array([index[(nt["traj_uid"][r], int(nt["step_index"][r]))] for r in range(len(batch))])
-
-    cases = [("grpo", "grpo", "mean_norm", False), ("grpo", "dapo", "mean_norm", True),
-             ("gigpo", "gigpo", "mean_norm", False), ("gigpo", "gigpo", "mean_std_norm", False)]
-    # (1) shaping none, no padding: ProAS's base is verl-agent's own advantage, penalty included
-    for adv, est, mode, dapo in cases:
-        cfg = config(adv, est, "none", mode, graph_path, 1, dapo, len(tasks))
-        batch, theirs, credit, keep, n_pad = train_step(recorded, cfg, shuffle_seed=3)
-        diff = float((batch.batch["advantages"] - theirs).abs().max())
-        invalid = int((~batch.non_tensor_batch["is_action_valid"].astype(bool)).sum())
-        results["verl_agent_parity"].append({"estimator": est, "mode": mode, "rows": len(batch), "pad": n_pad,
-                                             "max_abs_diff": diff,
-                                             "invalid_rows": invalid,
-                                             "nonzero": float(theirs.abs().sum())})
-    # (2) every shaping, with verl-agent's padding copies: the ProAS step equals compute_credit
-    for adv, est, mode, dapo in cases:
-        for shaping in SHAPINGS:
-            cfg = config(adv, est, shaping, mode, graph_path, 7, dapo, len(tasks))
-            batch, _, credit, keep, n_pad = train_step(recorded, cfg, shuffle_seed=5)
-            _, raw, ep_r, _, _, traj_uid, uid, _ = recorded
-            trajs = reference_trajectories(raw, ep_r, traj_uid, uid, keep)
-            # the order the hook met the trajectories in (first row after the shuffle): the random
-            # ablation draws its labels in step order, so it needs the same order to agree
-            order = {t.trajectory: k for k, t in enumerate(credit.last_layout.trajectories)}
-            trajs.sort(key=lambda t: order[t.trajectory])
-            by_id = {traj_uid[i]: i for i in keep}
-            invalid = np.array([not info["is_action_valid"] for t in trajs for _, _, info in raw[by_id[t.trajectory]]],
-                               dtype=np.float64)
-            options = {"group_stats": "steps", "step_penalty": PENALTY * invalid}
-            if est == "gigpo":
-                options.update(gamma=0.95, mode=mode, step_weight=1.0)
-            else:
-                options.update(norm_by_std=True)
-            ref = compute_credit(trajs, ReferenceGraph.load(graph_path), estimator=est, shaping=shaping,
-                                 estimator_options=options, seed=7, evolve=True, rea="transition")
-            plain = compute_credit(trajs, ReferenceGraph.load(graph_path), estimator=est, shaping="none",
-                                   estimator_options=options, seed=7, evolve=True, rea="transition")
-            want = torch.as_tensor(ref.advantage[step_index_of(batch, trajs)], dtype=torch.float32)[:, None]
-            want = want * batch.batch["response_mask"]
-            diff = float((batch.batch["advantages"] - want).abs().max())
-            results["credit_parity"].append({"estimator": est, "mode": mode, "shaping": shaping, "rows": len(batch),
-                                             "pad": n_pad, "max_abs_diff": diff,
-                                             "changed": bool(not np.allclose(ref.advantage, plain.advantage))})
-    print(json.dumps(results))
+        graph_path = str(Path(tempfile.mkdtemp()) / "arg.json.gz")
+        build_graph("household", tasks=6).save(graph_path)
+        out.update(parity(graph_path))
+    else:
+        print("usage: verl_agent_check.py --loop | --parity | --checkpoint RUN_DIR", file=sys.stderr)
+        return 2
+    print(json.dumps(out))
     return 0
 
 

@@ -40,6 +40,7 @@ from proas.types import Trajectory
 
 __all__ = [
     "ALFWORLD_TW",
+    "VERL_AGENT_COMMIT",
     "ENV_NAMES",
     "GRAPH_VARIANTS",
     "build_graph",
@@ -55,6 +56,8 @@ __all__ = [
     "with_proas_envs",
 ]
 
+#: the verl-agent commit the recipe's patch is made for and tested on
+VERL_AGENT_COMMIT = "796ed310287fa605c9292a0fce07a86d79fde05e"
 #: verl-agent ``env.env_name`` -> proas environment
 ENV_NAMES = {"proas/household": "household", "proas/shop": "shop"}
 #: verl-agent's text ALFWorld env, whose states come from the household simulator in lockstep
