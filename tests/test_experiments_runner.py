@@ -267,7 +267,9 @@ def test_malformed_study_configs_are_one_line_errors(patch, message):
 def test_cli_dry_run_lists_runs_and_bad_input_exits_2(tmp_path, capsys):
     assert main(["experiment", "run", "ablation_arg", "--rows", "arg_distill", "--seeds", "1", "--envs", "shop",
                  "--out", str(tmp_path), "--dry-run"]) == 0
-    assert capsys.readouterr().out.split() == ["new", "shop/arg_teacher/seed1", "new", "shop/arg_distill/seed1"]
+    lines = capsys.readouterr().out.splitlines()
+    assert " ".join(lines[:-1]).split() == ["new", "shop/arg_teacher/seed1", "new", "shop/arg_distill/seed1"]
+    assert lines[-1].startswith("ablation_arg: 2 runs to go")  # and how long they take
     assert main(["experiment", "run", "nosuchstudy", "--dry-run"]) == 2
     assert "neither a config file nor a shipped study" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"

@@ -33,7 +33,7 @@ from proas.errors import ProasError
 from proas.experiments.spec import RunSpec, Study, env_dir
 from proas.fileio import atomic_write_text
 
-__all__ = ["GridResult", "plan", "run_grid", "run_status"]
+__all__ = ["SECONDS_PER_STEP", "Estimate", "GridResult", "estimate", "plan", "run_grid", "run_status"]
 
 NEW, PARTIAL, DONE = "new", "partial", "done"
 
@@ -85,6 +85,94 @@ def run_status(spec: RunSpec, out: Path, steps: int) -> str:
         return DONE if _finished(spec, out) else PARTIAL
     done = _finished_steps(run_dir)
     return DONE if done is not None and done >= steps else PARTIAL
+
+
+#: rough wall seconds of one RL step of one run (one CPU thread; 16 tasks x 8 episodes, the
+#: validation every 10 steps and the start included), by (env, policy kind), for a time estimate
+#: before anything ran: household from the main job on this project's 2-core machine with other
+#: jobs running (docs/training.md: 7.4-8.7 min per 150-step run); shop a quarter of that, as the
+#: tuning runs' median cost per run was (results/heldout/README.md: household GRPO 239 s, shop
+#: GiGPO 60 s). docs/experiments.md, "How long a study takes"
+SECONDS_PER_STEP = {("household", "scorer"): 3.2, ("shop", "scorer"): 0.8}
+
+
+@dataclass
+class Estimate:
+    """A grid's expected wall time before it starts (``estimate``)."""
+
+    runs: int
+    #: seconds of run time, all runs one after another (None: no figure for some run)
+    run_seconds: float | None
+    #: seconds of wall time at ``jobs`` runs at a time
+    wall_seconds: float | None
+    #: where each figure came from, one phrase per (env, policy)
+    basis: list[str]
+    #: SFT runs to go, not counted in the figures
+    sft: int = 0
+
+    def line(self, jobs: int) -> str:
+        if self.runs + self.sft == 0:
+            return "nothing to run"
+        runs = f"{self.runs + self.sft} runs to go" + (f" ({self.sft} SFT runs, minutes each, not counted)"
+                                                      if self.sft else "")
+        if self.wall_seconds is None:
+            return f"{runs}; no time estimate ({'; '.join(self.basis)})"
+        return (f"{runs}, about {_duration(self.run_seconds)} of run time, "
+                f"{_duration(self.wall_seconds)} at {jobs} at a time ({'; '.join(self.basis)})")
+
+
+def _duration(seconds: float | None) -> str:
+    seconds = float(seconds or 0.0)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _logged(run_dir: Path) -> list[dict]:
+    from proas.train.checkpoint import read_metrics
+
+    try:
+        return read_metrics(run_dir / "metrics.jsonl")
+    except ProasError:  # a damaged file gives no figure; resuming that run will say what is wrong
+        return []
+
+
+def estimate(study: Study, specs: list[RunSpec], out: Path, status: dict[str, str], jobs: int) -> Estimate:
+    """The wall time the runs not yet done will take: each run's steps to go times the seconds
+    a step of its env and policy takes, as measured in the results directory (the median of the
+    steps its runs logged, ``time/step``) where it holds any, else ``SECONDS_PER_STEP``;
+    spread over ``min(jobs, CPU cores)`` runs at a time. SFT runs (minutes) are not counted."""
+    import statistics
+
+    from proas.train.config import build_config
+
+    todo = [s for s in specs if status.get(s.key) != DONE and s.command == "train"]
+    sft = sum(status.get(s.key) != DONE and s.command != "train" for s in specs)
+    kinds: dict[tuple[str, str], list[RunSpec]] = {}
+    steps_left: dict[str, int] = {}
+    for spec in todo:
+        cfg = build_config(list(spec.overrides))
+        kinds.setdefault((cfg.env.name, cfg.policy.kind), []).append(spec)
+        logged = [int(r["step"]) for r in _logged(spec.run_dir(out)) if isinstance(r.get("step"), int)]
+        steps_left[spec.key] = max(0, study.steps - max(logged, default=0))
+    total, basis = 0.0, []
+    for (env, kind), group in kinds.items():
+        measured = [float(r["time/step"]) for s in specs if s.command == "train" and s.env == env
+                    for r in _logged(s.run_dir(out)) if isinstance(r.get("time/step"), (int, float))]
+        if len(measured) >= 5:
+            per_step = statistics.median(measured)
+            basis.append(f"{env} {kind}: {per_step:.1f} s a step, the median of {len(measured)} steps logged in {out}")
+        elif (env, kind) in SECONDS_PER_STEP:
+            per_step = SECONDS_PER_STEP[(env, kind)]
+            basis.append(f"{env} {kind}: about {per_step:g} s a step, the documented figure")
+        else:
+            basis.append(f"{env} {kind}: no figure (no step of it logged in {out} yet)")
+            return Estimate(len(todo), None, None, basis, sft)
+        total += per_step * sum(steps_left[s.key] for s in group)
+    parallel = max(1, min(jobs, os.cpu_count() or 1, len(todo) or 1))
+    return Estimate(len(todo), total, total / parallel, basis, sft)
 
 
 def plan(study: Study, specs: list[RunSpec], out: Path) -> dict[str, str]:
