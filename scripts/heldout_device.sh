@@ -13,7 +13,8 @@
 # own session (setsid) lives until the machine is given back: `start` launches the grid that way
 # into /tmp/res/STUDY, one CPU thread a run, household and shop as two runners side by side (so
 # that neither env's arms wait for the other's) or the commands of a GRID file (shell lines, each
-# a `proas experiment run ... --out $RES &`, for a part of a grid), and each call watches it for SECONDS, then packs
+# a `proas experiment run ... --out $RES &`, for a part of a grid; $REPO is the checkout sent, for
+# study configs kept under results/), and each call watches it for SECONDS, then packs
 # the small files of every run (metrics.jsonl, summary.json, config.yaml, train.log, the study
 # config) into $OUT/STUDY.tgz, so what came back so far is kept if the machine goes away. The
 # runner resumes unfinished runs, so the same study can be continued on a later machine from
@@ -48,7 +49,8 @@ if [ "$MODE" = start ]; then
     || { echo "imports failed"; exit 1; }
   echo "cores: $(nproc); commit $PROAS_COMMIT"
   if [ -n "${GRID:-}" ]; then   # a grid file of its own: its commands, with RES set, instead of the two runners
-    { echo "cd /tmp/code; RES=$RES"; cat "$GRID"; echo "wait; echo done > $RES/ALL_DONE"; } > "/tmp/grid_$STUDY.sh" || exit 1
+    { echo "REPO='$PWD'; cd /tmp/code; RES=$RES"; cat "$GRID"; echo "wait; echo done > $RES/ALL_DONE"; } \
+      > "/tmp/grid_$STUDY.sh" || exit 1
     cp "$GRID" "$RES/grid.sh"
   else
   cat > "/tmp/grid_$STUDY.sh" <<EOF
