@@ -10,13 +10,14 @@ import torch
 
 
 def timed(fn: Callable[[], Any], repeats: int, device: torch.device,
-          seed: int | None = None) -> tuple[float, Any, float | None]:
+          seed: int | None = None, warmups: int = 1) -> tuple[float, Any, float | None]:
     """``(seconds per call, the last call's result, peak GiB)`` of ``fn`` over ``repeats`` calls
-    after one warm-up call. On CUDA the timing waits for the GPU, and the peak is the most GPU
-    memory allocated while timed; elsewhere it is None. ``seed``: ``torch.manual_seed`` before
-    every timed call, so that sampled paths draw the same numbers."""
+    after ``warmups`` warm-up calls. On CUDA the timing waits for the GPU, and the peak is the
+    most GPU memory allocated while timed; elsewhere it is None. ``seed``: ``torch.manual_seed``
+    before every timed call, so that sampled paths draw the same numbers."""
     cuda = device.type == "cuda"
-    fn()  # warm-up
+    for _ in range(warmups):
+        fn()
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

@@ -1,31 +1,36 @@
-"""Decode throughput of the lm policy: plain Hugging Face ``generate`` against ``decode=static``.
+"""Decode throughput of the lm policy: ``decode=static`` against two baselines, plain Hugging
+Face ``generate`` (dynamic cache, eager) and ``generate`` with ``cache_implementation="static"``
+and ``torch.compile`` (the library's own fast path).
 
-One GPU, the Qwen2.5-1.5B architecture with random weights in bf16, batch 128, 512-token
-prompts, 64 new tokens (the defaults)::
+One GPU, the Qwen2.5-1.5B architecture with random weights, batch 128, 512-token prompts, 64 new
+tokens (the defaults)::
 
     python benchmarks/lm_decode.py
 
-CPU smoke run::
+CPU smoke run (the tiny architecture, batch 4, 32-token prompts, 8 new tokens, one timed call;
+the compiled baseline compiles for the CPU, which takes a while once)::
 
-    python benchmarks/lm_decode.py --model-config tiny --batch 8 --prompt 64 --new 16 --device cpu
+    python benchmarks/lm_decode.py --quick
 
-Both paths run in the same process on the same model, batch and prompts (random token ids, all
-``--prompt`` long), through the policy's own ``generate_ids`` (so ``hf`` includes gathering the
-log-probs from ``generate``'s logits, as rollouts do), greedy unless ``--temperature``. A
-random-weight model rarely writes an end token, so both paths are told not to stop before
-``--new`` tokens (``min_new_tokens``: stop ids cannot be drawn earlier) and every row writes
-exactly ``--new`` tokens. Each path is warmed up once (for ``static`` that call captures the
-CUDA graph of the batch's bucket; the capture time is printed, not counted), then timed over
+The paths run in the same process on the same model, batch and prompts (random token ids, all
+``--prompt`` long), through the policy's own ``generate_ids`` (so the ``generate`` paths include
+recording each drawn token's log-prob, as rollouts do), on the weights rollouts decode with
+(``LMPolicy.rollout_module``: bf16 on a GPU), greedy unless ``--temperature``. A random-weight
+model rarely writes an end token, so every path is told not to stop before ``--new`` tokens
+(``min_new_tokens``: stop ids cannot be drawn earlier) and every row writes exactly ``--new``
+tokens. Each path is warmed up once (for ``static`` that call captures the CUDA graph of the
+batch's bucket; the capture time is printed, not counted; the compiled baseline twice: it
+compiles on the first call and records its CUDA graphs on the next), then timed over
 ``--repeats`` calls.
 
 Printed: the setup; per path the seconds per call (prefill included), new tokens per second and
-the peak GPU memory allocated while timed (model included);
-``static`` with its step run eagerly (no graph), which separates the graph's share; the speed-up
-of ``static`` over ``hf``; and, greedy, the share of rows whose tokens agree between the paths
-(bf16 rounding can flip near-ties of a random model). Then each path's call with one new token
-(the prompts' prefill and one draw, the same work on both paths up to the kernels) and what is
-left of a whole call without it: the decode steps' own rate and speed-up, and the bound the
-prefill puts on the whole call's speed-up (``hf``'s call over ``static``'s prefill call).
+the peak GPU memory allocated while timed (model included); ``static`` with its step run eagerly
+(no graph), which separates the graph's share; the speed-up of ``static`` over each baseline;
+and, greedy, the share of rows whose tokens agree with ``static``'s (bf16 rounding can flip
+near-ties of a random model). Then each path's call with one new token (the prompts' prefill and
+one draw) and what is left of a whole call without it: the decode steps' own rate and the
+speed-up of ``static``'s over each baseline's, and the bound the prefill puts on the whole
+call's speed-up (a baseline's call over ``static``'s prefill call).
 """
 
 from __future__ import annotations
@@ -46,9 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per path")
     ap.add_argument("--no-eager", action="store_true", help="skip the static path without graphs")
+    ap.add_argument("--no-compiled", action="store_true",
+                    help="skip the generate + static cache + torch.compile baseline")
+    ap.add_argument("--compile-mode", default=None,
+                    help="torch.compile mode of that baseline (default: reduce-overhead, transformers' default, "
+                         "on a GPU; default on a CPU)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a CPU smoke run: tiny model, batch 4, 32-token prompts, 8 new tokens, 1 repeat")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.model_config, args.model_path, args.device = "tiny", None, "cpu"
+        args.batch, args.prompt, args.new, args.repeats = 4, 32, 8, 1
 
     import torch
+    from transformers import CompileConfig
 
     from _timing import timed as timed_call
     from proas.policies.lm import LMPolicy
@@ -69,59 +85,79 @@ def main(argv: list[str] | None = None) -> int:
         print("static decoding is not supported for this model (see the warning)")
         return 1
 
-    def timed(fn) -> tuple[float, torch.Tensor, float]:
+    def timed(fn, warmups: int = 1) -> tuple[float, torch.Tensor, float]:
         """Seconds per call, the tokens of the last call, peak GiB (nan off CUDA)."""
-        s, (tok, _), peak = timed_call(fn, args.repeats, dev, seed=0)
+        s, (tok, _), peak = timed_call(fn, args.repeats, dev, seed=0, warmups=warmups)
         return s, tok, float("nan") if peak is None else peak
 
-    def run(decode=None, decoder=None):
+    # the library's fast path: a static cache, whose decode steps ``generate`` compiles
+    compile_cfg = CompileConfig(mode=args.compile_mode or ("reduce-overhead" if dev.type == "cuda" else "default"))
+    if dev.type != "cuda":
+        compile_cfg._compile_all_devices = True  # transformers' switch to compile off a GPU ("for testing")
+
+    def run(decode=None, decoder=None, compiled=False):
         if decoder is not None:
             return decoder.generate(prompts, args.new, args.temperature, policy.stop_ids, min_new_tokens=args.new)
+        if compiled:
+            return policy.generate_ids(prompts, args.temperature, decode="hf", min_new_tokens=policy.max_new_tokens,
+                                       cache_implementation="static", compile_config=compile_cfg)
         return policy.generate_ids(prompts, args.temperature, decode=decode, min_new_tokens=policy.max_new_tokens)
 
-    n_param = sum(p.numel() for p in policy.module.parameters())
+    model = policy.rollout_module()
+    n_param = sum(p.numel() for p in model.parameters())
     print(f"lm decode: model={args.model_path or args.model_config} ({n_param / 1e6:.1f}M parameters) "
-          f"device={dev} dtype={next(policy.module.parameters()).dtype} batch={args.batch} "
+          f"device={dev} dtype={next(model.parameters()).dtype} batch={args.batch} "
           f"(bucket {bucket_rows(args.batch)}) prompt={args.prompt} new={args.new} "
           f"temperature={args.temperature} repeats={args.repeats}")
     print(f"every row writes exactly {args.new} new tokens: stop ids are blocked until then (min_new_tokens), "
           "as a random-weight model rarely writes one")
-    rows = []
-    hf_s, hf_tok, hf_peak = timed(lambda: run("hf"))
-    rows.append(("hf generate", hf_s, hf_peak))
+    # the baselines, then static: (label, call, warm-up calls)
+    paths = [("hf generate", lambda: run("hf"), 1)]
+    if not args.no_compiled:
+        paths.append(("hf static cache+compile", lambda: run(compiled=True), 2))
+    rows, toks, whole = [], {}, {}
+    for name, fn, warm in paths:
+        s, tok, peak = timed(fn, warm)
+        rows.append((name, s, peak))
+        toks[name], whole[name] = tok, s
     st_s, st_tok, st_peak = timed(lambda: run("static"))
     rows.append((f"static{' + CUDA graphs' if static.graphs else ' (eager step)'}", st_s, st_peak))
     if static.graphs and not args.no_eager:
-        eager = StaticDecoder(policy.module, static.max_len, policy.tokenizer.pad_token_id, graphs=False)
+        eager = StaticDecoder(model, static.max_len, policy.tokenizer.pad_token_id, graphs=False)
         eager_s, _, eager_peak = timed(lambda: run(decoder=eager))
         rows.append(("static, eager step", eager_s, eager_peak))
-    for tok in (hf_tok, st_tok):
+    for tok in [*toks.values(), st_tok]:
         if tok.shape != (args.batch, args.new):
             raise SystemExit(f"a path wrote {tuple(tok.shape)} tokens, not {(args.batch, args.new)}")
     new_tok = args.batch * args.new
-    print(f"{'path':<24}{'s/call':>10}{'new tok/s':>12}{'peak GiB':>10}")
+    print(f"{'path':<26}{'s/call':>10}{'new tok/s':>12}{'peak GiB':>10}")
     for name, s, mem in rows:
-        print(f"{name:<24}{s:>10.3f}{new_tok / s:>12.0f}{mem:>10.1f}")
+        print(f"{name:<26}{s:>10.3f}{new_tok / s:>12.0f}{mem:>10.1f}")
     if static.graphs:
         print(f"graph capture (first call of the bucket, not timed): {static.capture_s:.2f}s")
-    print(f"speed-up static / hf: {hf_s / st_s:.2f}x")
+    for name, s in whole.items():
+        print(f"speed-up static / {name}: {s / st_s:.2f}x")
     # the prefill's share: the same calls with one new token
     policy.max_new_tokens = 1
-    hf1_s, _, _ = timed(lambda: run("hf"))
+    one = {name: timed(fn, warm)[0] for name, fn, warm in paths}
     st1_s, _, _ = timed(lambda: run("static"))
     policy.max_new_tokens = args.new
-    print(f"one new token (prefill): hf {hf1_s:.3f} s/call, static {st1_s:.3f}")
+    print("one new token (prefill): " + ", ".join(f"{name} {s:.3f}" for name, s in one.items())
+          + f", static {st1_s:.3f} s/call")
     if args.new > 1:
         steps_tok = args.batch * (args.new - 1)
-        hf_dec, st_dec = hf_s - hf1_s, st_s - st1_s
-        if hf_dec > 0 and st_dec > 0:
-            print(f"decode steps alone ({args.new - 1} a row): hf {steps_tok / hf_dec:.0f} new tok/s, "
-                  f"static {steps_tok / st_dec:.0f}, speed-up {hf_dec / st_dec:.2f}x")
-        print(f"bound on the whole call's speed-up with static's prefill as it is (decode steps free): "
-              f"{hf_s / st1_s:.2f}x")
+        st_dec = st_s - st1_s
+        for name, s in whole.items():
+            dec = s - one[name]
+            if dec > 0 and st_dec > 0:
+                print(f"decode steps alone ({args.new - 1} a row): {name} {steps_tok / dec:.0f} new tok/s, "
+                      f"static {steps_tok / st_dec:.0f}, speed-up {dec / st_dec:.2f}x")
+            print(f"bound on the whole call's speed-up over {name} with static's prefill as it is (decode steps "
+                  f"free): {s / st1_s:.2f}x")
     if args.temperature == 0:
-        same = sum(a == b for a, b in zip(hf_tok.tolist(), st_tok.tolist()))
-        print(f"greedy rows identical between hf and static: {same}/{args.batch}")
+        for name, tok in toks.items():
+            same = sum(a == b for a, b in zip(tok.tolist(), st_tok.tolist()))
+            print(f"greedy rows identical between {name} and static: {same}/{args.batch}")
     return 0
 
 

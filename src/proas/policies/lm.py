@@ -720,13 +720,15 @@ class LMPolicy(Policy):
             procs.append(MinNewTokensLengthLogitsProcessor(width, min_new_tokens, self.stop_ids, device=self.device))
         if temperature > 0 and temperature != 1.0:
             procs.append(TemperatureLogitsWarper(temperature))
-        # every sampling knob set here, so none comes from the model's generation_config
-        # (an instruct model's ships top_k, top_p, a temperature and a repetition penalty)
+        # every knob that changes the distribution set here, so none comes from the model's
+        # generation_config (an instruct model's ships top_k, top_p, a temperature and a
+        # repetition penalty); sampling itself only when drawing
+        sampling = dict(temperature=1.0, top_p=1.0, top_k=0, typical_p=1.0) if temperature > 0 else {}
         out = model.generate(
             input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=self.max_new_tokens,
-            do_sample=temperature > 0, temperature=1.0, top_p=1.0, top_k=0, min_p=None, typical_p=1.0,
-            repetition_penalty=1.0, no_repeat_ngram_size=0, eos_token_id=self.stop_ids, pad_token_id=pad,
-            return_dict_in_generate=True, logits_processor=procs, **generate_options,
+            do_sample=temperature > 0, **sampling, repetition_penalty=1.0, no_repeat_ngram_size=0,
+            eos_token_id=self.stop_ids, pad_token_id=pad, return_dict_in_generate=True, logits_processor=procs,
+            **generate_options,
         )
         gen = out.sequences[:, width:]
         return gen.cpu(), record.finish(gen).cpu()
