@@ -17,6 +17,7 @@ Goals: GiGPO + ProAS <= 10 ms median on 2 cores (issue 2); the graph evolution <
 (issue 16).
 
     python benchmarks/credit_overhead.py [--repeats 30]
+    python benchmarks/credit_overhead.py --quick          # 3 repeats: what CI runs
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="3 repeats: a smoke run for CI")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats = 3
     rng = np.random.default_rng(args.seed)
     graph, paths = make_graph(rng)
     trajs = make_batch(rng, paths)

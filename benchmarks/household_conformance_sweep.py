@@ -2,6 +2,7 @@
 
     python benchmarks/household_conformance_sweep.py --split valid_unseen --games-per-type 6 --steps 80
     python benchmarks/household_conformance_sweep.py --split train --offset 100 --games-per-type 5 --biased
+    python benchmarks/household_conformance_sweep.py --quick    # 3 games (3 types), 10 steps: what CI runs
 
 For each game: the oracle walkthrough, then a seeded random sequence of ``--steps`` actions
 (75% admissible, 15% plausible inadmissible, 10% malformed; with ``--biased``, admissible picks
@@ -76,13 +77,18 @@ def main() -> int:
     ap.add_argument("--games-per-type", type=int, default=3)
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--biased", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1 game of each of 3 task types, 10 random steps: a smoke "
+                    "run for CI (the real engine takes seconds a reset)")
     args = ap.parse_args()
+    types = TASK_TYPES
+    if args.quick:
+        args.games_per_type, args.steps, types = 1, 10, list(TASK_TYPES)[:3]
     fast = make_household_env("fast")
     ok = total = 0
     t0 = time.time()
     with tempfile.TemporaryDirectory() as cache:
         real = make_household_env("alfworld", cache_dir=cache)
-        for short in TASK_TYPES:
+        for short in types:
             for i in range(args.games_per_type):
                 task_id = f"{args.split}-{short}-{i + args.offset:04d}"
                 bad = sweep_game(fast, real, task_id, args.steps, args.biased)

@@ -1,6 +1,7 @@
 """Household env speed: the fast simulator against the real ALFWorld engine, same games, same actions.
 
     python benchmarks/household_env.py [--games-per-type 2] [--steps 40] [--repeats 5]
+    python benchmarks/household_env.py --quick     # 3 games (3 types), 10 steps, 1 repeat: what CI runs
 
 Action sequences are drawn once (seeded: 80% admissible commands, 10% plausible inadmissible
 ones, 10% malformed text) and replayed in both backends through ``HouseholdEnv``, so both pay
@@ -69,9 +70,14 @@ def main() -> None:
     ap.add_argument("--games-per-type", type=int, default=2)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="1 game of each of 3 task types, 10 steps, 1 repeat: a "
+                    "smoke run for CI (the real engine takes seconds a reset)")
     args = ap.parse_args()
+    types = TASK_TYPES
+    if args.quick:
+        args.games_per_type, args.steps, args.repeats, types = 1, 10, 1, list(TASK_TYPES)[:3]
 
-    games = [f"train-{short}-{i:04d}" for short in TASK_TYPES for i in range(args.games_per_type)]
+    games = [f"train-{short}-{i:04d}" for short in types for i in range(args.games_per_type)]
     sequences = draw_sequences(games, args.steps)
     fast = make_household_env("fast")
     with tempfile.TemporaryDirectory() as cache:
@@ -88,7 +94,8 @@ def main() -> None:
     f_step, f_reset, _, f_obs = best
     same = f_obs == r_obs
     f_rate, r_rate = n / f_step, n / r_step
-    print(f"games: {len(games)} ({args.games_per_type} per type), steps replayed: {n}, same observations: {same}")
+    print(f"games: {len(games)} ({args.games_per_type} of each of {len(types)} types), steps replayed: {n}, "
+          f"same observations: {same}")
     print(f"{'backend':<10} {'steps/s':>12} {'ms/step':>10} {'ms/reset':>10}")
     print(f"{'fast':<10} {f_rate:>12.0f} {1000 / f_rate:>10.4f} {1000 * f_reset / len(games):>10.3f}")
     print(f"{'alfworld':<10} {r_rate:>12.1f} {1000 / r_rate:>10.2f} {1000 * r_reset / len(games):>10.1f}")

@@ -9,6 +9,7 @@ credit and to the env-only rollout, the bytes written per step and per trajector
 of one task (the ARG of its type drawn from the evolved graph).
 
     python benchmarks/inspect_log.py [--repeats 7]
+    python benchmarks/inspect_log.py --quick        # 1 repeat: what CI runs
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def median_ms(fn, repeats: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="1 repeat: a smoke run for CI")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats = 1
     env = HouseholdEnv()
     ids = env.task_ids("train")
     tasks = [ids[k * 211] for k in range(16)]

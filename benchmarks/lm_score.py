@@ -7,6 +7,11 @@ prompt and 40 candidates of 6 tokens each (household-like shapes; the defaults):
 
     python benchmarks/lm_score.py
 
+A smoke run (what CI runs: the tiny architecture, 2 decisions of a 32-token prompt, 8
+candidates, one timed call)::
+
+    python benchmarks/lm_score.py --quick
+
 One GPU (bf16)::
 
     python benchmarks/lm_score.py --device cuda
@@ -39,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cand-tokens", type=int, default=6, help="tokens per candidate")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls per path and task")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--quick", action="store_true", help="tiny architecture, 2 decisions, 32-token prompts, "
+                    "8 candidates, 1 repeat: a smoke run for CI")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.size, args.device, args.decisions, args.prompt, args.candidates, args.repeats = "tiny", "cpu", 2, 32, 8, 1
 
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

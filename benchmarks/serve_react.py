@@ -1,6 +1,9 @@
 """Load and cost of `proas serve`, on 127.0.0.1 only.
 
     python benchmarks/serve_react.py [--clients 200] [--tasks 16] [--run RUN_DIR] [--url URL]
+    python benchmarks/serve_react.py --quick      # 20 clients, 2 tasks: what CI runs
+
+(``serve_load.py`` loads the server with slow uploaders mixed in.)
 
 1. Load: starts `proas serve` in a child process (the untrained household scorer, or ``--run``),
    or uses the server already running at ``--url`` (a loopback address), and fires ``--clients``
@@ -91,10 +94,10 @@ def load_test(url: str, body: bytes, clients: int, timeout: float = 60.0) -> dic
     return out
 
 
-def _start_server(run: Path) -> tuple[subprocess.Popen, str]:
+def _start_server(run: Path, extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")] if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "proas", "serve", str(run), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "proas", "serve", str(run), "--port", "0", *(extra or [])],
                             stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     m = re.search(r"at (http://\S+/v1)", line)
@@ -110,7 +113,10 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=16, help="household tasks of the react-vs-in-process part (0: skip)")
     ap.add_argument("--run", default=None, help="the run directory to serve (default: the untrained household scorer)")
     ap.add_argument("--url", default=None, help="fire at this running server (http://127.0.0.1:PORT/v1) instead")
+    ap.add_argument("--quick", action="store_true", help="20 clients, 2 tasks: a smoke run for CI")
     args = ap.parse_args()
+    if args.quick:
+        args.clients, args.tasks = 20, 2
     if not 1 <= args.clients <= 1000:
         raise SystemExit("--clients must be in 1..1000")
     torch.set_num_threads(1)

@@ -9,6 +9,10 @@ One GPU, the lm policy with a Qwen2.5-1.5B architecture (random weights: timing 
     python benchmarks/train_step.py --policy lm --device cuda --model-config qwen2.5-1.5b \
         --steps 2 --max-steps 5 --max-new-tokens 256
 
+A smoke run (what CI runs: 1 timed step of 2 tasks x 2, the graph from 50 oracle walks)::
+
+    python benchmarks/train_step.py --quick
+
 Add ``--decode static`` (or the override ``policy.lm.decode=static``) for the static-cache
 decoder with CUDA graphs (``benchmarks/lm_decode.py`` times decoding alone).
 
@@ -44,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
     ap.add_argument("--decode", choices=["hf", "static"], default="hf", help="lm generate-mode decoder")
+    ap.add_argument("--quick", action="store_true", help="1 timed step of 2 tasks x 2, the graph from 50 oracle "
+                    "walks: a smoke run for CI")
     ap.add_argument("overrides", nargs="*", help="config overrides key=value")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.tasks, args.group = 1, 2, 2
+        args.overrides = ["algo.graph.oracle_tasks=50", *args.overrides]
 
     import torch
 

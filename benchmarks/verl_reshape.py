@@ -13,6 +13,7 @@ as verl's ``_balance_batch`` does), 512 response tokens per row. Times, best of 
   copied outside the timed call.
 
 Run in the verl venv:  VENV/bin/python benchmarks/verl_reshape.py
+A smoke run (what CI runs, in that venv: 4 groups, 2 repeats):  VENV/bin/python benchmarks/verl_reshape.py --quick
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads; 1 by default: on a shared 2-core machine a second "
                          "thread waits on a busy core and makes every token-sized op ~10x slower")
+    ap.add_argument("--quick", action="store_true", help="4 groups, 2 repeats: a smoke run for CI")
     args = ap.parse_args()
+    if args.quick:
+        args.groups, args.repeat = 4, 2
     torch.set_num_threads(args.threads)
 
     rng = np.random.default_rng(0)
