@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from proas.credit import CreditBatch, ReferenceGraph, compute_credit, credit_arrays
+from proas.credit import ESTIMATORS, CreditBatch, ReferenceGraph, compute_credit, credit_arrays
 from proas.integrations.verl import (
     ProASCredit,
     broadcast_to_tokens,
@@ -32,7 +32,6 @@ from proas.integrations.verl import (
     rows_to_trajectories,
     trajectories_to_rows,
 )
-from proas.integrations.verl.hook import takes_step_penalty
 from proas.types import Step, Trajectory
 
 
@@ -81,7 +80,8 @@ class ObjectPathCredit(ProASCredit):
         layout = rows_to_trajectories(non_tensor_batch, self.columns)
         options = dict(self.estimator_options)
         name = self.columns.valid
-        if self.invalid_action_penalty and name in non_tensor_batch and takes_step_penalty(self.estimator):
+        takes = ESTIMATORS[self.estimator].takes("step_penalty")
+        if self.invalid_action_penalty and name in non_tensor_batch and takes:
             step_valid = np.ones(layout.n_steps, dtype=bool)
             step_valid[layout.row_to_step] = [bool(v) for v in non_tensor_batch[name]]
             options["step_penalty"] = self.invalid_action_penalty * (~step_valid).astype(np.float64)
