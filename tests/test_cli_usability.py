@@ -114,13 +114,13 @@ def test_every_argument_has_help():
 
 
 def test_every_default_is_shown():
-    """An option with a default (not None, not a flag's False) says it in its help."""
+    """An option that takes a value and has a default (0 included) says it in its help."""
     hidden = []
     for path, parser in _walk(build_parser()):
         text = parser.format_help()
         options = text[text.index("\noptions:"):]
         for a in parser._actions:
-            if a.option_strings and a.default not in (None, False, argparse.SUPPRESS) and _takes_value(a):
+            if a.option_strings and a.default is not None and a.default is not argparse.SUPPRESS and _takes_value(a):
                 start = re.search(rf"^  (-\S+, )*{re.escape(a.option_strings[0])}\b", options, flags=re.M).start()
                 block = options[start:]
                 end = block.find("\n  -", 1)

@@ -65,8 +65,8 @@ def _conventions(parser: argparse.ArgumentParser) -> None:
                 a.metavar = "SEED" if "seed" in a.dest else "PORT" if a.dest == "port" else "N"
             elif a.type is float and "temperature" in a.dest:
                 a.metavar = "T"
-        if (a.option_strings and a.help and a.default not in (None, False, argparse.SUPPRESS)
-                and "default" not in a.help):
+        if (a.option_strings and a.help and a.default is not None and a.default is not argparse.SUPPRESS
+                and "default" not in a.help):  # (a default of 0 is shown too: `0 in (None, False)` holds)
             a.help += " (default: %(default)s)"
 
 
