@@ -346,3 +346,17 @@ def test_speed_at_k_follows_the_protocol():
     sec = heldout.secondary(rows, [{"env": "shop", "pair": "p", "base": "a", "proas": "b"}])[0]
     assert sec["n"] == 4 and sec["best_val"]["mean"] == pytest.approx(0.1) and sec["train_sr"] is None
     assert "| shop | p | 4 | +10.0 [+10.0, +10.0] |" in heldout.render_secondary([sec])
+
+
+def test_holm_is_applied_once_every_primary_pair_has_all_its_seeds(tmp_path):
+    chosen = {f"{a.env}/{a.name}": {"optimizer": "sgd", "lr": 1.0, "gigpo_mode": None} for a in heldout.arms()}
+    study = heldout.evaluation_study(chosen, envs=["shop"])
+    for k, seed in enumerate(heldout.EVAL_SEEDS):
+        for est, gain in (("grpo", 0.05), ("dapo", 0.0), ("gigpo", 0.02)):
+            for row, v in ((f"{est}_none_shop", 0.2), (f"{est}_proas_shop", 0.2 + gain + 0.01 * (k % 3))):
+                _fake_run(tmp_path, "shop", row, seed, {s: v for s in range(0, 151, 10)})
+                (tmp_path / "shop" / row / f"seed{seed}" / "summary.json").write_text("{}")
+    _, pairs = heldout.analyse(tmp_path, study)
+    primary = [p for p in pairs if p["pair"].endswith("(own setting)")]
+    assert len(primary) == 3 and all(p["n"] == 10 for p in primary)
+    assert [p["p_holm"] for p in primary] == pytest.approx(heldout.holm([p["p"] for p in primary]))

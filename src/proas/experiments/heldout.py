@@ -674,11 +674,12 @@ def analyse(sources: Path | Iterable[Path], study: dict[str, Any]) -> tuple[list
                                              "p": None, "mde": None}
         pairs.append({"env": env, "pair": label, "base": base, "proas": proas, **res,
                       "verdict": verdict(res["lo"], res["hi"]) if deltas else "not run"})
-    # Holm over the study's primary pairs (the protocol's 6), once every one of them has its
-    # p-value: a family with members missing has no adjusted p yet ("pending")
+    # Holm over the study's primary pairs (the protocol's 6), once every one of them has all of
+    # the study's seeds: a family with runs missing has no adjusted p yet ("pending")
     primary = [i for i, p in enumerate(pairs) if p["pair"].endswith("(own setting)")]
     pvals = [pairs[i]["p"] for i in primary]
-    adjusted = holm(pvals) if all(p is not None for p in pvals) else [None] * len(primary)
+    complete = all(p is not None and pairs[i]["n"] == len(study["seeds"]) for i, p in zip(primary, pvals))
+    adjusted = holm(pvals) if complete else [None] * len(primary)
     for i, adj in zip(primary, adjusted):
         pairs[i]["p_holm"] = adj if adj is not None else "pending"
     return rows, pairs
