@@ -5,8 +5,8 @@ The full disk is simulated where every write of proas ends: ``os.fsync`` (atomic
 metrics records are all fsynced) fails with ``ENOSPC`` from a chosen call on, as a disk that
 stays full. The failure is placed at each kind of write of a training run: a checkpoint's last
 file (``checksums.json``, the mark of a complete one; every other file of it is written), the
-``latest.json`` pointer after it, and a metrics record. The read-only directory is real: a read-only bind mount (as root, where file
-modes do not stop writes) or the write bits removed.
+``latest.json`` pointer after it, and a metrics record. The read-only directory is real: a
+read-only bind mount (as root, where file modes do not stop writes) or the write bits removed.
 """
 
 from __future__ import annotations

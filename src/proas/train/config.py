@@ -149,7 +149,6 @@ class LMConfig:
     tokenizer_path: Optional[str] = None
     #: AdamW learning rate (verl-agent: 1e-6); the peak rate when warming up or decaying
     lr: float = 1e-6
-    #: LoRA rank; 0 trains every weight
     #: AdamW's decoupled weight decay (verl-agent's actor: 0.01), not applied to biases and
     #: normalisation weights (as the Hugging Face Trainer); the same optimiser for SFT and RL
     weight_decay: float = 0.01
@@ -159,6 +158,7 @@ class LMConfig:
     lr_schedule: str = "constant"
     #: share of the steps spent warming up linearly from 0 (verl-agent: 0, no warmup)
     warmup_ratio: float = 0.0
+    #: LoRA rank; 0 trains every weight
     lora_rank: int = 0
     lora_alpha: int = 32
     #: start from this model instead of ``model_path``/``model_config``: a proas run or checkpoint
@@ -169,7 +169,6 @@ class LMConfig:
     #: bf16's resolution and round away), except a LoRA model's frozen base, bf16 on a GPU; or
     #: ``bf16`` / ``fp16`` / ``fp32`` for every weight (pure bf16 is not advised for training)
     dtype: str = "auto"
-    #: ``auto`` = cuda when present
     #: compute dtype of the forward passes (``torch.autocast`` over the fp32 weights, as TRL and
     #: verl's FSDP mixed precision): ``auto`` = bf16 on a GPU, none on a CPU; ``bf16``; ``none``.
     #: Generate mode then decodes on a bf16 copy of the weights, refreshed after each update
@@ -183,6 +182,7 @@ class LMConfig:
     #: passes and the static decoder; another (``flash_attention_2``) is refused in score mode
     #: with a packed loss, and ``decode=static`` falls back to ``hf`` with it
     attn_implementation: Optional[str] = None
+    #: ``auto`` = cuda when present
     device: str = "auto"
     #: response budget per step (verl-agent: 512)
     max_new_tokens: int = 512
@@ -207,11 +207,11 @@ class LMConfig:
     #: ``packed`` ``score_tokens_per_pass`` counts decisions x (longest prompt plus all its
     #: candidates)
     score_impl: str = "auto"
-    #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
     #: score mode: a candidate's score from its response tokens' log-probs: ``sum`` (the
     #: log-likelihood of the response) or ``mean`` (per token, over the candidate's own tokens,
     #: GLAM's normalised variant: long candidates are not penalised for their length)
     score_norm: str = "sum"
+    #: ``generate`` (write a response, parse the action) or ``score`` (choose among the env's
     #: candidate actions by the likelihood of each one's response, GLAM; needs admissible actions)
     mode: str = "generate"
     #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache
@@ -429,10 +429,10 @@ def _validate(cfg: Config) -> None:
     choice("policy.lm.mode", cfg.policy.lm.mode, lm_options.MODES)
     choice("policy.lm.decode", cfg.policy.lm.decode, lm_options.DECODERS)
     choice("policy.lm.score_impl", cfg.policy.lm.score_impl, lm_options.SCORE_IMPLS)
-    if cfg.algo.gigpo_mode is not None:
     choice("policy.lm.score_norm", cfg.policy.lm.score_norm, lm_options.SCORE_NORMS)
     choice("policy.lm.autocast", cfg.policy.lm.autocast, lm_options.AUTOCAST)
     choice("policy.lm.lr_schedule", cfg.policy.lm.lr_schedule, lm_options.LR_SCHEDULES)
+    if cfg.algo.gigpo_mode is not None:
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, CREDIT_ESTIMATORS["gigpo"].options["mode"].choices)
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
     choice("algo.graph.rea", cfg.algo.graph.rea, REA_RULES)
