@@ -233,3 +233,194 @@ def test_an_error_line_never_carries_terminal_control(name):
     with contextlib.redirect_stderr(err):
         rc = cli.main(["schedule", "verify", f"/nonexistent/{name}"])
     assert rc == 2 and _clean_line(err.getvalue()), repr(err.getvalue())
+
+
+# ------------------------------------------------------------------ config overrides
+
+#: what makes a value more than a plain value, each in a form YAML or OmegaConf would act on
+_CONSTRUCTS = st.sampled_from([
+    "!!python/name:os.system", "!!python/object/apply:os.system [ls]", "!!int 3", "!!str x", "!x y", "! y",
+    "!<tag:yaml.org,2002:str> y", "&a y", "*a", "${oc.env:HOME}", "${train.out_dir}", "'${x}'", '"${x}"',
+    '"\\x24{x}"', "\\${x}", "pre${x}post",
+])
+#: where in the value the construct sits: alone, in a list, as a mapping's value or key
+_SPOTS = st.sampled_from(["{c}", "[1, {c}]", "[{c}]", "{{k: {c}}}", "{{k: [{c}]}}", "{{{c}: 1}}"])
+_KEYS = st.sampled_from(["train.run_name", "seed", "env.options", "train.final_val_temperatures",
+                         "policy.lm.model_path", "algo.graph.path", "env.options.n_train"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=_KEYS, spot=_SPOTS, construct=_CONSTRUCTS)
+def test_an_override_with_a_yaml_tag_anchor_alias_or_interpolation_is_refused(key, spot, construct):
+    from proas.train.overrides import check_override
+
+    with pytest.raises(ProasError, match="overrides take plain values") as info:
+        check_override(key, spot.format(c=construct))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["!!python/name:os.system", "{k: &a 1, j: *a}", "[1, *x]", "${oc.env:HOME}",
+                                   '"\\x24{train.out_dir}"', "{k: !x v}"])
+def test_build_config_refuses_each_kind_of_construct(value):
+    from proas.train.config import build_config
+
+    with pytest.raises(ProasError, match="overrides take plain values"):
+        build_config([f"env.options.k={value}"])
+
+
+@pytest.mark.parametrize("value", ["--- y", "---", "--- !!str y", "%TAG ! x"])
+def test_an_override_with_a_yaml_document_marker_or_directive_is_refused(value):
+    from proas.train.config import build_config
+
+    with pytest.raises(ProasError, match="overrides take plain values"):
+        build_config([f"train.run_name={value}"])
+
+
+_CONTROLS = st.sampled_from(["\x00", "\x07", "\t", "\n", "\r", "\x1b", "\x1b[31m", "\x7f", "\x85", "\x9b",
+                             "\u2028", "\u2029", "\u202e", "\u2066", "\u200f", '"\\e"', '"\\x07"', '"\\N"'])
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=_KEYS, before=st.text("ab1 ", max_size=3), control=_CONTROLS, after=st.text("ab1 ", max_size=3),
+       in_key=st.booleans())
+def test_an_override_with_a_control_character_is_refused(key, before, control, after, in_key):
+    from proas.train.overrides import check_override
+
+    if control.startswith('"'):  # a YAML escape: only a whole double-quoted value decodes it
+        value = control
+    elif in_key:
+        key, value = f"{before}{key}{control}{after}", "x"
+    else:
+        value = f"{before}{control}{after}"
+    with pytest.raises(ProasError) as info:
+        check_override(key, value)
+    message = str(info.value)
+    assert "\n" not in message and "\x1b" not in message
+    assert "control, separator or bidirectional character" in message
+
+
+@pytest.mark.parametrize("item", ["train.run_name=a\x1bb", "seed\t=1", "env.options.k=\u202ex", "env.name=a\nb",
+                                  'train.run_name="a\\eb"'])
+def test_build_config_refuses_a_control_character(item):
+    from proas.train.config import build_config
+
+    with pytest.raises(ProasError, match="control, separator or bidirectional character"):
+        build_config([item])
+
+
+@settings(max_examples=50, deadline=None)
+@given(key=_KEYS | st.text(max_size=8),
+       value=st.text(max_size=14) | st.text(st.sampled_from(list("!&*${}[]:,'\"\\ #%-|>?@`a1.")), max_size=14))
+def test_any_override_gives_a_plain_config_or_one_line(key, value):
+    from proas.train.config import build_config
+
+    try:
+        cfg = build_config([f"{key}={value}"])
+    except ProasError as exc:
+        assert "\n" not in str(exc)
+        return
+    from proas.train.config import config_to_yaml
+
+    text = config_to_yaml(cfg)
+    assert "${" not in text and "!!" not in text
+
+
+def test_train_refuses_an_interpolating_override_in_one_line_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    err = _one_line_refusal(capsys, ["train", "train.run_name=${oc.env:HOME}", "--run-dir", str(run)])
+    assert "interpolations" in err
+    err = _one_line_refusal(capsys, ["train", "train.out_dir=a\x1b[2Jb", "--run-dir", str(run)])
+    assert "\\x1b" in err and "\x1b" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ trajectories
+
+
+def _traj(reward, group="g", name="0", step_reward=None):
+    step = {"state": "a", "action": "go", "next_state": "b", "error": False}
+    if step_reward is not None:
+        step["reward"] = step_reward
+    return {"group": group, "trajectory": name, "reward": reward, "steps": [step]}
+
+
+_NESTED = st.integers(1, 3000).map(lambda d: "[" * d + "1" + "]" * d)
+#: what a reward field may hold in a hostile log, as JSON text
+_REWARD_TEXT = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(-(10**30), 10**30).map(str),
+    st.integers(13, 5000).map(lambda n: "9" * n),
+    st.sampled_from(["null", "true", "false", '"1"', "NaN", "Infinity", "-Infinity", "1e400", "-1e308", "[]",
+                     "{}", "1e12", "-1e12", "1.0000001e12"]),
+    _NESTED,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reward=_REWARD_TEXT, where=st.sampled_from(["trajectory", "step"]))
+def test_a_trajectory_reward_of_any_json_is_read_as_a_bounded_number_or_refused(reward, where):
+    from proas.credit import read_trajectories
+    from proas.types import MAX_ABS_NUMBER
+
+    step_reward = f', "reward": {reward}' if where == "step" else ""
+    line = (f'{{"group": "g", "trajectory": "0", "reward": {reward if where == "trajectory" else "0.0"}, '
+            f'"steps": [{{"state": "a", "action": "go", "next_state": "b", "error": false{step_reward}}}]}}')
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.jsonl"
+        path.write_text(line + "\n")
+        try:
+            (traj,) = read_trajectories(path)
+        except ProasError as exc:
+            assert "\n" not in str(exc) and str(path) in str(exc)
+            return
+    value = traj.reward if where == "trajectory" else traj.steps[0].reward
+    if where == "step" and reward == "null":  # a step's reward is optional: null is "not recorded"
+        assert value is None
+        return
+    assert isinstance(value, float) and abs(value) <= MAX_ABS_NUMBER
+
+
+@settings(max_examples=60, deadline=None)
+@given(rewards=st.lists(st.floats(-1e12, 1e12), min_size=2, max_size=6),
+       step_rewards=st.lists(st.floats(-1e12, 1e12), min_size=6, max_size=6))
+def test_every_accepted_reward_gives_finite_credit(rewards, step_rewards):
+    import numpy as np
+
+    from proas.credit import ESTIMATORS, ReferenceGraph, compute_credit
+    from proas.types import Trajectory
+
+    trajs = [Trajectory.from_json({"group": "g", "trajectory": str(i), "reward": r, "steps": [
+        {"state": "a", "action": "go", "next_state": f"b{i % 2}", "error": False, "reward": step_rewards[i],
+         "value": step_rewards[-1 - i]}]}) for i, r in enumerate(rewards)]
+    for name in ESTIMATORS:
+        res = compute_credit(trajs, ReferenceGraph(), estimator=name)
+        assert np.isfinite(res.advantage).all(), name
+
+
+def test_proas_credit_refuses_null_huge_and_deep_rewards_in_one_line_and_writes_nothing(tmp_path, capsys):
+    for n, reward in enumerate(["null", "1e300", "9" * 400, "[" * 50_000 + "]" * 50_000]):
+        path = tmp_path / f"in{n}.jsonl"
+        path.write_text(json.dumps(_traj(1.0)).replace('"reward": 1.0', f'"reward": {reward}') + "\n")
+        out = tmp_path / f"out{n}.jsonl"
+        _one_line_refusal(capsys, ["credit", "--trajectories", str(path), "--out", str(out),
+                                   "--export-graph", str(tmp_path / f"g{n}.dot")])
+        assert not out.exists() and not (tmp_path / f"g{n}.dot").exists()
+
+
+@pytest.mark.parametrize("field, text", [("reward", "9" * 400), ("traj_advantage", "1e300"), ("reward", "null"),
+                                         ("traj_advantage", "[" * 50_000 + "]" * 50_000)],
+                         ids=["huge integer", "huge float", "null", "deep nesting"])
+def test_a_rollout_log_with_a_null_huge_or_deep_number_is_one_line(tmp_path, field, text):
+    import gzip
+
+    from proas.rollout_log import read_rollouts, rollout_path
+
+    record = {**_traj(1.0), "traj_advantage": 0.0}
+    record["steps"][0].update(rea=1, pa=1, fd=0.0, base_advantage=0.0, advantage=0.0, uniform=True)
+    line = json.dumps(record).replace(f'"{field}": {json.dumps(record[field])}', f'"{field}": {text}')
+    path = rollout_path(tmp_path, 1)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(line.encode() + b"\n"))
+    with pytest.raises(ProasError) as info:
+        read_rollouts(tmp_path)
+    assert "\n" not in str(info.value)

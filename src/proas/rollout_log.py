@@ -30,7 +30,7 @@ from typing import Any
 
 from proas.errors import ProasError
 from proas.fileio import atomic_open
-from proas.types import Trajectory, TrajectoryFormatError
+from proas.types import MAX_ABS_NUMBER, Trajectory, TrajectoryFormatError
 
 __all__ = [
     "ROLLOUTS_DIR",
@@ -241,7 +241,7 @@ def read_rollouts(run_dir: str | os.PathLike, step: int | None = None) -> Rollou
         where = f"{path}: line {n}"
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             raise ProasError(f"{where}: not JSON") from None
         trajs.append(_parse(obj, where))
     if not trajs:
@@ -251,9 +251,21 @@ def read_rollouts(run_dir: str | os.PathLike, step: int | None = None) -> Rollou
 
 def _number(obj: dict[str, Any], key: str, where: str) -> float:
     val = obj.get(key)
-    if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
-        raise ProasError(f"{where}: field {key!r} must be a finite number, got {val!r}")
+    ok = not isinstance(val, bool) and isinstance(val, (int, float))
+    try:
+        ok = ok and math.isfinite(val) and abs(val) <= MAX_ABS_NUMBER
+    except OverflowError:  # an integer too large for a float
+        ok = False
+    if not ok:
+        shown = f"an integer of {_digits(val)} digits" if type(val) is int else repr(val)[:40]
+        raise ProasError(f"{where}: field {key!r} must be a finite number of magnitude at most "
+                         f"{MAX_ABS_NUMBER:g}, got {shown}")
     return float(val)
+
+
+def _digits(n: int) -> int:
+    """About how many decimal digits ``n`` has (``str`` refuses integers of over 4300 digits)."""
+    return int(abs(n).bit_length() * 0.30103) + 1
 
 
 def _parse(obj: Any, where: str) -> LoggedTrajectory:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["printable", "safe_text"]
+__all__ = ["is_unsafe", "printable", "safe_text"]
 
 # the explicit bidirectional formatting characters: embeddings, overrides, isolates and marks
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -24,6 +24,12 @@ def _unsafe(ch: str) -> bool:
         return True
     # Cc: C0, DEL, C1; Zl/Zp: line and paragraph separators, which some terminals treat as breaks
     return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+
+
+def is_unsafe(ch: str) -> bool:
+    """Whether ``printable`` escapes the character ``ch`` (a control character, a line or
+    paragraph separator, a bidirectional formatting character); newlines and tabs included."""
+    return _unsafe(ch)
 
 
 def _escape(ch: str) -> str:

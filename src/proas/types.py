@@ -15,6 +15,11 @@ JSON form (the ``proas credit`` input format, one trajectory per line)::
     {"group": str, "trajectory": str, "reward": float,
      "steps": [{"state": str, "action": str, "next_state": str, "error": bool,
                 "anchor": str (optional), "reward": float (optional)}]}
+
+Every number (a trajectory's reward, a step's reward and value) is finite and at most
+``MAX_ABS_NUMBER`` (1e12) in magnitude: the estimators square and sum them, and a reward of
+1e200 would turn a whole group's advantages into NaN. The trajectory's reward is required (not
+null); anything else is a ``TrajectoryFormatError`` naming the field.
 """
 
 from __future__ import annotations
@@ -23,7 +28,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["Step", "Trajectory", "TrajectoryFormatError", "as_trajectories", "group_by", "successful"]
+__all__ = ["MAX_ABS_NUMBER", "Step", "Trajectory", "TrajectoryFormatError", "as_trajectories", "group_by",
+           "successful"]
+
+#: the largest magnitude of a reward or value a trajectory record may hold (module docstring)
+MAX_ABS_NUMBER = 1e12
 
 
 class TrajectoryFormatError(ValueError):
@@ -163,6 +172,8 @@ class Trajectory:
         if "reward" not in obj:
             raise TrajectoryFormatError(f"{where}: missing field 'reward'")
         reward = _optional_number(obj, "reward", where)
+        if reward is None:
+            raise TrajectoryFormatError(f"{where}: field 'reward' must be a number, got null")
         if "steps" not in obj:
             raise TrajectoryFormatError(f"{where}: missing field 'steps'")
         if not isinstance(obj["steps"], list):
@@ -177,7 +188,7 @@ class Trajectory:
         return cls(
             group=obj["group"],
             trajectory=obj["trajectory"],
-            reward=float(reward),  # type: ignore[arg-type]
+            reward=reward,
             steps=steps,
             task_type=task_type,
             won=won,
@@ -192,9 +203,18 @@ def _optional_number(obj: Mapping[str, Any], key: str, where: str) -> float | No
         raise TrajectoryFormatError(
             f"{where}: field {key!r} must be a number, got {type(val).__name__}"
         )
-    if not math.isfinite(val):
+    try:
+        num = float(val)
+    except OverflowError:  # an integer too large for a float
+        digits = int(val.bit_length() * 0.30103) + 1
+        raise TrajectoryFormatError(f"{where}: field {key!r} is an integer of about {digits} digits; its "
+                                    f"magnitude must be at most {MAX_ABS_NUMBER:g} (MAX_ABS_NUMBER)") from None
+    if not math.isfinite(num):
         raise TrajectoryFormatError(f"{where}: field {key!r} must be finite, got {val}")
-    return float(val)
+    if abs(num) > MAX_ABS_NUMBER:
+        raise TrajectoryFormatError(f"{where}: field {key!r} is {num:.3g}; its magnitude must be at most "
+                                    f"{MAX_ABS_NUMBER:g} (MAX_ABS_NUMBER)")
+    return num
 
 
 def group_by(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:

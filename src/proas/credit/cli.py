@@ -48,6 +48,8 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ProasError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # a number of too many digits; nesting too deep
+            raise ProasError(f"{path}:{lineno}: invalid JSON ({type(exc).__name__})") from None
         try:
             traj = Trajectory.from_json(obj, where=f"{path}:{lineno}")
         except TrajectoryFormatError as exc:

@@ -35,6 +35,8 @@ from proas.credit import GROUP_STATS, REA_RULES
 from proas.credit import SHAPINGS as CREDIT_SHAPINGS
 from proas.envs.base import SUCCESS_REWARD
 from proas.errors import ProasError
+from proas.termtext import printable
+from proas.train.overrides import check_override
 
 __all__ = [
     "AlgoConfig",
@@ -520,8 +522,9 @@ def _to_config(merged: DictConfig) -> Config:
 def build_config(overrides: list[str] | None = None, base: Config | None = None) -> Config:
     """The default config (or ``base``) with dotted ``key=value`` overrides applied and checked.
 
-    Raises ``ProasError`` on an unknown key, a malformed override, a value of the wrong type or
-    a value outside its allowed set.
+    Raises ``ProasError`` on an unknown key, a malformed override (a value that is more than a
+    plain value: YAML tags, anchors, aliases, interpolations, control characters; see
+    ``proas.train.overrides``), a value of the wrong type or a value outside its allowed set.
     """
     schema = OmegaConf.structured(base if base is not None else Config())
     dotlist = []
@@ -529,6 +532,7 @@ def build_config(overrides: list[str] | None = None, base: Config | None = None)
         if "=" not in item:
             raise ProasError(f"config: override {item!r} must look like key=value")
         key, value = item.split("=", 1)
+        check_override(key, value)  # a plain value: no YAML tags, anchors, interpolations, controls
         key = key.strip().lstrip("+")
         if not key:
             raise ProasError(f"config: override {item!r} has an empty key")
@@ -537,6 +541,9 @@ def build_config(overrides: list[str] | None = None, base: Config | None = None)
         merged = OmegaConf.merge(schema, OmegaConf.from_dotlist(dotlist))
     except OmegaConfBaseException as exc:
         raise ProasError(f"config: {_one_line(exc)}") from None
+    except (TypeError, ValueError) as exc:  # a mapping given for a list, and the like
+        raise ProasError(f"config: overrides {printable(' '.join(dotlist), newlines=False)}: "
+                         f"{_one_line(exc)}") from None
     return _to_config(merged)
 
 
