@@ -3,7 +3,8 @@
 Observations and actions come from environments, models and log files: any of them may hold
 an escape sequence (which a terminal executes: colours, cursor moves, a cleared screen, a
 changed window title), NUL or DEL, a carriage return that overwrites what was printed, or a
-bidirectional override (U+202E) that makes the text read differently from what it is. Every
+bidirectional override (U+202E) that makes the text read differently from what it is, or a
+lone surrogate (from JSON's ``\\ud800``), which cannot be encoded for the terminal at all. Every
 terminal view passes such text through ``printable`` first: each of those characters becomes a
 visible ASCII escape (``\\x1b``, ``\\u202e``), so the reader sees that it was there. Rich does
 not do this itself (it drops only a few C0 codes and passes ESC through).
@@ -22,8 +23,9 @@ _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\
 def _unsafe(ch: str) -> bool:
     if ch in _BIDI:
         return True
-    # Cc: C0, DEL, C1; Zl/Zp: line and paragraph separators, which some terminals treat as breaks
-    return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+    # Cc: C0, DEL, C1; Zl/Zp: line and paragraph separators, which some terminals treat as breaks;
+    # Cs: a lone surrogate (JSON can carry one), which no terminal encoding can write
+    return unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs")
 
 
 def is_unsafe(ch: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_text
+from proas.fileio import atomic_write_bytes
 from proas.inspect.view import inspection, select
 from proas.rollout_log import read_rollouts
 from proas.termtext import printable
@@ -63,7 +63,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     graph_path = Path(args.graph) if args.graph else find_graph(run_dir, log.step)
     graph = ReferenceGraph.load(graph_path)  # a missing or corrupt file is a GraphFileError (a ProasError)
     page = render_html(log, group, traj, graph, str(graph_path), max_nodes=args.max_nodes)
-    atomic_write_text(args.html, page)
+    # a lone surrogate (JSON can carry one into a state or an id) has no UTF-8 form: written as
+    # its visible escape (\udXXX) instead of failing the page
+    atomic_write_bytes(args.html, page.encode("utf-8", errors="backslashreplace"))
     _readable(Path(args.html))
     # ids and paths come from the log and the command line: shown with their control and bidi
     # characters escaped, never executed by the terminal

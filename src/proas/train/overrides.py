@@ -7,8 +7,9 @@ alias (``*x``) repeat a node, ``${...}`` is an OmegaConf interpolation (``${oc.e
 the environment, ``${train.out_dir}`` another key), and ``%`` directives and ``---`` markers
 start documents. None of that belongs on a command line that records a run's setting, so each
 is refused with one line naming the key; so is a control character (an escape, a newline, a
-tab, NUL), a line or paragraph separator or a bidirectional override in a key or a value,
-including one written as a YAML escape inside double quotes (``"\\e"``).
+tab, NUL), a line or paragraph separator, a bidirectional override or a lone surrogate (an
+argument's undecodable byte) in a key or a value, including one written as a YAML escape inside
+double quotes (``"\\e"``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from proas.errors import ProasError
 from proas.termtext import is_unsafe, printable
 
 __all__ = ["check_override"]
+
+_NOT_TEXT = "a control, separator, bidirectional or undecodable character"
 
 
 def _refuse(key: str, value: str, why: str) -> ProasError:
@@ -38,7 +41,7 @@ def check_override(key: str, value: str) -> None:
     for part, text in (("key", key), ("value", value)):
         bad = _control(text)
         if bad is not None:
-            raise _refuse(key, value, f"its {part} holds {bad}, a control, separator or bidirectional character")
+            raise _refuse(key, value, f"its {part} holds {bad}, {_NOT_TEXT}")
     if "${" in key:
         raise _refuse(key, value, "its key holds an interpolation (${...})")
     try:
@@ -60,4 +63,4 @@ def check_override(key: str, value: str) -> None:
                 raise _refuse(key, value, "interpolations (${...}) are not accepted")
             bad = _control(event.value)
             if bad is not None:  # written as an escape inside double quotes
-                raise _refuse(key, value, f"its value holds {bad}, a control, separator or bidirectional character")
+                raise _refuse(key, value, f"its value holds {bad}, {_NOT_TEXT}")
