@@ -197,7 +197,11 @@ def test_the_cli_choices_are_the_registry():
 
     sub = next(a for a in build_parser()._actions if a.choices and "credit" in a.choices).choices["credit"]
     choices = {a.dest: a.choices for a in sub._actions if a.choices}
-    assert choices["estimator"] == sorted(ESTIMATORS)
+    # every registered estimator, and each alias of one (ppo is gae), nothing else
+    from proas.credit.registry import ESTIMATOR_ALIASES
+
+    assert choices["estimator"] == sorted({*ESTIMATORS, *(a for a, n in ESTIMATOR_ALIASES.items() if n in ESTIMATORS)})
+    assert "ppo" in choices["estimator"] and "gae" in choices["estimator"]
     assert choices["shaping"] == list(SHAPINGS)
 
 
