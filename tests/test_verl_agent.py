@@ -108,6 +108,21 @@ def assert_proas_step_follows_compute_advantage(source: str) -> None:
     assert found == 1
 
 
+def test_the_device_runs_sdpa_patch_applies_and_reads_the_switch(tmp_path):
+    """recipes/verl_agent/device/sdpa.patch (the one-GPU run only): verl-agent's three hard-coded
+    flash_attention_2 become $PROAS_ATTN_IMPLEMENTATION, flash_attention_2 when unset."""
+    rel = "verl/workers/fsdp_workers.py"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    shutil.copy(CHECKOUT / rel, tmp_path / rel)
+    sdpa = REPO / "recipes" / "verl_agent" / "device" / "sdpa.patch"
+    done = subprocess.run(["git", "apply", str(sdpa)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / rel).read_text(encoding="utf-8")
+    py_compile.compile(str(tmp_path / rel), doraise=True)
+    assert 'attn_implementation="flash_attention_2"' not in text
+    assert text.count('os.environ.get("PROAS_ATTN_IMPLEMENTATION", "flash_attention_2")') == 3
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory) -> Path:
     """A verl-agent tree with the recipe applied: the checkout itself when it is patched already,

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # ProAS in verl-agent's trainer on one H200, end to end (issue #26, item 5): PREPARED, NOT YET
-# RUN. docs/verl.md section 10 says what each step is for and what is still missing (a stand-in
-# flash_attn.bert_padding module and an sdpa switch for verl-agent's FSDP workers).
+# RUN. docs/verl.md section 10 says what each step is for and what is still to do.
 #
 # On the device, in the repo root, after two calls that carried .whl/batch1 and .whl/batch2
 # (fetch_wheels.sh) and the patched verl-agent's verl/, agent_system/ (without
@@ -19,7 +18,12 @@ OUTDIR=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUTDIR"
 python3 -m pip install -q --no-index --find-links .whl/batch1 --find-links .whl/batch2 --no-deps .whl/batch1/*.whl .whl/batch2/*.whl
 python3 -m pip install -q --no-deps -e "$REPO"
-export PYTHONPATH="$VERL_AGENT_DIR:${PYTHONPATH:-}"
+# no flash-attn wheel: the sdpa switch (sdpa.patch, applied once) and the stand-in flash_attn
+# module verl-agent imports whenever CUDA is present (device/flash_attn on PYTHONPATH)
+(cd "$VERL_AGENT_DIR" && { git apply --check "$REPO/recipes/verl_agent/device/sdpa.patch" 2>/dev/null \
+    && git apply "$REPO/recipes/verl_agent/device/sdpa.patch" || true; })
+export PROAS_ATTN_IMPLEMENTATION=sdpa
+export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:-}"
 # the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
 [[ -d "$WORK/tok" ]] || proas lm tokenizer --env household --vocab 4096 --max-tasks 200 --out "$WORK/tok"
 [[ -d "$WORK/model" ]] || proas lm new-model --tokenizer "$WORK/tok" --size small --out "$WORK/model"

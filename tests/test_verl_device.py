@@ -1,0 +1,62 @@
+"""What recipes/verl_agent/device/ ships for the one-GPU run (docs/verl.md section 10): the
+stand-in ``flash_attn.bert_padding`` against hand-worked answers, and the placeholder parquet
+files. (The sdpa patch is checked against verl-agent's own file in tests/test_verl_agent.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+DEVICE = Path(__file__).resolve().parents[1] / "recipes" / "verl_agent" / "device"
+
+
+def load_padding():
+    spec = importlib.util.spec_from_file_location("standin_bert_padding", DEVICE / "flash_attn" / "bert_padding.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bp = load_padding()
+
+
+def test_unpad_input_by_hand():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    hidden = torch.arange(6.0).reshape(2, 3, 1)  # rows [0, 1, 2], [3, 4, 5]
+    flat, indices, cu, max_len, used = bp.unpad_input(hidden, mask)
+    assert flat.flatten().tolist() == [0.0, 1.0, 3.0]
+    assert indices.tolist() == [0, 1, 3]
+    assert cu.tolist() == [0, 2, 3] and cu.dtype == torch.int32
+    assert max_len == 2 and used.tolist() == [2, 1]
+
+
+def test_pad_input_inverts_unpad_and_passes_gradients():
+    gen = torch.Generator().manual_seed(0)
+    mask = (torch.rand(4, 7, generator=gen) > 0.4).long()
+    hidden = torch.randn(4, 7, 3, generator=gen, requires_grad=True)
+    flat, indices, *_ = bp.unpad_input(hidden, mask)
+    back = bp.pad_input(flat, indices, 4, 7)
+    assert torch.equal(back, hidden * mask[..., None])
+    back.sum().backward()
+    assert torch.equal(hidden.grad, mask[..., None].expand(4, 7, 3).float())
+    x = torch.arange(10.0).reshape(5, 2)
+    assert bp.index_first_axis(x, torch.tensor([4, 0])).tolist() == [[8.0, 9.0], [0.0, 1.0]]
+
+
+def test_prepare_data_writes_verl_agents_text_rows(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    cmd = [sys.executable, str(DEVICE / "prepare_data.py"), str(tmp_path), "--train", "4", "--val", "8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    train, test = pd.read_parquet(tmp_path / "train.parquet"), pd.read_parquet(tmp_path / "test.parquet")
+    assert len(train) == 4 and len(test) == 8
+    assert list(train.columns) == ["data_source", "prompt", "ability", "extra_info"]
+    assert train["data_source"].tolist() == ["text"] * 4
+    assert [dict(m) for m in train["prompt"][0]] == [{"role": "user", "content": ""}]
+    assert dict(test["extra_info"][7]) == {"split": "test", "index": 7}
