@@ -2,12 +2,13 @@
 # ProAS in verl-agent's trainer on one H200, end to end (issue #26, item 5): PREPARED, NOT YET
 # RUN. docs/verl.md section 10 says what each step is for and what is still to do.
 #
-# On the device, in the repo root, after two calls that carried .whl/batch1 and .whl/batch2
-# (fetch_wheels.sh) and the patched verl-agent's verl/, agent_system/ (without
-# env_package/gym_cards) and gigpo/ as VERL_AGENT_DIR:
+# On the device, in the repo root. The wheels (fetch_wheels.sh) travel over two calls in a row
+# into $WHEELS (a warm machine keeps /tmp); the patched verl-agent copy (its verl/, agent_system/
+# without env_package/gym_cards, gigpo/; no .git) travels as a carried folder, VERL_AGENT_DIR.
+# PHASES picks the trainer runs (one call each fits the 10-minute limit; the machine stays warm):
 #
-#   ENV=proas/household STEPS=10 bash recipes/verl_agent/device/run.sh
-#   ENV=alfworld/AlfredTWEnv STEPS=10 bash recipes/verl_agent/device/run.sh
+#   WHEELS=/tmp/proas-wheels VERL_AGENT_DIR=.verl-agent ENV=proas/household PHASES="full" bash recipes/verl_agent/device/run.sh
+#   ... PHASES="cut" ...; ... PHASES="resume" ...   (then ENV=alfworld/AlfredTWEnv)
 set -euo pipefail
 REPO=$(pwd)
 : "${VERL_AGENT_DIR:?the patched verl-agent copy}"
@@ -16,12 +17,18 @@ STEPS=${STEPS:-10}
 WORK=${WORK:-/tmp/proas-va}
 OUTDIR=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUTDIR"
-python3 -m pip install -q --no-index --find-links .whl/batch1 --find-links .whl/batch2 --no-deps .whl/batch1/*.whl .whl/batch2/*.whl
+WHEELS=${WHEELS:-/tmp/proas-wheels}
+PHASES=${PHASES:-full cut resume}
+VERL_AGENT_DIR=$(cd "$VERL_AGENT_DIR" && pwd)
+python3 -m pip install -q --no-index --no-deps "$WHEELS"/*.whl
 python3 -m pip install -q --no-deps -e "$REPO"
-# no flash-attn wheel: the sdpa switch (sdpa.patch, applied once) and the stand-in flash_attn
-# module verl-agent imports whenever CUDA is present (device/flash_attn on PYTHONPATH)
-(cd "$VERL_AGENT_DIR" && { git apply --check "$REPO/recipes/verl_agent/device/sdpa.patch" 2>/dev/null \
-    && git apply "$REPO/recipes/verl_agent/device/sdpa.patch" || true; })
+# no flash-attn wheel: the sdpa switch (sdpa.patch, applied to the copy before it travels, with
+# verl-agent.patch) and the stand-in flash_attn module verl-agent imports whenever CUDA is
+# present (device/flash_attn on PYTHONPATH)
+grep -q PROAS_ATTN_IMPLEMENTATION "$VERL_AGENT_DIR/verl/workers/fsdp_workers.py" || {
+    echo "run.sh: apply recipes/verl_agent/device/sdpa.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
+grep -q with_proas_envs "$VERL_AGENT_DIR/agent_system/environments/env_manager.py" || {
+    echo "run.sh: apply recipes/verl_agent/verl-agent.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
 export PROAS_ATTN_IMPLEMENTATION=sdpa
 export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:-}"
 # the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
@@ -49,9 +56,15 @@ run() {  # $1: run dir, $2: total steps, $3: resume mode
         trainer.logger="['console']" trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.val_before_train=False \
         trainer.test_freq=-1 trainer.save_freq=5 trainer.total_training_steps="$2" trainer.total_epochs=1000 \
         trainer.resume_mode="$3" trainer.default_local_dir="$1" trainer.project_name=proas trainer.experiment_name=run) \
-        2>&1 | tee "$1.log"
+        2>&1 | tee -a "$1.log"
 }
-run "$WORK/full" "$STEPS" disable                      # the uninterrupted run: STEPS steps, checkpoints every 5
-run "$WORK/cut" $(( STEPS / 2 )) disable               # stopped at the first checkpoint...
-run "$WORK/cut" "$STEPS" auto                          # ...and resumed from it
-cp "$WORK/full.log" "$WORK/cut.log" "$OUTDIR/"
+tag=${ENV//\//_}
+for phase in $PHASES; do
+    case $phase in
+        full) run "$WORK/$tag-full" "$STEPS" disable ;;             # uninterrupted: STEPS steps, a checkpoint every 5
+        cut) run "$WORK/$tag-cut" $(( STEPS / 2 )) disable ;;       # stopped at the first checkpoint...
+        resume) run "$WORK/$tag-cut" "$STEPS" auto ;;               # ...and resumed from it
+        *) echo "unknown phase $phase (full, cut, resume)" >&2; exit 2 ;;
+    esac
+done
+cp "$WORK"/*.log "$OUTDIR/" 2>/dev/null || true
