@@ -152,6 +152,12 @@ def test_sft_divergence_is_a_clear_error(tmp_path):
 # ---- SFT -> RL warm starts (policy.lm.init_from, policy.scorer.init_from, proas lm export)
 
 def _best_policy_state(run_dir):
+    """The weights of a run's best checkpoint: for the lm its Hugging Face directory (docs/lm.md),
+    for the scorer ``policy`` in state.pt."""
+    from safetensors.torch import load_file
+
+    if (run_dir / "best" / "config.json").is_file():
+        return load_file(run_dir / "best" / "model.safetensors")
     return torch.load(run_dir / "best" / "state.pt", weights_only=True)["policy"]
 
 

@@ -202,6 +202,27 @@ def test_schedule_options_are_checked():
         build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.autocast=fp8"])
 
 
+#: a trainer on the toy env (tests/toy_env.py) with a tiny score-mode lm
+TOY_SCORE = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
+             "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2", "train.progress=false",
+             "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score", "algo.kl_coef=0"]
+
+
+def test_rl_steps_the_schedule_once_a_step_and_reports_the_rate(tmp_path):
+    from proas.train.loop import Trainer
+
+    t = Trainer(build_config(TOY_SCORE + ["policy.lm.lr=1e-3", "train.steps=4", "policy.lm.warmup_ratio=0.5",
+                                          "policy.lm.lr_schedule=linear"]), tmp_path)
+    before = [q.detach().clone() for q in t.policy.parameters()]
+    rec = t.train_step()
+    assert rec["optim/lr"] == 0.0  # warming up from 0: the first update moves nothing
+    assert all(torch.equal(a, b) for a, b in zip(before, t.policy.parameters()))
+    assert rec["loss/grad_norm"] > 0
+    assert t.train_step()["optim/lr"] == pytest.approx(5e-4)
+    assert t.train_step()["optim/lr"] == pytest.approx(1e-3)
+    assert t.train_step()["optim/lr"] == pytest.approx(5e-4)
+
+
 # ---- memory: gradient checkpointing, the attention implementation, lean log-probs
 
 def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_gradients():
@@ -343,3 +364,27 @@ def test_score_norm_mean_does_not_favour_short_candidates():
     total = q.candidate_logps(items, impl="packed")[0]
     assert torch.allclose(mean[0], mean[1], atol=1e-5)
     assert float(total[1]) < float(total[0]) - 1.0
+
+
+def test_sft_of_the_lm_clips_gradients_and_follows_the_schedule(tmp_path, monkeypatch):
+    import json
+
+    from proas.baselines.sft import SFTOptions, train_sft
+
+    clipped = []
+    real = torch.nn.utils.clip_grad_norm_
+
+    def spy(params, max_norm, *a, **k):
+        clipped.append(max_norm)
+        return real(params, max_norm, *a, **k)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    c = build_config(["env.name=toy_env:make_env", "env.options.n_places=4", "env.options.max_steps=8",
+                      "env.options.n_train=32", "env.options.n_valid=16", "train.progress=false",
+                      "env.fixed_val_set.enabled=false", "policy=lm", "policy.lm.model_config=tiny",
+                      "algo.max_grad_norm=0.5", "policy.lm.lr_schedule=linear", "policy.lm.warmup_ratio=0.25"])
+    train_sft(c, tmp_path / "sft", SFTOptions(epochs=4, max_tasks=2, lr=1e-3, batch_size=64))
+    rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()][1:]
+    # one batch an epoch: the rate of epoch k's batch is the schedule's at step k - 1
+    assert [r["sft/lr"] for r in rows] == pytest.approx([0.0, 1e-3, 2e-3 / 3, 1e-3 / 3])
+    assert clipped == [0.5] * 4 and all(r["sft/grad_norm"] > 0 for r in rows)

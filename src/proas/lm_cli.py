@@ -20,8 +20,10 @@ def register(sub) -> None:
                                        "model directory",
                         description="Write the lm policy of a run directory (best checkpoint, else latest), a "
                                     "checkpoint directory or a state.pt as a Hugging Face model directory: "
-                                    "weights (LoRA merged), config, tokenizer with its chat template. Load it "
-                                    "with policy.lm.model_path=OUT or policy.lm.init_from=OUT.")
+                                    "weights, config, tokenizer with its chat template. A checkpoint is one "
+                                    "already (docs/lm.md): its files are copied, once verified; LoRA adapters "
+                                    "are merged into the base. Load it with policy.lm.model_path=OUT or "
+                                    "policy.lm.init_from=OUT.")
     e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="the run (its best checkpoint) or checkpoint to export")
     e.add_argument("out", metavar="DIR", help="the directory to write (must be new or empty)")
     e.set_defaults(func=_export)

@@ -21,15 +21,16 @@ __all__ = [
 ]  # re-exported
 
 
-def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy_state: dict[str, Any], step: int,
+def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy, step: int,
                          meta: dict[str, Any], graph=None) -> None:
-    """Write a complete checkpoint into ``directory`` (replacing it only once complete).
+    """Write a complete checkpoint of ``policy`` into ``directory`` (replacing it only once complete).
 
-    The layout is the trainer's (``state.json`` with ``config``, ``state.pt`` with ``policy``), so
-    ``proas eval``, ``proas serve`` and the probes load it like an RL checkpoint.
+    The layout is the trainer's (``state.json`` with ``config``; the weights in ``state.pt`` as
+    ``policy``, or for the lm as a Hugging Face directory beside it), so ``proas eval``, ``proas
+    serve``, the probes and ``proas lm export`` load it like an RL checkpoint.
     """
-    ckpt.replace_checkpoint(directory, {"step": step, "config": config_yaml, "policy": policy_state},
-                            {"step": step, **meta}, graph)
+    ckpt.replace_checkpoint(directory, {"step": step, "config": config_yaml, **policy.checkpoint_state()},
+                            {"step": step, **meta}, graph, write_files=policy.checkpoint_writer())
 
 
 def validation_ids(cfg, env) -> list[str]:

@@ -51,7 +51,7 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
             raise ProasError(f"{save}: a run already lives here; choose another directory")
         save.mkdir(parents=True, exist_ok=True)
         write_run_config(save, cfg)
-        write_checkpoint_dir(save / "best", config_yaml=config_to_yaml(cfg), policy_state=policy.state_dict(),
+        write_checkpoint_dir(save / "best", config_yaml=config_to_yaml(cfg), policy=policy,
                              step=0, meta={"baseline": "direct"})
     envs = [env0] + [make() for _ in range(len(ids) - 1)]
     res = validate(policy, envs, ids, seed=val_seed(cfg.seed, 0) if seed is None else seed,

@@ -13,6 +13,8 @@ chosen candidate; for the ``lm`` the response ``<think>...</think><action>ACTION
 the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses (an
 ``lm`` in score mode, like the ``scorer``, learns the choice of ACTION among its candidates).
 An RL run starts from the result with ``policy.lm.init_from`` / ``policy.scorer.init_from``.
+The ``lm`` trains with its RL optimiser (AdamW), gradients clipped at ``algo.max_grad_norm`` and
+the warmup and schedule of ``policy.lm`` stepped once per batch (docs/lm.md).
 
 Validation on the fixed validation set, as RL runs do (same seed rule, same temperature), after
 every ``val_every`` epochs and before training (epoch 0); the best checkpoint is kept in
@@ -149,7 +151,7 @@ def make_sft_optimizer(policy: Policy, cfg: Config, lr: float | None) -> torch.o
 
 
 def _save_best(run_dir: Path, cfg: Config, policy: Policy, epoch: int, metrics: dict[str, Any]) -> None:
-    write_checkpoint_dir(run_dir / "best", config_yaml=config_to_yaml(cfg), policy_state=policy.state_dict(),
+    write_checkpoint_dir(run_dir / "best", config_yaml=config_to_yaml(cfg), policy=policy,
                          step=epoch, meta={"baseline": "sft", **metrics})
 
 
@@ -180,6 +182,10 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
         raise ProasError(f"sft: no oracle step to learn from ({len(train_ids)} tasks, {failed} unsolved)")
     log(f"sft: {len(data)} oracle steps from {len(train_ids) - failed} tasks "
         f"({failed} unsolved, {len(examples) - len(data)} steps not expressible)")
+    # the lm, as LLM trainers: gradients clipped at algo.max_grad_norm, and the schedule of
+    # policy.lm (warmup, constant / linear / cosine) stepped once per batch over every epoch
+    clip = cfg.algo.max_grad_norm if policy.kind == "lm" else None
+    scheduler = policy.make_scheduler(optimizer, opts.epochs * math.ceil(len(data) / opts.batch_size))
 
     val_ids = validation_ids(cfg, env0)
     envs = [env0] + [make() for _ in range(max(0, len(val_ids) - 1))]
@@ -210,7 +216,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     record(rec0)
     for epoch in range(1, opts.epochs + 1):
         order = rng.permutation(len(data))
-        losses = []
+        losses, norms, rates = [], [], []
         for start in range(0, len(order), opts.batch_size):
             idx = order[start: start + opts.batch_size]
             batch = policy.prepare([data[i] for i in idx])
@@ -221,9 +227,23 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
                                  f"(the best checkpoint so far is kept in {run_dir / 'best'})")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if clip is not None:
+                norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
+                if not math.isfinite(norm):
+                    raise ProasError(f"sft: the gradient diverged (non-finite) in epoch {epoch}; lower --lr "
+                                     f"(the best checkpoint so far is kept in {run_dir / 'best'})")
+                norms.append(norm)
+            if scheduler is not None:
+                rates.append(scheduler.get_last_lr()[0])
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             losses.append(float(loss.detach()))
         rec: dict[str, Any] = {"step": epoch, "sft/nll": float(np.mean(losses))}
+        if norms:
+            rec["sft/grad_norm"] = float(np.mean(norms))  # before clipping
+        if rates:
+            rec["sft/lr"] = rates[-1]  # the epoch's last batch's
         if epoch % opts.val_every == 0 or epoch == opts.epochs:
             rec.update(run_val(epoch))
             if "val/sr" in rec and rec["val/sr"] > best:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["Context", "Decision", "Policy", "TokenStats", "candidate_actions", "task_text"]
+__all__ = ["HF_FILES", "POLICY_FILES", "Context", "Decision", "Policy", "TokenStats", "candidate_actions",
+           "task_text"]
 
 _TASK_RE = re.compile(r"your task is to:\s*(.+?)(?:\n|$)", re.IGNORECASE)
 
@@ -114,6 +117,12 @@ class TokenStats:
     mask: torch.Tensor
 
 
+#: the checkpoint state entry that says where the policy's weights are when not in ``policy``
+POLICY_FILES = "policy_files"
+#: ``POLICY_FILES``'s value: a Hugging Face model directory (``save_pretrained``) beside the state
+HF_FILES = "huggingface"
+
+
 class Policy(abc.ABC):
     """A trainable policy; ``module`` holds every trainable parameter."""
 
@@ -174,12 +183,16 @@ class Policy(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state)
 
-    def checkpoint_parts(self) -> tuple[dict[str, Any], Any]:
-        """What a checkpoint keeps of this policy: entries of its state (here ``policy``, the
-        weights, in ``state.pt``) and a writer of files beside them (``writer(directory)``), or
-        None. The ``lm`` writes a Hugging Face directory instead (``LMPolicy.save_pretrained``)."""
-        return {"policy": self.state_dict()}, None
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint's state keeps of this policy: here ``policy``, the weights, saved in
+        ``state.pt``. The ``lm`` names its Hugging Face files instead (``POLICY_FILES``)."""
+        return {"policy": self.state_dict()}
 
-    def load_checkpoint(self, directory, state: dict[str, Any]) -> None:
+    def checkpoint_writer(self) -> Callable[[Path], None] | None:
+        """A writer of this policy's files beside a checkpoint's state (``writer(directory)``), or
+        None (the ``lm``: ``LMPolicy.save_pretrained``)."""
+        return None
+
+    def load_checkpoint(self, directory: Path, state: dict[str, Any]) -> None:
         """Load the weights of the checkpoint in ``directory`` whose state is ``state``."""
         self.load_state_dict(state["policy"])

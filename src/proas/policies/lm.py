@@ -53,11 +53,11 @@ from torch import nn
 
 from proas.errors import ProasError
 from proas.lm_options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem
-from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
+from proas.policies.base import HF_FILES, POLICY_FILES, Context, Decision, Policy, TokenStats, candidate_actions
 
 __all__ = ["DECODERS", "LMPolicy", "LM_THOUGHT", "MODES", "SCORE_IMPLS", "build_prompt", "project_action",
-           "local_tokenizer", "MODEL_CONFIGS", "is_hf_model_dir", "load_tokenizer", "score_response",
-           "train_tokenizer"]
+           "local_tokenizer", "MODEL_CONFIGS", "is_hf_model_dir", "load_tokenizer", "resolve_precision",
+           "score_response", "train_tokenizer"]
 
 #: the thought SFT teaches before the oracle action, and the one every scored candidate carries
 LM_THOUGHT = "I will take the next step towards the goal."
@@ -283,8 +283,10 @@ class _AdapterOff(nn.Module):
 
 
 def is_hf_model_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a Hugging Face model directory rather than a proas run or checkpoint."""
-    return (Path(path) / "config.json").is_file()
+    """Whether ``path`` is a Hugging Face model directory rather than a proas run or checkpoint
+    (an lm checkpoint is a model directory too, but is read as a checkpoint: verified, with its
+    state)."""
+    return (Path(path) / "config.json").is_file() and not (Path(path) / "state.pt").exists()
 
 
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -543,9 +545,13 @@ class LMPolicy(Policy):
         return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total)
 
     # ---- checkpoints: a Hugging Face directory
-    def checkpoint_parts(self):
-        """No weights in ``state.pt``: ``save_pretrained`` writes them beside it."""
-        return {}, self.save_pretrained
+    def checkpoint_state(self) -> dict[str, Any]:
+        """No weights in ``state.pt``: the state names the Hugging Face files that
+        ``checkpoint_writer`` (``save_pretrained``) writes beside it."""
+        return {POLICY_FILES: HF_FILES}
+
+    def checkpoint_writer(self) -> Callable[[Path], None]:
+        return self.save_pretrained
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write the model (``save_pretrained``: config and safetensors weights, or with LoRA the
@@ -554,12 +560,12 @@ class LMPolicy(Policy):
         self.tokenizer.save_pretrained(directory)
 
     def load_checkpoint(self, directory: Path, state: dict[str, Any]) -> None:
-        """Weights from a checkpoint: ``state["policy"]`` (older checkpoints: every weight in
-        ``state.pt``) or the Hugging Face files ``save_pretrained`` wrote (``load_pretrained``)."""
-        if "policy" in state:
-            self.load_state_dict(state["policy"])
-        else:
+        """Weights from a checkpoint: the Hugging Face files ``save_pretrained`` wrote
+        (``load_pretrained``) or, in a checkpoint from before them, ``state["policy"]``."""
+        if state.get(POLICY_FILES) == HF_FILES:
             self.load_pretrained(directory)
+        else:
+            self.load_state_dict(state["policy"])
 
     def load_pretrained(self, directory: str | Path) -> None:
         """Load the weights that ``save_pretrained`` wrote into this policy's model, in place

@@ -41,7 +41,7 @@ from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
-from proas.policies.base import Policy
+from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
@@ -185,6 +185,8 @@ class Trainer:
                             else init_source_record(cfg))
         self.lr = cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr
         self.optimizer = self.policy.make_optimizer(self.lr)
+        # the lm's warmup and schedule, stepped once per RL step (verl's unit); None: constant
+        self.scheduler = self.policy.make_scheduler(self.optimizer, cfg.train.steps)
         self.kl_coef = cfg.algo.resolved_kl_coef(cfg.policy.kind)
         self.ref = self.policy.reference_module() if self.kl_coef > 0 else None
         self.critic = self.critic_opt = None
@@ -472,6 +474,9 @@ class Trainer:
             rec.update(_credit_metrics(trajs, res))
         else:
             t2 = time.perf_counter()
+        if self.scheduler is not None:
+            rec["optim/lr"] = float(self.scheduler.get_last_lr()[0])  # the rate of this step's updates
+            self.scheduler.step()
         t3 = time.perf_counter()
         rec.update({"graph/nodes": float(self.graph.num_nodes), "graph/edges": float(self.graph.num_edges)})
         rec.update({"time/rollout": t1 - t0, "time/credit": t2 - t1, "time/update": t3 - t2})
@@ -509,8 +514,11 @@ class Trainer:
         return {
             "step": self.step,
             "config": config_to_yaml(self.cfg),
-            "policy": self.policy.state_dict(),
+            # the weights: in state.pt, or for the lm a Hugging Face directory beside it
+            # (``checkpoint_writer``, docs/lm.md)
+            **self.policy.checkpoint_state(),
             "optimizer": self.optimizer.state_dict(),
+            **({"lr_scheduler": self.scheduler.state_dict()} if self.scheduler is not None else {}),
             "critic": self.critic.state_dict() if self.critic is not None else None,
             "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt is not None else None,
             "rng_numpy": self.rng.bit_generator.state,
@@ -529,13 +537,15 @@ class Trainer:
         return self.ref is not None and bool(self._init_from()) and len(self.ref.state_dict()) > 0
 
     def save(self) -> Path:
-        return ckpt.save_resumable(self.run_dir, self.step, self.state(), self.graph)
+        return ckpt.save_resumable(self.run_dir, self.step, self.state(), self.graph,
+                                   write_files=self.policy.checkpoint_writer())
 
     def _save_best(self, step: int, metrics: dict[str, float]) -> None:
         meta = {"step": step, **{k: v for k, v in metrics.items() if k.startswith("val/")}}
         state = dict(self.state(), step=step)
         state.pop("reference", None)  # never resumed from: evaluating needs no reference
-        ckpt.replace_checkpoint(self.run_dir / "best", state, meta, self.graph)
+        ckpt.replace_checkpoint(self.run_dir / "best", state, meta, self.graph,
+                                write_files=self.policy.checkpoint_writer())
 
     def _resume(self, point: ResumePoint) -> ReferenceGraph:
         """Restore the checkpoint ``point`` names into ``self`` (its structure already checked),
@@ -546,9 +556,15 @@ class Trainer:
             return graph
         latest, state = point.checkpoint, point.state
         assert state is not None
+        if self.policy.kind == "lm" and state.get(POLICY_FILES) != HF_FILES:
+            raise ProasError(f"{latest / ckpt.STATE_FILE}: an lm checkpoint from before Hugging Face checkpoints "
+                             "(its weights and Adam state in state.pt) cannot be resumed; start a new run from it "
+                             f"with policy.lm.init_from={latest}")
         try:
-            self.policy.load_state_dict(state["policy"])
+            self.policy.load_checkpoint(latest, state)
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and "lr_scheduler" in state:
+                self.scheduler.load_state_dict(state["lr_scheduler"])
             if self.critic is not None:
                 self.critic.load_state_dict(state["critic"])
                 self.critic_opt.load_state_dict(state["critic_optimizer"])

@@ -36,6 +36,7 @@ import torch
 
 from proas.errors import ProasError
 from proas.fileio import atomic_write_jsonl
+from proas.policies.base import HF_FILES, POLICY_FILES
 from proas.train import checkpoint as ckpt
 from proas.train.config import Config, config_from_yaml, same_setting, shipped_relative
 
@@ -206,7 +207,9 @@ def check_state(state: Any, where: Path | str) -> None:
         raise bad("'step'", "an integer >= 0")
     if not isinstance(state.get("config"), str):
         raise bad("'config'", "the run's config (YAML text)")
-    if not _tensor_dict(state.get("policy")):
+    if state.get(POLICY_FILES) == HF_FILES:
+        pass  # an lm's weights: the Hugging Face files beside state.pt (checksummed with it)
+    elif not _tensor_dict(state.get("policy")):
         raise bad("'policy'", "a mapping of names to tensors")
     opt = state.get("optimizer")
     if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)):

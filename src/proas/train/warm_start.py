@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
-from proas.policies.base import Policy
+from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.train import checkpoint as ckpt
 from proas.train.config import Config, config_from_yaml, config_to_yaml
 
@@ -120,8 +120,10 @@ def load_policy(target: str | Path):
     where = directory / ckpt.STATE_FILE
     if not isinstance(state.get("step", 0), int) or isinstance(state.get("step"), bool):
         raise ProasError(f"{where}: not a checkpoint of a policy: 'step' is not an integer")
+    # the weights: a Hugging Face directory beside the state (an lm), or ``policy`` in state.pt
     policy_state = state.get("policy")
-    if not (isinstance(policy_state, dict)
+    if state.get(POLICY_FILES) != HF_FILES and not (
+            isinstance(policy_state, dict)
             and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in policy_state.items())):
         raise ProasError(f"{where}: not a checkpoint of a policy: 'policy' is not a mapping of names to tensors")
     if not isinstance(state.get("config"), str):
@@ -131,7 +133,7 @@ def load_policy(target: str | Path):
     # the checkpoint's weights replace the initial ones: a warm start's source is not read again
     policy = build_policy(cfg, cfg.seed, restore=state)
     try:
-        policy.load_state_dict(policy_state)
+        policy.load_checkpoint(directory, state)
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:
         raise ProasError(f"{where}: policy weights do not fit the config ({type(exc).__name__})") from None
     return policy, cfg, directory, state
@@ -173,13 +175,34 @@ def lm_from_run(path: str | Path):
     return model, policy.tokenizer
 
 
+#: the files of a checkpoint directory that are proas's own, not the Hugging Face model's
+_PROAS_FILES = frozenset({ckpt.STATE_FILE, ckpt.STATE_JSON, ckpt.GRAPH_FILE, ckpt.CHECKSUMS_FILE, "meta.json"})
+
+
 def export_hf(target: str | Path, out: str | Path) -> Path:
     """Write the lm policy of run/checkpoint ``target`` to ``out`` as a Hugging Face model
-    directory (model weights and config, tokenizer with its chat template)."""
+    directory (model weights and config, tokenizer with its chat template).
+
+    A checkpoint of a whole model is already one (docs/lm.md): its files are copied, after the
+    checksums are verified. A LoRA checkpoint holds only the adapters, and one from before
+    Hugging Face checkpoints holds ``state.pt``: those are loaded, LoRA merged, and saved."""
+    import shutil
+
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ProasError(f"{out}: exists and is not empty; choose another directory")
-    model, tokenizer = lm_from_run(target)
+    directory = ckpt.find_checkpoint(target)  # verified
+    plain = ckpt.load_plain_state(directory)
+    cfg = config_from_yaml(str(plain.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
+    if cfg.policy.kind != "lm":
+        raise ProasError(f"{target}: {directory} holds a {cfg.policy.kind!r} policy, not 'lm'")
+    if plain.get(POLICY_FILES) == HF_FILES and (directory / "config.json").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        for path in sorted(directory.iterdir()):
+            if path.is_file() and path.name not in _PROAS_FILES:
+                shutil.copy2(path, out / path.name)
+        return out
+    model, tokenizer = lm_from_run(directory)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
