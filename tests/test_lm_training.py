@@ -144,6 +144,20 @@ def test_generate_mode_decodes_on_a_bf16_copy_refreshed_after_each_update():
     assert q.rollout_module() is q.module
 
 
+def test_the_static_decoder_decodes_the_bf16_copy_and_keeps_it_across_updates():
+    p = tiny(autocast="bf16", decode="static")
+    dec = p.static_decoder()
+    assert dec.model is p.rollout_module() and dec.dtype == torch.bfloat16
+    tok, logp = p.generate_ids([p.encode_prompt(ctx())], 0.0)
+    assert tok.shape == logp.shape and tok.shape[1] >= 1
+    opt = p.make_optimizer(1e-2)
+    st = p.evaluate(sft_batch(p))
+    (-(st.logp * st.mask).sum()).backward()
+    opt.step()
+    assert p.static_decoder() is dec and dec.model is p.rollout_module()  # refreshed in place
+    assert torch.equal(dec.model.lm_head.weight, p.module.lm_head.weight.detach().to(torch.bfloat16))
+
+
 # ---- the optimiser and its schedule
 
 def test_adamw_decays_weights_but_not_biases_or_norms_with_verl_agents_defaults():
