@@ -91,7 +91,7 @@ def test_the_summary_counts_the_wall_time_of_every_part(tmp_path, monkeypatch):
     assert walls == sorted(walls) and walls[2] == first[2]
     resumed = sum(r["time/step"] for r in rows[3:])
     assert summary["wall_s"] >= first[2] + resumed
-    assert summary["wall_s"] >= walls[-1] and summary["wall_s"] == pytest.approx(walls[-1], abs=5.0)
+    assert walls[-1] <= summary["wall_s"] <= walls[-1] + 30  # the summary follows the last record
 
 
 def test_the_wall_time_of_a_run_written_before_the_key_existed():
