@@ -128,6 +128,7 @@ def test_generate_mode_decodes_on_a_bf16_copy_refreshed_after_each_update():
     roll = p.rollout_module()
     assert roll is not p.module and next(roll.parameters()).dtype == torch.bfloat16
     assert not any(q.requires_grad for q in roll.parameters())
+    assert roll.model.rotary_emb.inv_freq.dtype == torch.float32  # buffers keep their precision
     first = roll.model.embed_tokens.weight.clone()
     assert p.rollout_module() is roll  # nothing changed: not copied again
     opt = p.make_optimizer(1e-2)

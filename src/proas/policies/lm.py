@@ -504,21 +504,20 @@ class LMPolicy(Policy):
         in place since (an optimiser step, a checkpoint load): their version counters say so."""
         if self.autocast_dtype is None:
             return self.module
-        version = tuple(t._version for t in self._weights(self.module))
+        version = tuple(q._version for q in self.module.parameters())
         if self._rollout is None:
-            self._rollout = copy.deepcopy(self.module).to(self.autocast_dtype)
+            self._rollout = copy.deepcopy(self.module)
             self._rollout.requires_grad_(False)
             self._rollout.eval()
+            # the weights only: buffers such as RoPE's frequencies keep their precision
+            for q in self._rollout.parameters():
+                q.data = q.data.to(self.autocast_dtype)
         elif version != self._rollout_version:
             with torch.no_grad():
-                for dst, src in zip(self._weights(self._rollout), self._weights(self.module), strict=True):
+                for dst, src in zip(self._rollout.parameters(), self.module.parameters(), strict=True):
                     dst.copy_(src)
         self._rollout_version = version
         return self._rollout
-
-    @staticmethod
-    def _weights(module: nn.Module) -> list[torch.Tensor]:
-        return [*module.parameters(), *module.buffers()]
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         """AdamW (betas 0.9, 0.999, verl's and the Hugging Face Trainer's) over the trainable
