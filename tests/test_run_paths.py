@@ -23,6 +23,7 @@ from proas.train.config import build_config
 from proas.train.loop import Trainer, load_run_config
 from proas.train.run import train
 from proas.train.rundir import _PATH_FIELDS, absolute_paths
+from proas.train.warm_start import load_policy
 
 torch.set_num_threads(1)
 
@@ -60,10 +61,7 @@ def test_a_relative_init_from_is_never_read_again_once_its_weights_are_in_a_chec
                    "train.val_every=1", "env.fixed_val_set.size=2"] if kind == "lm" else [])
     sft_cfg = base + (["policy.lm.model_config=tiny"] if kind == "lm" else []) + ["env.fixed_val_set.enabled=false"]
     train_sft(build_config(sft_cfg), Path("sft"), SFTOptions(epochs=1, max_tasks=2, lr=3e-3, batch_size=8))
-    sft_state = ckpt.load_state(Path("sft") / "best")
-    if "policy" not in sft_state:  # an lm checkpoint keeps its weights in a Hugging Face directory now
-        pytest.skip("lm checkpoints are Hugging Face directories (5a2ef7c): this check still reads state['policy']")
-    sft_weights = sft_state["policy"]
+    sft_weights = load_policy(Path("sft"))[0].state_dict()  # an lm's are a Hugging Face directory beside state.pt
     over = base + [f"policy.{kind}.init_from=sft", "algo.kl_coef=0.01"]
     if kind == "scorer":  # the lm's exact replay is the scorer's mechanism; its structure is what differs
         train(build_config(over), run_dir=Path("full"), console=QUIET)

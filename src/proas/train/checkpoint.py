@@ -12,7 +12,10 @@ Layout of a run directory::
                               + for the lm policy, its weights as a Hugging Face directory
                               (save_pretrained: config.json, model.safetensors or the LoRA
                               adapter_*, the tokenizer), not in state.pt (docs/lm.md)
-    best/                     the checkpoint with the best validation success rate so far
+    best/                     the checkpoint with the best validation success rate so far (a kill
+                              between the two renames of ``replace_checkpoint`` leaves ``best.old``,
+                              the previous best, and no ``best/``: ``find_checkpoint`` then takes
+                              ``best.old``, and ``--resume`` renames it back, ``rundir.check_resume``)
     curve.png                 the learning curve
     summary.json              final figures
 

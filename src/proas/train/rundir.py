@@ -162,7 +162,7 @@ def _check_best(run_dir: Path, cfg: Config, state: dict[str, Any], history: list
     another config or disagrees with the checkpoint is refused."""
     best, old = run_dir / ckpt.BEST, run_dir / ckpt.BEST_OLD
     restore = False
-    if not (best / ckpt.STATE_FILE).exists():
+    if not best.exists():
         if not old.is_dir():
             return False  # no best yet, or removed by hand: the next validation that beats the best writes one
         problem = ckpt.verify_checkpoint(old)
