@@ -291,8 +291,13 @@ def _resave(directory, **changes):
     ckpt.save_checkpoint(directory, state)
 
 
-def test_a_damaged_best_is_refused_on_resume(run, capsys):
-    (run / "best" / "state.pt").write_bytes(b"damaged")
+@pytest.mark.parametrize("damage", ["state.pt damaged", "state.pt gone, best.old beside it"])
+def test_a_damaged_best_is_refused_on_resume(run, capsys, damage):
+    if damage.startswith("state.pt gone"):
+        shutil.copytree(run / "best", run / "best.old")
+        (run / "best" / "state.pt").unlink()  # a best/ of another origin: never renamed over
+    else:
+        (run / "best" / "state.pt").write_bytes(b"damaged")
     _resume_refused(capsys, run, "best: fails verification", "move it away")
 
 
