@@ -322,7 +322,10 @@ def test_the_ablations_run_at_grpo_proas_setting_and_are_read_against_the_main_g
                              (main, "grpo_none_shop", 0.20)):
             _fake_run(root, "shop", row, seed, {s: v for s in range(0, 151, 10)})
             (root / "shop" / row / f"seed{seed}" / "summary.json").write_text("{}")
-    _, pairs = heldout.analyse([res, main], yaml.safe_load(yaml.safe_dump(abl)))
+    rows, pairs = heldout.analyse([res, main], yaml.safe_load(yaml.safe_dump(abl)))
+    # three ablations per env share their two references: each reference run is one row
+    keys = [(r["row"], r["env"], r["seed"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 3 * len(heldout.EVAL_SEEDS_SHORT)
     by = {(p["env"], p["pair"]): p for p in pairs}
     vs_full = by[("shop", "no_apr vs grpo_proas")]
     assert vs_full["n"] == 5 and vs_full["mean"] == pytest.approx(-0.104) and vs_full["verdict"] == "hurts"

@@ -612,8 +612,9 @@ def per_seed_rows(sources: Path | Iterable[Path], study: dict[str, Any]) -> list
     wanted = [(row["id"], env, seed) for row in study["rows"] if row.get("sft") is None
               for env in row.get("envs", study["envs"]) for seed in study["seeds"]]
     # an ablation is read against the evaluation grid's GRPO rows of the same seeds
-    wanted += [(ref, env, seed) for _, ref, env in _ablation_refs(study) for seed in study["seeds"]
-               if (ref, env, seed) not in wanted]
+    # (several ablations share a reference: each (row, env, seed) is wanted once)
+    wanted = list(dict.fromkeys(wanted + [(ref, env, seed) for _, ref, env in _ablation_refs(study)
+                                          for seed in study["seeds"]]))
     found: EvalRecords = {}
     for src in sources:
         if src.is_file():
