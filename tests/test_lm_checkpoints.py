@@ -17,12 +17,13 @@ from proas.train.run import train
 torch.set_num_threads(1)
 
 #: a generate-mode tiny lm on the toy env (tests/toy_env.py): 4 steps, a checkpoint every 2,
-#: a warmup and a cosine schedule, a KL reference, validation on 2 tasks
+#: a warmup and a cosine schedule, a KL reference, validation on 2 tasks; on the CPU (bit for bit)
 ARGS = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
         "env.options.n_valid=4", "env.fixed_val_set.size=2", "env.tasks_per_step=2", "env.group_size=2",
         "train.progress=false", "train.steps=4", "train.save_every=2", "train.val_every=2", "seed=4",
-        "train.rollout_log_every=0", "policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=5",
-        "policy.lm.lr=1e-3", "policy.lm.warmup_ratio=0.34", "policy.lm.lr_schedule=cosine", "algo.kl_coef=0.01"]
+        "train.rollout_log_every=0", "policy=lm", "policy.lm.device=cpu", "policy.lm.model_config=tiny",
+        "policy.lm.max_new_tokens=5", "policy.lm.lr=1e-3", "policy.lm.warmup_ratio=0.34",
+        "policy.lm.lr_schedule=cosine", "algo.kl_coef=0.01"]
 
 
 def metrics(run_dir):

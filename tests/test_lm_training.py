@@ -21,6 +21,8 @@ def ctx(step=1):
 
 
 def policy(*over, **lm):
+    """An lm policy on the CPU (where these tests are meant to run, also on a GPU machine)."""
+    lm.setdefault("device", "cpu")
     cfg = build_config(["policy=lm", "policy.lm.max_new_tokens=8", *over,
                         *[f"policy.lm.{k}={v}" for k, v in lm.items()]])
     return LMPolicy.from_config(cfg.policy.lm, seed=0)
@@ -106,6 +108,27 @@ def test_a_bf16_model_moves_at_lr_1e_6_as_an_fp32_model_does(llama_bf16):
     assert size(mixed) == pytest.approx(size(fp32), rel=0.2)
     agree = sum(int((torch.sign(a) == torch.sign(b)).sum()) for a, b in zip(mixed, fp32))
     assert agree / sum(d.numel() for d in fp32) > 0.9
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_defaults_train_a_bf16_checkpoint_in_mixed_precision_and_decode_a_bf16_copy(llama_bf16):
+    """On a GPU the defaults are the mixed precision of the CPU tests above: fp32 weights, bf16
+    autocast, fused AdamW; the bf16 checkpoint moves at lr 1e-6 as without autocast; the static
+    decoder captures its graphs on the bf16 rollout copy."""
+    path = f"policy.lm.model_path={llama_bf16}"
+    p = policy(path, device="cuda")
+    assert p.autocast_dtype == torch.bfloat16 and next(p.module.parameters()).dtype == torch.float32
+    assert p.make_optimizer(1e-6).defaults["fused"]
+    mixed = train_steps(p)
+    fp32 = train_steps(policy(path, device="cuda", autocast="none"))
+    assert moved(fp32) > 0.7 and moved(mixed) == pytest.approx(moved(fp32), rel=0.01)
+    q = policy(path, device="cuda", decode="static")
+    dec = q.static_decoder()
+    assert dec.graphs and dec.model is q.rollout_module() and dec.dtype == torch.bfloat16
+    prompts = [q.encode_prompt(ctx(step=k)) for k in range(3)]
+    a, la = q.generate_ids(prompts, 0.0, decode="static", min_new_tokens=8)
+    b, lb = q.generate_ids(prompts, 0.0, decode="hf", min_new_tokens=8)
+    assert a.shape == b.shape == (3, 8) and la.shape == lb.shape
 
 
 def test_the_forward_passes_run_in_bf16_under_autocast():

@@ -476,8 +476,8 @@ def _validate(cfg: Config) -> None:
         ("policy.val_temperature", cfg.policy.val_temperature),
         ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
         ("policy.lm.history_length", cfg.policy.lm.history_length),
-        ("policy.scorer.history_length", cfg.policy.scorer.history_length),
         ("policy.lm.weight_decay", cfg.policy.lm.weight_decay),
+        ("policy.scorer.history_length", cfg.policy.scorer.history_length),
         ("policy.scorer.weight_decay", cfg.policy.scorer.weight_decay),
     ]:
         positive(key, val, allow_zero=True)
@@ -504,12 +504,12 @@ def _validate(cfg: Config) -> None:
         )
     if lm.init_from and (lm.model_path or lm.model_config):
         raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
-
     if not 0.0 <= lm.warmup_ratio < 1.0:
         raise ProasError(f"config: policy.lm.warmup_ratio={lm.warmup_ratio} must be in [0, 1)")
     problem = lm_options.attn_problem(lm.attn_implementation, lm.mode, lm.score_impl, lm.gradient_checkpointing)
     if problem:
         raise ProasError(f"config: {problem}")
+
 
 def _to_config(merged: DictConfig) -> Config:
     obj = OmegaConf.to_object(merged)
