@@ -1,0 +1,87 @@
+"""Training-side credit figures of held-out runs: window means over training steps 51-150.
+
+For each finished run under RES/<env>/<row>/seed<N>/ (a results directory of `proas experiment
+run`), the mean over steps 51-150 of the training metrics that show what ProAS's credit acts on:
+the share of steps in successful episodes that are unreasonable (what MUI masks), the share of
+non-advancing steps in failed ones (what APR spreads its penalty over), the env-error rate,
+episode length, the mean absolute advantage, and DAPO's generation batches a step. Writes one
+CSV row per run and prints the mean per row.
+
+    python scripts/heldout_train_means.py RES... --out CSV
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from proas.fileio import atomic_write_text
+
+KEYS = ("train/sr", "train/unreasonable_in_success", "train/unreasonable", "train/na_in_failure",
+        "train/error_rate", "train/steps", "adv/abs_mean", "train/gen_batches")
+WINDOW = (51, 150)
+
+
+def run_means(metrics: Path, window: tuple[int, int] = WINDOW) -> dict[str, float | None]:
+    """Mean of each key over the training records whose step lies in the window."""
+    vals: dict[str, list[float]] = {k: [] for k in KEYS}
+    for n, line in enumerate(metrics.read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise SystemExit(f"{metrics}: line {n} is not JSON") from None
+        if not isinstance(rec, dict) or not window[0] <= rec.get("step", -1) <= window[1]:
+            continue
+        for k in KEYS:
+            if isinstance(rec.get(k), (int, float)):
+                vals[k].append(float(rec[k]))
+    return {k: statistics.fmean(v) if v else None for k, v in vals.items()}
+
+
+def collect(sources: list[Path]) -> list[dict]:
+    rows = []
+    for src in sources:
+        if not src.is_dir():
+            raise SystemExit(f"{src}: no such results directory")
+        for summary in sorted(src.glob("*/*/seed*/summary.json")):
+            run = summary.parent
+            env, row, seed = run.parent.parent.name, run.parent.name, int(run.name.removeprefix("seed"))
+            rows.append({"env": env, "row": row, "seed": seed, **run_means(run / "metrics.jsonl")})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sources", nargs="+", type=Path, metavar="RES")
+    ap.add_argument("--out", type=Path, required=True, metavar="CSV")
+    args = ap.parse_args(argv)
+    rows = collect(args.sources)
+    if not rows:
+        raise SystemExit("no finished runs under " + " ".join(map(str, args.sources)))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["env", "row", "seed", *KEYS], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(args.out, buf.getvalue())
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        by.setdefault((r["env"], r["row"]), []).append(r)
+    print("env,row,seeds," + ",".join(KEYS))
+    for (env, row), rs in sorted(by.items()):
+        cells = []
+        for k in KEYS:
+            v = [r[k] for r in rs if r[k] is not None]
+            cells.append(f"{statistics.fmean(v):.3f}" if v else "")
+        print(f"{env},{row},{len(rs)}," + ",".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
