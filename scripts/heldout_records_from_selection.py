@@ -13,6 +13,7 @@ that says where the figure comes from.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -44,15 +45,16 @@ def parse(text: str) -> dict:
     return out
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
-    records = parse(Path(argv[0]).read_text(encoding="utf-8"))
-    write_records(records, Path(argv[1]))
-    print(f"{len(records)} records -> {argv[1]}")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("selection", type=Path, help="the selection table (selection.md of 836d5bc)")
+    ap.add_argument("out", type=Path, help="the run records to write (CSV)")
+    a = ap.parse_args(argv)
+    records = parse(a.selection.read_text(encoding="utf-8"))
+    write_records(records, a.out)
+    print(f"{len(records)} records -> {a.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -57,7 +57,7 @@ def test_draw_covers_the_pool_evenly_and_batches_hold_no_repeats():
 
 
 def test_a_pool_of_one_batch_gives_every_step_the_same_tasks(tmp_path):
-    # what results/lm/repeat_schedule.py relies on: a control that sees the same tasks each step
+    # what scripts/repeat_schedule.py relies on: a control that sees the same tasks each step
     tasks = TRAIN[:8]
     sched = tasksets.load_schedule(_make(tmp_path, train_ids=tasks, steps=5, per_step=8))
     assert all(sorted(step) == sorted(tasks) for step in sched.steps)

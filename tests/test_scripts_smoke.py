@@ -1,0 +1,161 @@
+"""Every file in scripts/ has a smoke test, so that a script nothing runs does not rot unseen.
+
+- each Python script: ``--help`` exits 0, and every ``from proas... import name`` in it (also
+  those inside functions, which ``--help`` never reaches) still resolves;
+- each shell script, and each GRID file of scripts/heldout_grids: ``bash -n`` parses it;
+- each study config: ``proas experiment run CONFIG --dry-run`` loads it;
+- where it is cheap, a run on real or made-up inputs (below).
+
+``SMOKE`` names every file and the check it gets; a file in scripts/ that it does not name fails
+``test_every_file_in_scripts_has_a_smoke_test``: add the file there, with a check of its own if
+``--help`` says little. scripts/heldout_train_means.py has its own tests besides
+(tests/test_script_heldout_train_means.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+
+#: every file in scripts/ and how it is smoke-tested: "python" (--help and its proas imports),
+#: "bash" (bash -n), "study" (proas experiment run --dry-run)
+SMOKE = {
+    "analyse_lm.py": "python",
+    "analyse_study.py": "python",
+    "heldout_device.sh": "bash",
+    "heldout_grids/eval_rest.sh": "bash",
+    "heldout_grids/heldout_tune_ext.yaml": "study",
+    "heldout_grids/tune_rest.sh": "bash",
+    "heldout_records_from_selection.py": "python",
+    "heldout_train_means.py": "python",
+    "repeat_schedule.py": "python",
+    "run_device_study.sh": "bash",
+    "run_lm_study.sh": "bash",
+    "start_temperature.py": "python",
+}
+KINDS = {"python": ".py", "bash": ".sh", "study": ".yaml"}
+
+
+def _of(kind: str) -> list[str]:
+    return sorted(name for name, k in SMOKE.items() if k == kind)
+
+
+def _run(*args: str, cwd: Path = ROOT, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, env=env, **kw)
+
+
+def test_every_file_in_scripts_has_a_smoke_test():
+    files = {p.relative_to(SCRIPTS).as_posix() for p in SCRIPTS.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    missing = sorted(files - set(SMOKE))
+    assert not missing, ("files in scripts/ with no smoke test; name each in SMOKE of "
+                         "tests/test_scripts_smoke.py:\n  " + "\n  ".join(missing))
+    gone = sorted(set(SMOKE) - files)
+    assert not gone, "SMOKE names files that scripts/ no longer has:\n  " + "\n  ".join(gone)
+    wrong = sorted(name for name, kind in SMOKE.items() if not name.endswith(KINDS[kind]))
+    assert not wrong, f"a check that does not fit the file's kind: {wrong}"
+
+
+@pytest.mark.parametrize("name", _of("python"))
+def test_python_script_help_exits_0(name):
+    res = _run(sys.executable, str(SCRIPTS / name), "--help", timeout=120)
+    assert res.returncode == 0, f"scripts/{name} --help: rc {res.returncode}\n{res.stderr[-2000:]}"
+    assert "usage:" in res.stdout
+
+
+def _proas_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from proas... import name`` in the file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] == "proas":
+            out += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(alias.name, "") for alias in node.names if alias.name.split(".")[0] == "proas"]
+    return out
+
+
+@pytest.mark.parametrize("name", _of("python"))
+def test_python_script_imports_resolve(name):
+    # the scripts import proas lazily (fast --help), so a moved module would only show when run
+    broken = []
+    for module, attr in _proas_imports(SCRIPTS / name):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            broken.append(f"{module}: {e}")
+            continue
+        if attr and not hasattr(mod, attr):
+            try:
+                importlib.import_module(f"{module}.{attr}")
+            except ImportError:
+                broken.append(f"{module}.{attr}: no such name")
+    assert not broken, f"scripts/{name} imports what proas no longer has:\n  " + "\n  ".join(broken)
+
+
+@pytest.mark.parametrize("name", _of("bash"))
+def test_shell_script_parses(name):
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    res = _run("bash", "-n", str(SCRIPTS / name))
+    assert res.returncode == 0, f"bash -n scripts/{name}:\n{res.stderr}"
+
+
+@pytest.mark.parametrize("name", _of("study"))
+def test_study_config_loads(name, tmp_path):
+    res = _run(sys.executable, "-m", "proas", "experiment", "run", str(SCRIPTS / name), "--dry-run",
+               "--out", str(tmp_path), timeout=300)
+    assert res.returncode == 0, f"scripts/{name} does not load as a study:\n{res.stderr[-2000:]}"
+    assert "runs to go" in res.stdout
+
+
+def test_analyse_lm_remakes_results_lm_analysis():
+    # results/lm/analysis.md is what the script makes of results/lm/runs, as kept under results/'s
+    # rule (no summary.json, logs as train.log.txt excerpts, no start links)
+    res = _run(sys.executable, str(SCRIPTS / "analyse_lm.py"), str(ROOT / "results" / "lm" / "runs"), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout == (ROOT / "results" / "lm" / "analysis.md").read_text(encoding="utf-8")
+
+
+def test_analyse_lm_refuses_a_missing_directory(tmp_path):
+    res = _run(sys.executable, str(SCRIPTS / "analyse_lm.py"), str(tmp_path / "nothing"))
+    assert res.returncode == 2 and "no such directory" in res.stderr
+
+
+def test_analyse_study_tables_a_made_up_results_directory(tmp_path):
+    for seed, sr in ((0, 0.25), (1, 0.75)):
+        run = tmp_path / "household" / "grpo" / f"seed{seed}"
+        run.mkdir(parents=True)
+        recs = [{"step": s, "train/sr": sr, "train/error_rate": 0.1, "adv/abs_mean": 0.5, "loss/grad_norm": 2.0}
+                for s in range(1, 151)] + [{"step": 150, "val/sr": sr, "train/sr": sr}]
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    res = _run(sys.executable, str(SCRIPTS / "analyse_study.py"), str(tmp_path), timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "## household" in res.stdout
+    assert "| grpo | 2 | 50.0±35.4 | 50.0±35.4 | 0.500±0.000 | 2.000±0.000 | 10.0±0.0 | – | – |" in res.stdout
+    res = _run(sys.executable, str(SCRIPTS / "analyse_study.py"), str(tmp_path / "nothing"))
+    assert res.returncode == 2 and "no such results directory" in res.stderr
+
+
+def test_repeat_schedule_writes_the_same_tasks_at_every_step(tmp_path):
+    res = _run(sys.executable, str(SCRIPTS / "repeat_schedule.py"), "--env", "shop", "--seed", "0",
+               "--steps", "3", "--out", str(tmp_path), timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    where = tmp_path / "fixed_train_set" / "seed0" / "shop"
+    steps = [json.loads(line) for line in (where / "schedule.jsonl").read_text().splitlines() if line.strip()]
+    assert len(steps) == 3 and len({frozenset(step["tasks"]) for step in steps}) == 1
+    assert len(steps[0]["tasks"]) == 16  # the 16 of step 0 of the shipped seed-0 schedule
+    manifest = json.loads((where / "manifest.json").read_text())
+    assert manifest["made_by"].startswith("scripts/repeat_schedule.py")
