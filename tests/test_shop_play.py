@@ -3,13 +3,12 @@
 import io
 
 from proas.cli import main
-from proas.envs import ENVS
 from proas.envs.shop import make_shop_env
-from proas.play_cli import play
+from proas.play_cli import ENV_FACTORIES, play
 
 
 def test_shop_is_playable_and_hints_win():
-    assert ENVS["shop"].factory == "proas.envs.shop:make_shop_env"
+    assert ENV_FACTORIES["shop"] == "proas.envs.shop:make_shop_env"
     env = make_shop_env(nouns="stored")
     tid = env.task_ids("valid")[0]
     out = io.StringIO()

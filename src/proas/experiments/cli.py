@@ -58,7 +58,8 @@ def register(sub) -> None:
     hs.add_argument("sources", nargs="+", metavar="SOURCE",
                     help="tuning results directories (the --out of `proas experiment run heldout_tune`) and/or "
                          "run-records CSVs (--records); a later source's run replaces an earlier one's")
-    hs.add_argument("--start", choices=["random", "sft"], default="random", help="which tuning grid (default random)")
+    hs.add_argument("--start", choices=["random", "sft", "other"], default="random",
+                    help="which tuning grid (default random; other: PPO and MiGPO from random weights)")
     hs.add_argument("--out", metavar="FILE", help="write the selection as Markdown here (default: print it)")
     hs.add_argument("--records", metavar="CSV", help="write every run's record (validation curve, tuning metric, "
                                                      "commit) here: the per-run data behind the selection")
@@ -85,7 +86,7 @@ def _heldout_configs(args) -> int:
     from proas.experiments.heldout import config_path, study_yaml
 
     stale = []
-    for start in ("random", "sft"):
+    for start in ("random", "sft", "other"):
         path, text = config_path(start), study_yaml(start)
         if path.exists() and path.read_text(encoding="utf-8") == text:
             continue

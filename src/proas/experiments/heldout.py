@@ -41,14 +41,23 @@ SFT_ADAMW_LRS = (0.0003, 0.001, 0.003)
 #: GiGPO's modes tuned on shop (household keeps verl-agent's ALFWorld mode, mean_std_norm)
 GIGPO_SHOP_MODES = ("mean_norm", "mean_std_norm")
 FINAL_TEMPERATURES = (1.0, 0.0)
+#: the other baselines (protocol, "What is run", item 5), tuned from random weights by the same
+#: rules (``start="other"``): PPO, as verl-agent runs it (128 single-trajectory tasks a step, the
+#: PPO schedules, gamma 1) with the trainer's GAE lambda 0.95 and state critic (docs/credit.md,
+#: "GAE and its critic"), and MiGPO; neither shaped
+OTHER_ESTIMATORS = ("ppo", "migpo")
+OTHER_OVERRIDES = {"ppo": ("env.group_size=1", "env.tasks_per_step=128", "algo.gamma=1.0"), "migpo": ()}
+OTHER_SCHEDULES = {"ppo": "ppo"}
+STARTS = ("random", "sft", "other")
 #: the SFT start of the SFT-start grids (the ``sft_start`` row of ``main_warm``)
 SFT_START_ROW = {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
                  "sft": ["--epochs", "1", "--max-tasks", "80"]}
 
 
 def _rates(start: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(SGD rates, AdamW rates) of the grid from ``start`` (``random`` or ``sft``)."""
-    return (SGD_LRS, ADAMW_LRS) if start == "random" else (SFT_SGD_LRS, SFT_ADAMW_LRS)
+    """(SGD rates, AdamW rates) of the grid from ``start`` (``random``, ``sft``, or ``other``: the other
+    baselines from random weights)."""
+    return (SFT_SGD_LRS, SFT_ADAMW_LRS) if start == "sft" else (SGD_LRS, ADAMW_LRS)
 
 
 @dataclass(frozen=True)
@@ -84,8 +93,26 @@ class Arm:
         return f"{self.estimator}_{self.shaping}"
 
 
-def arms(envs: Iterable[str] = ENVS) -> list[Arm]:
+def arms(envs: Iterable[str] = ENVS, start: str = "random") -> list[Arm]:
+    """The arms of the ``start`` grid: the main ones (each base with and without ProAS), or for
+    ``other`` the other baselines, unshaped."""
+    if start == "other":
+        return [Arm(e, est, "none") for e in envs for est in OTHER_ESTIMATORS]
     return [Arm(e, est, sh) for e in envs for est in ESTIMATORS for sh in SHAPINGS]
+
+
+def _row(arm: Arm, s: Setting, start: str) -> dict[str, Any]:
+    """The study row of ``arm`` at setting ``s`` (without ``envs``)."""
+    over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *OTHER_OVERRIDES.get(arm.estimator, ()),
+            *s.overrides()]
+    rid = row_id(arm, s)
+    row: dict[str, Any] = {"id": rid, "label": rid, "overrides": over}
+    if arm.estimator in OTHER_SCHEDULES:
+        row["schedule"] = OTHER_SCHEDULES[arm.estimator]
+    if start == "sft":
+        row["needs"] = ["sft_start"]
+        row["overrides"] = over + ["policy.scorer.init_from={out}/{env}/sft_start/seed{seed}"]
+    return row
 
 
 def settings(arm: Arm, start: str = "random") -> list[Setting]:
@@ -125,13 +152,7 @@ def extension_study(extend: Iterable[tuple[Arm, Setting]], start: str = "random"
         past = beyond_edge(s, start)
         if past is None:
             raise ProasError(f"{arm.env}/{arm.name} {s.tag} is not at the edge of its grid")
-        over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *past.overrides()]
-        row: dict[str, Any] = {"id": row_id(arm, past), "label": row_id(arm, past), "overrides": over,
-                               "envs": [arm.env]}
-        if start == "sft":
-            row["needs"] = ["sft_start"]
-            row["overrides"] = over + ["policy.scorer.init_from={out}/{env}/sft_start/seed{seed}"]
-        rows.append(row)
+        rows.append({**_row(arm, past, start), "envs": [arm.env]})
     if start == "sft":
         rows.insert(0, dict(SFT_START_ROW))
     return {**base, "study": base["study"] + "_ext", "title": base["title"] + ", extension past an edge",
@@ -141,21 +162,17 @@ def extension_study(extend: Iterable[tuple[Arm, Setting]], start: str = "random"
 def tuning_study(start: str = "random") -> dict[str, Any]:
     """The tuning grid as a study config (``proas experiment run``): one row per arm and setting,
     an ``env_overrides`` split so that each env runs only its own arms' rows."""
-    if start not in ("random", "sft"):
-        raise ProasError(f"start must be random or sft, got {start!r}")
+    if start not in STARTS:
+        raise ProasError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
     rows: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
-    for arm in arms():
+    for arm in arms(start=start):
         for s in settings(arm, start):
             rid = row_id(arm, s)
             if rid in seen:
                 seen[rid]["_envs"].append(arm.env)
                 continue
-            over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *s.overrides()]
-            row: dict[str, Any] = {"id": rid, "label": rid, "overrides": over, "_envs": [arm.env]}
-            if start == "sft":
-                row["needs"] = ["sft_start"]
-                row["overrides"] = over + ["policy.scorer.init_from={out}/{env}/sft_start/seed{seed}"]
+            row = {**_row(arm, s, start), "_envs": [arm.env]}
             seen[rid] = row
             rows.append(row)
     for row in rows:
@@ -164,14 +181,20 @@ def tuning_study(start: str = "random") -> dict[str, Any]:
             row["envs"] = row_envs
     if start == "sft":
         rows.insert(0, dict(SFT_START_ROW))
-    name = "heldout_tune" if start == "random" else "heldout_tune_sft"
+    name = config_path(start).stem
+    what = {"random": "random weights", "sft": "SFT start", "other": "the other baselines, random weights"}[start]
+    description = ("docs/study-protocol.md: every arm (env x estimator x shaping) over its optimiser grid, "
+                   "on the tuning seeds, validated on the tuning tasks")
+    if start == "other":
+        description = ("docs/study-protocol.md, What is run, item 5: PPO (GAE lambda 0.95, the state critic, "
+                       "verl-agent's 128 single-trajectory tasks a step) and MiGPO over the optimiser grid of "
+                       "random weights, on the tuning seeds, validated on the tuning tasks")
     return {
         "study": name,
-        "title": f"Held-out study: tuning grid ({'random weights' if start == 'random' else 'SFT start'})",
+        "title": f"Held-out study: tuning grid ({what})",
         "kind": "ablation",
-        "reference": rows[0]["id"] if start == "random" else rows[1]["id"],
-        "description": ("docs/study-protocol.md: every arm (env x estimator x shaping) over its optimiser grid, "
-                        "on the tuning seeds, validated on the tuning tasks"),
+        "reference": rows[1]["id"] if start == "sft" else rows[0]["id"],
+        "description": description,
         "envs": list(ENVS),
         "seeds": list(TUNING_SEEDS),
         "steps": STEPS,
@@ -190,7 +213,7 @@ def study_yaml(start: str = "random") -> str:
 
 
 def config_path(start: str = "random") -> Path:
-    name = "heldout_tune" if start == "random" else "heldout_tune_sft"
+    name = {"random": "heldout_tune", "sft": "heldout_tune_sft", "other": "heldout_tune_other"}[start]
     return Path(__file__).resolve().parent / "configs" / f"{name}.yaml"
 
 
@@ -336,7 +359,7 @@ def select(records: Records | Path, start: str = "random") -> list[Choice]:
     in ``records``; until then the arm is left unchosen, with a note naming the runs to make.
     """
     out = []
-    for arm in arms():
+    for arm in arms(start=start):
         table = [(s, [_metric(records, arm, s, seed) for seed in TUNING_SEEDS]) for s in settings(arm, start)]
         complete = [(s, sum(v) / len(v)) for s, v in table if all(x is not None for x in v)]
         decided = ""
@@ -381,7 +404,8 @@ def extensions_needed(choices: list[Choice]) -> list[tuple[Arm, Setting]]:
 
 
 def render_selection(choices: list[Choice], start: str = "random") -> str:
-    lines = [f"# Tuning ({'random weights' if start == 'random' else 'SFT start'}): mean validation SR on the "
+    what = {"random": "random weights", "sft": "SFT start", "other": "the other baselines, random weights"}[start]
+    lines = [f"# Tuning ({what}): mean validation SR on the "
              f"tuning tasks, steps {WINDOW[0]}-{WINDOW[1]}, seeds {', '.join(map(str, TUNING_SEEDS))}", ""]
     for c in choices:
         lines.append(f"## {c.arm.env} {c.arm.name}: {c.chosen.tag if c.chosen else 'not chosen'}"

@@ -66,6 +66,8 @@ POLICIES = ("scorer", "lm")
 GRAPH_SOURCES = ("oracle", "load", "rollouts")
 #: GiGPO's normalisation in verl-agent's scripts: mean_std_norm for ALFWorld, mean_norm for WebShop
 GIGPO_MODE_BY_ENV = {"household": "mean_std_norm", "shop": "mean_norm"}
+#: what the ``ppo`` critic sees (``algo.critic_features``; proas.train.critic)
+CRITIC_FEATURES = ("state", "context")
 #: ``algo.kl_coef`` of the ``lm`` policy when unset (verl-agent's ``kl_loss_coef`` with LLMs)
 LM_KL_COEF = 0.01
 
@@ -265,8 +267,11 @@ class AlgoConfig:
     norm_by_std: bool = True
     #: discount for GiGPO step returns and GAE (verl-agent: 0.95 GiGPO; 1.0 PPO)
     gamma: float = 0.95
-    #: GAE lambda (verl-agent: 1.0)
-    lam: float = 1.0
+    #: GAE lambda for ``ppo``. verl's default and verl-agent's PPO scripts use 1.0 (Monte Carlo
+    #: returns minus V); 0.95 (PPO's paper) credits an action by the change in V it brings, so the
+    #: critic, not the whole episode's outcome, carries the signal (docs/credit.md, "GAE and its
+    #: critic")
+    lam: float = 0.95
     #: GiGPO / MiGPO normalisation: mean_norm | mean_std_norm; None = verl-agent's script for
     #: the env (household: mean_std_norm, as its ALFWorld script; shop and others: mean_norm)
     gigpo_mode: Optional[str] = None
@@ -300,8 +305,12 @@ class AlgoConfig:
     #: tasks, up to ``max_gen_batches`` rollouts; None = on for dapo only
     dynamic_sampling: Optional[bool] = None
     max_gen_batches: int = 10
-    #: learning rate of the critic (``ppo`` only; a hashed-feature value model)
+    #: learning rate of the critic (``ppo`` only; a hashed-feature value model, Adam)
     critic_lr: float = 0.01
+    #: what the critic sees (``ppo`` only): ``state`` (the scorer's context features plus the
+    #: env's abstract state and that state crossed with the step count) or ``context`` (the
+    #: context features alone, which cannot fit a state's value); proas.train.critic
+    critic_features: str = "state"
     graph: GraphConfig = field(default_factory=GraphConfig)
 
     def resolved_clip_high(self) -> float:
@@ -438,6 +447,7 @@ def _validate(cfg: Config) -> None:
         choice("algo.gigpo_mode", cfg.algo.gigpo_mode, CREDIT_ESTIMATORS["gigpo"].options["mode"].choices)
     choice("algo.group_stats", cfg.algo.group_stats, GROUP_STATS)
     choice("algo.graph.rea", cfg.algo.graph.rea, REA_RULES)
+    choice("algo.critic_features", cfg.algo.critic_features, CRITIC_FEATURES)
     choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)
     if cfg.algo.graph.source == "load" and not cfg.algo.graph.path:
         raise ProasError("config: algo.graph.source=load needs algo.graph.path=<graph file>")

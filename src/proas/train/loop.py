@@ -22,11 +22,12 @@ the metrics an uninterrupted run writes (the ``time/*`` keys excepted).
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,6 @@ import torch
 from rich.markup import escape
 
 from proas.credit import ESTIMATORS, ReferenceGraph, compute_credit, dynamic_sampling_keep
-from proas.envs import make_factory
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
@@ -46,14 +46,45 @@ from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
 from proas.train.config import CREDIT_ESTIMATOR, Config, config_from_yaml, config_to_yaml
-from proas.train.critic import ValueModel
+from proas.train.critic import ValueModel, critic_metrics
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
 from proas.train.rundir import ResumePoint, apply_repairs, check_resume
 from proas.train.warm_start import INIT_SOURCE, build_policy, init_source_record
 from proas.types import Trajectory
 
-__all__ = ["Trainer", "val_result", "validate"]
+__all__ = ["Trainer", "make_env_factory", "val_result", "validate"]
+
+# ----------------------------------------------------------------------------- construction
+def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
+    """A zero-argument constructor of the configured env (``household``, ``shop`` or
+    ``module:callable``)."""
+    if name == "household":
+        from proas.envs.household import make_household_env as factory
+    elif name == "shop":
+        from proas.envs.shop import make_shop_env as factory
+    elif ":" in name:
+        mod_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ProasError(f"config: env.name={name!r} cannot be imported ({exc})") from None
+    else:
+        import difflib
+
+        close = difflib.get_close_matches(str(name), ["household", "shop"], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ProasError(f"config: env.name={name!r} is not household, shop or module:factory{hint}")
+    opts = dict(options)
+
+    def make() -> Env:
+        try:
+            return factory(**opts)
+        except TypeError as exc:
+            raise ProasError(f"config: env.options do not fit env {name!r} ({exc})") from None
+
+    return make
+
 
 # ----------------------------------------------------------------------------- validation
 @dataclass
@@ -134,7 +165,7 @@ class Trainer:
         self.console = console
         point = check_resume(run_dir, cfg) if resume is True else (resume or None)
         torch.set_num_threads(cfg.train.threads)
-        self.make_env = make_factory(cfg.env.name, cfg.env.options, config=True)
+        self.make_env = make_env_factory(cfg.env.name, cfg.env.options)
         self.envs: list[Env] = [self.make_env()]
         self.env_name = str(getattr(self.envs[0], "name", cfg.env.name))
         self.max_steps = int(cfg.env.max_steps or self.envs[0].max_steps)
@@ -160,7 +191,7 @@ class Trainer:
         self.ref = self.policy.reference_module() if self.kl_coef > 0 else None
         self.critic = self.critic_opt = None
         if ESTIMATORS[CREDIT_ESTIMATOR[cfg.algo.estimator]].needs_values:
-            self.critic = ValueModel(cfg.policy.scorer.hash_bits)
+            self.critic = ValueModel(cfg.policy.scorer.hash_bits, cfg.algo.critic_features)
             self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
 
         self._load_task_sets()
@@ -338,7 +369,7 @@ class Trainer:
                 (bool(s.extra.get("malformed")) for t in trajs for s in t.steps), dtype=np.float64)
         if self.critic is not None:
             with torch.no_grad():
-                values = self.critic([s.extra["context"] for t in trajs for s in t.steps]).double().numpy()
+                values = self.critic([s for t in trajs for s in t.steps]).double().numpy()
             # written into the steps on purpose: the credit core reads V(s_t) from ``Step.value``
             # (``compute_credit`` takes trajectories, no separate values), and the rollout log
             # keeps each step's value with it (``Trajectory.to_json``)
@@ -417,7 +448,7 @@ class Trainer:
                 self.optimizer.step()
                 if self.critic is not None and returns is not None:
                     self.critic_opt.zero_grad(set_to_none=True)
-                    v = self.critic([steps[i].extra["context"] for i in idx])
+                    v = self.critic([steps[i] for i in idx])
                     vl = value_loss(v, returns[idx])
                     vl.backward()
                     self.critic_opt.step()
@@ -425,6 +456,8 @@ class Trainer:
                 updates += 1
         out = {k: v / max(1, updates) for k, v in sums.items()}
         out["loss/updates"] = float(updates)
+        if self.critic is not None and returns is not None:  # the critic's fit before this update
+            out.update(critic_metrics(np.fromiter((s.value for s in steps), dtype=np.float64), res.returns))
         return out
 
     def train_step(self) -> dict[str, Any]:

@@ -382,5 +382,5 @@ def oracle_trajectory(env: HouseholdEnv, task_id: str) -> Trajectory:
 
 
 def make_household_env(backend: str = "fast", **kwargs: Any) -> HouseholdEnv:
-    """The household env's factory in the env registry (``proas.envs.make("household", **options)``)."""
+    """Factory used by the CLI registries (``proas schedule``, ``proas play``) and the trainer."""
     return HouseholdEnv(backend=backend, **kwargs)
