@@ -164,12 +164,12 @@ def test_metavars_follow_one_convention():
 # ---------------------------------------------------------------------------- task ids
 def test_proas_tasks_lists_the_ids_that_play_and_the_task_sets_take(capsys):
     from proas.cli import main
-    from proas.play_cli import make_env
+    from proas.envs import make
 
     assert main(["tasks", "household"]) == 0
     out, err = capsys.readouterr()
     ids = out.split()
-    env = make_env("household")
+    env = make("household")
     assert ids == env.task_ids("valid") and len(ids) == 128 and err.strip() == "128 tasks in household's valid split"
     assert main(["tasks", "household", "--split", "train"]) == 0
     train = capsys.readouterr().out.split()

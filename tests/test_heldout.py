@@ -194,7 +194,7 @@ def test_select_writes_records_and_the_evaluation_config_only_once_every_arm_is_
 def test_the_tuning_sets_share_no_task_with_training_or_evaluation(tmp_path):
     """`proas schedule make-tuning-val` is deterministic (the shipped sets are what it writes)
     and its sets are disjoint from the training pool and the evaluation validation set."""
-    from proas.tasksets_cli import resolve_env
+    from proas.envs import make
 
     for env in ("shop",):  # household's generator is slow to build every split; shop covers the code
         out = tmp_path / f"{env}.jsonl"
@@ -202,7 +202,7 @@ def test_the_tuning_sets_share_no_task_with_training_or_evaluation(tmp_path):
         made = tasksets.load_val_set(env, path=out)
         shipped = tasksets.load_val_set(env, path=tasksets.tuning_val_set_path(env))
         assert made.task_ids == shipped.task_ids and made.manifest["kind"] == "tuning_val_set"
-        e = resolve_env(env)
+        e = make(env)
         assert not set(made.task_ids) & set(e.task_ids("train"))
         assert not set(made.task_ids) & set(e.task_ids("valid"))
     household = tasksets.load_val_set("household", path=tasksets.tuning_val_set_path("household"))

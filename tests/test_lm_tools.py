@@ -9,19 +9,19 @@ import torch
 
 from proas.baselines.sft import oracle_examples
 from proas.cli import main as proas_main
+from proas.envs import make
 from proas.errors import ProasError
 from proas.lm_cli import env_tokenizer
 from proas.policies.lm import LMPolicy, build_prompt, load_tokenizer, local_tokenizer, score_response
 from proas.policies.lm_tools import new_model_dir
 from proas.train.config import build_config
-from proas.train.loop import make_env_factory
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def household_val_contexts():
-    env = make_env_factory("household", {})()
+    env = make("household")
     ex, _ = oracle_examples(env, list(env.task_ids("valid"))[:6], env_label="household", max_steps=50)
     return [c for c, _ in ex]
 

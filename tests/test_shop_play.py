@@ -3,12 +3,13 @@
 import io
 
 from proas.cli import main
+from proas.envs import ENVS
 from proas.envs.shop import make_shop_env
-from proas.play_cli import ENV_FACTORIES, play
+from proas.play_cli import play
 
 
 def test_shop_is_playable_and_hints_win():
-    assert ENV_FACTORIES["shop"] == "proas.envs.shop:make_shop_env"
+    assert ENVS["shop"].factory == "proas.envs.shop:make_shop_env"
     env = make_shop_env(nouns="stored")
     tid = env.task_ids("valid")[0]
     out = io.StringIO()

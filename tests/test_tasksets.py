@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from proas import cli, tasksets, tasksets_cli
+from proas import cli, envs, tasksets
 from proas.errors import ProasError
 
 TRAIN = [f"t{i:03d}" for i in range(40)]
@@ -135,7 +135,7 @@ class _ToyEnv:
 
 
 def test_cli_make_and_verify(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(tasksets_cli, "resolve_env", lambda name: _ToyEnv())
+    monkeypatch.setattr(envs, "make", lambda name: _ToyEnv())
     rc = cli.main(["schedule", "make", "--env", "toy", "--seed", "2", "--steps", "5", "--out", str(tmp_path)])
     assert rc == 0
     out = tmp_path / "fixed_train_set" / "seed2" / "toy"

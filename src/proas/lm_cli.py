@@ -70,11 +70,11 @@ def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
     action; plus the marker of a cut observation. Only training tasks, never validation ones."""
     from proas.baselines.common import env_name
     from proas.baselines.sft import oracle_examples, sft_task_ids
+    from proas.envs import make_factory
     from proas.errors import ProasError
     from proas.policies.lm import build_prompt, score_response
-    from proas.train.loop import make_env_factory
 
-    env = make_env_factory(cfg.env.name, cfg.env.options)()
+    env = make_factory(cfg.env.name, cfg.env.options, config=True)()
     label = env_name(cfg, env)
     ids = sft_task_ids(cfg, env, max_tasks)
     examples, _ = oracle_examples(env, ids, env_label=label, max_steps=int(cfg.env.max_steps or env.max_steps))

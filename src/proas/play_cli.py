@@ -9,14 +9,13 @@ Env text (observations, commands, hints) is printed with its control characters 
 (standard input is a terminal); a command picked by its number is shown as ``→ command``.
 With piped input nothing is shown by the terminal, so each command is printed as ``> command``.
 
-Envs are found by name in ``ENV_FACTORIES`` ("module:function", imported only when used); the
-factory takes keyword options (``backend`` for household).
+Envs are built by name through ``proas.envs.make`` (the env registry); the factory takes keyword
+options (``backend`` for household).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Any, Callable, TextIO
 
@@ -24,24 +23,9 @@ from rich.columns import Columns
 from rich.console import Console
 from rich.text import Text
 
+from proas import envs
 from proas.errors import ProasError
 from proas.termtext import safe_text
-
-ENV_FACTORIES: dict[str, str] = {
-    "household": "proas.envs.household:make_household_env",
-    "shop": "proas.envs.shop:make_shop_env",
-}
-
-
-def make_env(name: str, **kwargs: Any) -> Any:
-    if name not in ENV_FACTORIES:
-        raise ProasError(f"unknown env {name!r}; choose one of {sorted(ENV_FACTORIES)}")
-    module_name, _, func_name = ENV_FACTORIES[name].partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), func_name)
-    except (ImportError, AttributeError) as exc:
-        raise ProasError(f"env {name!r} is not available ({exc})") from None
-    return factory(**kwargs)
 
 
 def _hint(env: Any, task: str, moved: bool) -> str | None:
@@ -120,7 +104,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     if args.backend and args.env != "household":
         raise ProasError(f"--backend applies to household only, not {args.env}")
     kwargs = {"backend": args.backend} if args.backend else {}
-    env = make_env(args.env, **kwargs)
+    env = envs.make(args.env, **kwargs)
     # a terminal shows what is typed after the prompt; piped input shows nothing, so the loop
     # prints the command instead, and a prompt would only clutter the transcript
     interactive = sys.stdin.isatty()
@@ -130,12 +114,10 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 #: the household env's engines (``HouseholdEnv(backend=...)``)
 HOUSEHOLD_BACKENDS = ("fast", "alfworld")
-#: the splits each shipped env lists (``Env.task_ids(split)``), for the help text
-SPLITS = {"household": "train, valid_seen, valid_unseen, valid (the fixed 128)", "shop": "train, valid, test, all"}
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    env = make_env(args.env)
+    env = envs.make(args.env)
     ids = env.task_ids(args.split)
     for task_id in ids:
         print(task_id)
@@ -145,7 +127,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("play", help="play one task of an environment in the terminal")
-    p.add_argument("env", metavar="ENV", choices=list(ENV_FACTORIES), help=f"environment: {', '.join(ENV_FACTORIES)}")
+    p.add_argument("env", metavar="ENV", choices=envs.names(), help=f"environment: {', '.join(envs.names())}")
     p.add_argument("--task", required=True, metavar="TASK_ID",
                    help="task id, e.g. train-pick-0007 for household (`proas tasks ENV` lists them)")
     p.add_argument("--backend", default=None, choices=HOUSEHOLD_BACKENDS,
@@ -155,7 +137,7 @@ def register(sub: Any) -> None:
     t = sub.add_parser("tasks", help="list the task ids of an environment's split, one a line",
                        description="List the task ids of one split of an environment (for `proas play --task`, "
                                    "task sets and `algo.graph.oracle_tasks`), one a line; the count goes to stderr.")
-    t.add_argument("env", metavar="ENV", choices=list(ENV_FACTORIES), help=f"environment: {', '.join(ENV_FACTORIES)}")
+    t.add_argument("env", metavar="ENV", choices=envs.names(), help=f"environment: {', '.join(envs.names())}")
     t.add_argument("--split", default="valid", metavar="SPLIT",
-                   help="; ".join(f"{env}: {splits}" for env, splits in SPLITS.items()) + " (default valid)")
+                   help="; ".join(f"{spec.name}: {spec.splits}" for spec in envs.ENVS.values()) + " (default valid)")
     t.set_defaults(func=cmd_tasks)

@@ -1,7 +1,7 @@
 """`proas schedule make` and `proas schedule verify`: the fixed task sets from the command line.
 
-The env is found by name in ``ENV_FACTORIES`` ("module:function", imported only when used).
-A factory returns an object with ``task_ids(split)`` (the env protocol); ``"train"`` is the pool
+The env is built by name through ``proas.envs.make`` (the env registry). A factory returns an
+object with ``task_ids(split)`` (the env protocol); ``"train"`` is the pool
 schedules are drawn from and ``"valid"`` the fixed validation set. An optional attribute
 ``taskset_source`` (str) says where the ids come from and is recorded in the manifests.
 """
@@ -9,38 +9,17 @@ schedules are drawn from and ``"valid"`` the fixed validation set. An optional a
 from __future__ import annotations
 
 import argparse
-import importlib
 import random
 from pathlib import Path
 from typing import Any
 
-from proas import tasksets
+from proas import envs, tasksets
 from proas.errors import ProasError
 from proas.termtext import printable
 
-ENV_FACTORIES: dict[str, str] = {
-    "household": "proas.envs.household:make_household_env",
-    "shop": "proas.envs.shop:make_shop_env",
-}
-
-
-def resolve_env(name: str) -> Any:
-    """Build the env called ``name`` through its lazily imported factory."""
-    if name not in ENV_FACTORIES:
-        raise ProasError(f"unknown env {name!r}; choose one of {sorted(ENV_FACTORIES)}")
-    module_name, _, func_name = ENV_FACTORIES[name].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ProasError(f"env {name!r} is not available ({exc})") from None
-    factory = getattr(module, func_name, None)
-    if factory is None:
-        raise ProasError(f"env {name!r}: {module_name} has no factory {func_name!r}")
-    return factory()
-
 
 def cmd_make(args: argparse.Namespace) -> int:
-    env = resolve_env(args.env)
+    env = envs.make(args.env)
     source = str(getattr(env, "taskset_source", f"{args.env}.task_ids"))
     val_ids = list(env.task_ids("valid"))
     train_ids = list(env.task_ids("train"))
@@ -63,21 +42,23 @@ def cmd_make(args: argparse.Namespace) -> int:
     return 0
 
 
-#: where each env's tuning validation set is drawn from: a split that neither the training
-#: schedules nor the evaluation validation set (``valid``) draws from
-TUNING_SPLITS = {"household": "valid_unseen", "shop": "test"}
+def tuning_splits() -> dict[str, str]:
+    """Each registered env's tuning split (``proas.envs.EnvSpec.tuning_split``): a split that
+    neither the training schedules nor the evaluation validation set (``valid``) draws from."""
+    return {spec.name: spec.tuning_split for spec in envs.ENVS.values() if spec.tuning_split}
 
 
 def cmd_make_tuning_val(args: argparse.Namespace) -> int:
     """The tuning validation set: ``--size`` tasks of the env's tuning split, drawn with
     ``--draw-seed`` (all of them when the split is smaller), disjoint from the training pool and
     from the evaluation validation set, both checked here."""
-    if args.env not in TUNING_SPLITS:
-        raise ProasError(f"no tuning split for env {args.env!r}; known: {sorted(TUNING_SPLITS)}")
+    tuning = tuning_splits()
+    if args.env not in tuning:
+        raise ProasError(f"no tuning split for env {args.env!r}; known: {sorted(tuning)}")
     if args.size <= 0:
         raise ProasError(f"--size must be positive, got {args.size}")
-    env = resolve_env(args.env)
-    split = TUNING_SPLITS[args.env]
+    env = envs.make(args.env)
+    split = tuning[args.env]
     pool = sorted(set(env.task_ids(split)))
     shared = (set(pool) & set(env.task_ids("train"))) | (set(pool) & set(env.task_ids("valid")))
     if shared:
@@ -123,7 +104,7 @@ def register(sub: Any) -> None:
     ssub = p.add_subparsers(dest="schedule_command", metavar="COMMAND")
     ssub.required = True
     mk = ssub.add_parser("make", help="write the validation set and a training schedule for one env and seed")
-    mk.add_argument("--env", required=True, metavar="ENV", help=f"environment: {', '.join(ENV_FACTORIES)}")
+    mk.add_argument("--env", required=True, metavar="ENV", help=f"environment: {', '.join(envs.names())}")
     mk.add_argument("--seed", type=int, required=True, help="schedule seed (the paper uses 0, 1, 2)")
     mk.add_argument("--ppo", action="store_true", help="PPO schedule: 128 task slots a step, under fix_train_set_ppo/")
     mk.add_argument("--steps", type=int, default=150, help="RL steps (default 150)")
@@ -132,7 +113,7 @@ def register(sub: Any) -> None:
                     help="data root to write under (default: the package's shipped data)")
     mk.set_defaults(func=cmd_make)
     tv = ssub.add_parser("make-tuning-val", help="write a tuning validation set (tasks no study evaluates on)")
-    tv.add_argument("--env", required=True, metavar="ENV", help=f"environment: {', '.join(TUNING_SPLITS)}")
+    tv.add_argument("--env", required=True, metavar="ENV", help=f"environment: {', '.join(tuning_splits())}")
     tv.add_argument("--size", type=int, default=128, help="tasks (default 128; all of a smaller split)")
     tv.add_argument("--draw-seed", type=int, default=0, help="seed of the draw from the split (default 0)")
     tv.add_argument("--out", default=None, metavar="FILE",

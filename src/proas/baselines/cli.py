@@ -154,10 +154,10 @@ def _react(args) -> int:
     cfg = build_config(args.overrides)
     from proas.baselines.common import env_name, val_result, validation_ids
     from proas.baselines.react import ChatClient, api_key_from_env, run_react
+    from proas.envs import make_factory
     from proas.fileio import atomic_write_jsonl
-    from proas.train.loop import make_env_factory
 
-    env = make_env_factory(cfg.env.name, cfg.env.options)()
+    env = make_factory(cfg.env.name, cfg.env.options, config=True)()
     ids = validation_ids(cfg, env)
     if args.tasks is not None:
         ids = ids[: args.tasks]

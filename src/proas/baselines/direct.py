@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from proas.baselines.common import env_name, validation_ids, write_checkpoint_dir
+from proas.envs import make_factory
 from proas.errors import ProasError
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import (
     ValResult,
     build_policy,
-    make_env_factory,
     val_seed,
     validate,
     write_run_config,
@@ -38,7 +38,7 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)
     policy = build_policy(cfg, cfg.seed)
-    make = make_env_factory(cfg.env.name, cfg.env.options)
+    make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()
     name = env_name(cfg, env0)
     ids = validation_ids(cfg, env0)

@@ -269,9 +269,9 @@ class PreparedRequest:
 
 
 def _env_label(cfg) -> str:
-    from proas.train.loop import make_env_factory
+    from proas.envs import make_factory
 
-    return str(getattr(make_env_factory(cfg.env.name, cfg.env.options)(), "name", cfg.env.name))
+    return str(getattr(make_factory(cfg.env.name, cfg.env.options, config=True)(), "name", cfg.env.name))
 
 
 def _thought(response: str, kind: str, logp: float, admissible) -> str:

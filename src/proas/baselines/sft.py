@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from proas.baselines.common import env_name, validation_ids, write_checkpoint_dir
+from proas.envs import make_factory
 from proas.envs.base import Env
 from proas.envs.replay import oracle_walk
 from proas.errors import ProasError
@@ -42,7 +43,7 @@ from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
 from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml
-from proas.train.loop import make_env_factory, val_seed, validate, write_run_config
+from proas.train.loop import val_seed, validate, write_run_config
 from proas.train.rundir import absolute_paths
 from proas.train.warm_start import build_policy
 
@@ -168,7 +169,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)
     rng = np.random.default_rng(cfg.seed)
-    make = make_env_factory(cfg.env.name, cfg.env.options)
+    make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()
     label = env_name(cfg, env0)
     max_steps = int(cfg.env.max_steps or env0.max_steps)

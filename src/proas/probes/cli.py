@@ -56,12 +56,12 @@ def spread(ids: list[str], n: int) -> list[str]:
 
 def _setup(args):
     from proas.baselines.common import env_name, load_policy, validation_ids
-    from proas.train.loop import make_env_factory
+    from proas.envs import make_factory
 
     if args.tasks <= 0 or args.n <= 0:
         raise ProasError("--tasks and --n must be > 0")
     policy, cfg, directory, _ = load_policy(args.target)
-    make = make_env_factory(cfg.env.name, cfg.env.options)
+    make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()
     ids = spread(validation_ids(cfg, env0) or list(env0.task_ids("valid")), args.tasks)
     temp = cfg.policy.temperature if args.temperature is None else args.temperature

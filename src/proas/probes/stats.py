@@ -85,8 +85,8 @@ def _num(v: Any) -> float | None:
 def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, seed: int = 0) -> list[dict[str, Any]]:
     """Fresh rollouts (``group`` per task on ``tasks`` training tasks) of each checkpoint."""
     from proas.baselines.common import env_name, load_policy
+    from proas.envs import make_factory
     from proas.probes.fd import oracle_graph
-    from proas.train.loop import make_env_factory
     from proas.train.rollout import Slot, rollout
 
     dirs = []
@@ -101,7 +101,7 @@ def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, se
     graph_cache: ReferenceGraph | None = None
     for d in dirs:
         policy, cfg, _, state = load_policy(d)
-        make = make_env_factory(cfg.env.name, cfg.env.options)
+        make = make_factory(cfg.env.name, cfg.env.options, config=True)
         env0 = make()
         ids = list(env0.task_ids("train"))[:tasks]
         max_steps = int(cfg.env.max_steps or env0.max_steps)

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from proas.envs import make_factory
 from proas.termtext import safe_text
 from proas.train.loop import (
     Trainer,
     ValResult,
-    make_env_factory,
     validate,
 )
 from proas.train.warm_start import load_policy
@@ -53,7 +53,7 @@ def evaluate_checkpoint(target: Path, *, tasks: int | None = None, temperature: 
     # the checkpoint (best, else latest; best.old when a kill left best/ missing), its structure
     # checked, its policy built without reading a warm start's source again
     policy, cfg, directory, state = load_policy(target)
-    make = make_env_factory(cfg.env.name, cfg.env.options)
+    make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()
     # the validation set the run used (fixed file, shipped set or the env's valid split)
     env_name = str(getattr(env0, "name", cfg.env.name))

@@ -22,12 +22,11 @@ the metrics an uninterrupted run writes (the ``time/*`` keys excepted).
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import torch
 from rich.markup import escape
 
 from proas.credit import ESTIMATORS, ReferenceGraph, compute_credit, dynamic_sampling_keep
+from proas.envs import make_factory
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
@@ -53,38 +53,7 @@ from proas.train.rundir import ResumePoint, apply_repairs, check_resume
 from proas.train.warm_start import INIT_SOURCE, build_policy, init_source_record
 from proas.types import Trajectory
 
-__all__ = ["Trainer", "make_env_factory", "val_result", "validate"]
-
-# ----------------------------------------------------------------------------- construction
-def make_env_factory(name: str, options: dict[str, Any]) -> Callable[[], Env]:
-    """A zero-argument constructor of the configured env (``household``, ``shop`` or
-    ``module:callable``)."""
-    if name == "household":
-        from proas.envs.household import make_household_env as factory
-    elif name == "shop":
-        from proas.envs.shop import make_shop_env as factory
-    elif ":" in name:
-        mod_name, _, attr = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ProasError(f"config: env.name={name!r} cannot be imported ({exc})") from None
-    else:
-        import difflib
-
-        close = difflib.get_close_matches(str(name), ["household", "shop"], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ProasError(f"config: env.name={name!r} is not household, shop or module:factory{hint}")
-    opts = dict(options)
-
-    def make() -> Env:
-        try:
-            return factory(**opts)
-        except TypeError as exc:
-            raise ProasError(f"config: env.options do not fit env {name!r} ({exc})") from None
-
-    return make
-
+__all__ = ["Trainer", "val_result", "validate"]
 
 # ----------------------------------------------------------------------------- validation
 @dataclass
@@ -165,7 +134,7 @@ class Trainer:
         self.console = console
         point = check_resume(run_dir, cfg) if resume is True else (resume or None)
         torch.set_num_threads(cfg.train.threads)
-        self.make_env = make_env_factory(cfg.env.name, cfg.env.options)
+        self.make_env = make_factory(cfg.env.name, cfg.env.options, config=True)
         self.envs: list[Env] = [self.make_env()]
         self.env_name = str(getattr(self.envs[0], "name", cfg.env.name))
         self.max_steps = int(cfg.env.max_steps or self.envs[0].max_steps)

@@ -382,5 +382,5 @@ def oracle_trajectory(env: HouseholdEnv, task_id: str) -> Trajectory:
 
 
 def make_household_env(backend: str = "fast", **kwargs: Any) -> HouseholdEnv:
-    """Factory used by the CLI registries (``proas schedule``, ``proas play``) and the trainer."""
+    """The household env's factory in the env registry (``proas.envs.make("household", **options)``)."""
     return HouseholdEnv(backend=backend, **kwargs)

@@ -545,7 +545,8 @@ class ShopEnv:
 
 
 def make_shop_env(**kwargs: Any) -> ShopEnv:
-    """The factory the CLI and the trainer use: ``ShopEnv(**kwargs)`` over the shipped catalog
+    """The shop env's factory in the env registry (``proas.envs.make("shop", **kwargs)``):
+    ``ShopEnv(**kwargs)`` over the shipped catalog
     by default (kwargs: ``items``, ``attrs``, ``human``, ``human_goals``, ``num_products``,
     ``seed`` (default 233), ``nouns``, ``max_steps``)."""
     return ShopEnv(**kwargs)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from proas.credit import ESTIMATORS, ReferenceGraph
+from proas.envs import make_factory
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
@@ -76,17 +77,8 @@ def proas_env_of(env_name: str) -> str | None:
 
 
 def env_factory(env: str, max_steps: int | None = None) -> Callable[[], Env]:
-    """A zero-argument constructor of proas's ``household`` or ``shop`` env."""
-    kwargs = {} if max_steps is None else {"max_steps": int(max_steps)}
-    if env == "household":
-        from proas.envs.household import make_household_env
-
-        return lambda: make_household_env(**kwargs)
-    if env == "shop":
-        from proas.envs.shop import make_shop_env
-
-        return lambda: make_shop_env(**kwargs)
-    raise ProasError(f"unknown env {env!r}; choose household or shop")
+    """A zero-argument constructor of proas's env ``env`` (``proas.envs.make_factory``)."""
+    return make_factory(env, {} if max_steps is None else {"max_steps": int(max_steps)})
 
 
 def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
