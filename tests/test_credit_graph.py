@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from credit_helpers import STATE, path_traj
 from proas.credit import GraphFileError, ReferenceGraph, clean_path
+from proas.credit.graph.order import TopologicalOrder
 from proas.types import Step
 
 
@@ -207,7 +208,7 @@ def test_failed_save_leaves_old_file(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("proas.credit.graph.json.dumps", lambda *a, **k: "{" * 10)
+    monkeypatch.setattr("proas.credit.graph.files.json.dumps", lambda *a, **k: "{" * 10)
     monkeypatch.setattr("os.replace", boom)
     with pytest.raises(RuntimeError):
         bigger.save(tmp_path / "g.json")
@@ -287,10 +288,11 @@ def assert_consistent(g: ReferenceGraph) -> None:
     want = scratch_distances(g)
     assert {s: g.distance(s) for s in g.nodes()} == {s: want.get(s, math.inf) for s in g.nodes()}
     assert g.is_acyclic()
-    orders = [g._ord[g._id[s]] for s in g.nodes()]
+    order = g._order.ord
+    orders = [order[g._id[s]] for s in g.nodes()]
     assert len(set(orders)) == len(orders)
     for u, _, v, _ in g.edges():
-        assert g._ord[g._id[u]] < g._ord[g._id[v]]
+        assert order[g._id[u]] < order[g._id[v]]
 
 
 _POOL = st.sampled_from([f"s{k}" for k in range(14)])
@@ -337,7 +339,7 @@ def test_a_detour_through_known_states_moves_the_smaller_side():
     assert_consistent(g)
 
 
-class _Cramped(ReferenceGraph):
+class _CrampedOrder(TopologicalOrder):
     """Every other gap counts as too narrow for floats: the fallbacks (slot swap, renumbering)."""
 
     calls = 0
@@ -347,10 +349,16 @@ class _Cramped(ReferenceGraph):
         return None if self.calls % 2 else super()._spread(lo, hi, n)
 
 
+def _cramped() -> ReferenceGraph:
+    g = ReferenceGraph()
+    g._order = _CrampedOrder()
+    return g
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(_POOL, min_size=1, max_size=12), min_size=1, max_size=15))
 def test_narrow_gaps_fall_back_to_slot_swaps_and_renumbering(paths):
-    g, plain = _Cramped(), ReferenceGraph()
+    g, plain = _cramped(), ReferenceGraph()
     for k, states in enumerate(paths):
         for graph in (g, plain):
             graph.add_trajectories([path_traj("g", str(k), 1, states)])

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from proas import cli
 from proas.credit import GraphFileError, ReferenceGraph
-from proas.credit import graph as graph_module
+from proas.credit.graph import export as graph_export
+from proas.credit.graph import files as graph_files
 
 # ------------------------------------------------------------------ loading: the records
 
@@ -158,7 +159,7 @@ def test_a_gzip_bomb_is_refused_after_inflating_at_most_the_cap(tmp_path, monkey
         for _ in range(48):  # 48 MiB of whitespace from a file of a few dozen KiB
             fh.write(b" " * 2**20)
     assert path.stat().st_size < 2**20
-    monkeypatch.setattr(graph_module, "MAX_GRAPH_BYTES", 2**20)  # the default cap is the module's
+    monkeypatch.setattr(graph_files, "MAX_GRAPH_BYTES", 2**20)  # the default cap is the module's
     tracemalloc.start()
     try:
         with pytest.raises(GraphFileError, match="more than 1048576 bytes") as info:
@@ -171,8 +172,8 @@ def test_a_gzip_bomb_is_refused_after_inflating_at_most_the_cap(tmp_path, monkey
 
 
 def test_the_default_cap_is_documented_and_generous():
-    assert graph_module.MAX_GRAPH_BYTES == 128 * 2**20
-    assert "MAX_GRAPH_BYTES" in graph_module.__doc__
+    assert graph_files.MAX_GRAPH_BYTES == 128 * 2**20
+    assert "MAX_GRAPH_BYTES" in graph_files.__doc__
 
 
 # ------------------------------------------------------------------ exports
@@ -213,7 +214,7 @@ def test_graphml_export_is_well_formed_xml_for_any_text(paths):
     states = [_unescape(i) for i in ids] if escaped else ids
     assert sorted(states) == sorted(g.nodes())  # every node, none merged with another
     assert len(root.findall(".//g:edge", ns)) == g.num_edges
-    clean = all(not graph_module._XML_UNSAFE.search(t) for t in g.nodes() + [a for _, a, _, _ in g.edges()])
+    clean = all(not graph_export._XML_UNSAFE.search(t) for t in g.nodes() + [a for _, a, _, _ in g.edges()])
     assert escaped == (not clean)
 
 
@@ -222,7 +223,7 @@ def test_graphml_export_is_well_formed_xml_for_any_text(paths):
 def test_dot_export_holds_any_text_and_gives_it_back(paths):
     g = _graph(paths)
     text = g.export_bytes("g.dot").decode("utf-8")
-    assert not graph_module._DOT_UNSAFE.search(text.replace("\n", ""))
+    assert not graph_export._DOT_UNSAFE.search(text.replace("\n", ""))
     quoted = r'"((?:[^"\\]|\\.)*)"'
     names = re.findall(rf"^  {quoted} \[support=", text, re.M)
     assert sorted(_unescape(n) for n in names) == sorted(g.nodes())
