@@ -11,7 +11,7 @@ from proas.baselines.sft import oracle_examples
 from proas.cli import main as proas_main
 from proas.envs import make
 from proas.errors import ProasError
-from proas.lm_cli import env_tokenizer
+from proas.lm.cli import env_tokenizer
 from proas.policies.lm import LMPolicy, build_prompt, load_tokenizer, local_tokenizer, score_response
 from proas.policies.lm_tools import new_model_dir
 from proas.train.config import build_config

@@ -5,7 +5,7 @@ import io
 from proas.cli import main
 from proas.envs import ENVS
 from proas.envs.shop import make_shop_env
-from proas.play_cli import play
+from proas.play.cli import play
 
 
 def test_shop_is_playable_and_hints_win():

@@ -1,6 +1,6 @@
 """From-scratch models for the ``lm`` policy: a tokenizer trained on an env's own text, and a
 randomly initialised model directory that carries it (``proas lm tokenizer`` / ``proas lm new-model``;
-the env's text itself is gathered by ``proas.lm_cli.env_corpus``, on the floor that may replay
+the env's text itself is gathered by ``proas.lm.cli.env_corpus``, on the floor that may replay
 the oracle).
 
 A general-purpose tokenizer (Qwen's 151k tokens, with its huge embedding tables) or the tiny
@@ -39,7 +39,7 @@ SCRATCH_SIZES: dict[str, dict[str, Any]] = {
 def build_env_tokenizer(texts: Iterable[str], vocab_size: int, out: str | Path, span: str = "line",
                         meta: dict[str, Any] | None = None):
     """Train a byte-level BPE of ``vocab_size`` tokens on ``texts`` (an env's own text: ``proas
-    lm tokenizer`` gives it ``proas.lm_cli.env_corpus``), save it to ``out`` with
+    lm tokenizer`` gives it ``proas.lm.cli.env_corpus``), save it to ``out`` with
     ``proas_tokenizer.json`` recording how it was made (``meta`` plus the sizes) and return it.
 
     ``span="line"`` by default: an env's text is templated, and merges across words turn its

@@ -1,37 +1,55 @@
-"""The ``proas`` command.
+"""The ``proas`` command: the front door, on the top floor.
 
-Each subsystem owns its subcommands: a module listed in ``COMMAND_MODULES`` exposes
-``register(subparsers)`` and sets ``func`` on the parsers it adds. A ``ProasError`` (bad input,
-missing or corrupt file, malformed config) becomes one line on stderr and exit status 2, its
-control and bidi characters escaped (``proas.termtext.printable``). So does a write the storage
-refuses (a full disk, a read-only or forbidden folder: ``STORAGE_ERRNOS``): every file proas
-writes is written atomically, so what was complete before the failure (a run's last complete
-checkpoint) is intact, and ``--resume`` continues from there once there is room.
+Each subsystem owns its subcommands in a ``cli`` module that exposes ``register(subparsers)``
+and sets ``func`` on the parsers it adds; ``COMMANDS`` below lists those modules, imported by
+name, so that a reader and the import linter (``lint-imports``) see every arrow from here. The
+command modules import only what their parsers need (argparse, the registries of names); what a
+command runs (torch, the trainer, an env's data) is imported inside its function, so ``--help``
+and a config typo answer before any of it loads (``benchmarks/cli_start.py``,
+``tests/test_cli_usability.py``).
+
+A ``ProasError`` (bad input, missing or corrupt file, malformed config) becomes one line on
+stderr and exit status 2, its control and bidi characters escaped (``proas.termtext.printable``).
+So does a write the storage refuses (a full disk, a read-only or forbidden folder:
+``STORAGE_ERRNOS``): every file proas writes is written atomically, so what was complete before
+the failure (a run's last complete checkpoint) is intact, and ``--resume`` continues from there
+once there is room.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import sys
 
+from proas.baselines import cli as baselines_cli
+from proas.credit import cli as credit_cli
+from proas.envs.household import cli as household_cli
 from proas.errors import ProasError
+from proas.experiments import cli as experiments_cli
+from proas.inspect import cli as inspect_cli
+from proas.integrations.verl import cli as verl_cli
+from proas.lm import cli as lm_cli
+from proas.play import cli as play_cli
+from proas.probes import cli as probes_cli
+from proas.schedule import cli as schedule_cli
 from proas.termtext import printable
+from proas.train import cli as train_cli
 
-COMMAND_MODULES = [
-    "proas.credit.cli",
-    "proas.tasksets_cli",
-    "proas.play_cli",
-    "proas.envs.household.cli",
-    "proas.train.cli",
-    "proas.experiments.cli",
-    "proas.inspect.cli",
-    "proas.baselines.cli",
-    "proas.probes.cli",
-    "proas.lm_cli",
-    "proas.integrations.verl.cli",
-]
+#: the command modules, in the order ``proas --help`` lists their commands
+COMMANDS = (
+    credit_cli,  # credit, credit-demo
+    schedule_cli,  # schedule make | make-tuning-val | verify
+    play_cli,  # play, tasks
+    household_cli,  # household export
+    train_cli,  # train, eval
+    experiments_cli,  # experiment, report, heldout
+    inspect_cli,  # inspect
+    baselines_cli,  # direct, sft, serve, react
+    probes_cli,  # probe stats | esr | fd
+    lm_cli,  # lm export | tokenizer | new-model
+    verl_cli,  # verl build-graph
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for module in COMMANDS:
+        module.register(sub)
     _conventions(parser)
     return parser
 
@@ -100,7 +118,3 @@ def main(argv: list[str] | None = None) -> int:
         print("proas: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
