@@ -215,8 +215,55 @@ def generate_spec(task_id: str) -> TaskSpec:
 
 
 def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_library) -> TaskSpec | None:
+    """One attempt at task ``task_id`` (type ``short``) in ``scene``; ``None`` when the room
+    cannot host it (``generate_spec`` then draws another floor plan).
+
+    The phases run in this order, and each draws from ``rng`` in turn, so the order is part of
+    what a task id means (the shipped fingerprints check it): choose the task (its object,
+    target and lamp), choose the room's receptacles, locate them and the agent, place the
+    objects, and word the goal.
+    """
+    recs_by_class = _receptacles_by_class(scene, constants)
     pickable = _pickupable_classes(constants)
-    # receptacles with distinct poses (two receptacles at one pose would share a location)
+    scene_objs = [o for o in dict.fromkeys(scene.object_classes) if o in pickable]
+    task = _choose_task(short, scene, set(recs_by_class), scene_objs, rng, constants)
+    if task is None:
+        return None
+    chosen, lamp_host = _choose_receptacles(short, task, recs_by_class, rng)
+    rec_loc, start = _locate(scene, chosen, rng)
+    objects = _place_objects(short, task, scene_objs, chosen, rec_loc, lamp_host, rng, constants)
+    if objects is None:
+        return None
+    template = rng.choice(goal_library.gdict[TASK_TYPES[short]]["templates"])
+    goal_text = template.format(obj=task.obj.lower(), recep=task.recep.lower(), toggle=task.toggle.lower(), mrecep="")
+    return TaskSpec(
+        task_id=task_id,
+        task_type=TASK_TYPES[short],
+        scene=scene.number,
+        obj=task.obj,
+        recep=task.recep,
+        toggle=task.toggle,
+        goal_text=goal_text,
+        start=start,
+        receptacles=[(r, rec_loc[r]) for r in chosen],
+        objects=objects,
+    )
+
+
+@dataclass
+class _Task:
+    """What a task asks, chosen before the room is furnished."""
+
+    obj: str  # the object class to move
+    recep: str  # the target receptacle class ("" for look)
+    toggle: str  # the lamp class (look only, else "")
+    needed: list[str]  # receptacle classes the task needs besides the target: its station
+    holders: list[str]  # receptacle classes of the floor plan that can hold ``obj``, sorted
+
+
+def _receptacles_by_class(scene: Scene, constants) -> dict[str, list[str]]:
+    """The floor plan's fixed receptacle ids by class, keeping one per pose (two receptacles at
+    one pose would share a location)."""
     recs_by_class: dict[str, list[str]] = {}
     seen_poses = set()
     for rid in sorted(scene.receptacles):
@@ -228,9 +275,14 @@ def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_
             continue
         seen_poses.add(pose)
         recs_by_class.setdefault(rclass, []).append(rid)
-    classes_here = set(recs_by_class)
-    scene_objs = [o for o in dict.fromkeys(scene.object_classes) if o in pickable]
+    return recs_by_class
 
+
+def _choose_task(
+    short: str, scene: Scene, classes_here: set[str], scene_objs: list[str], rng: random.Random, constants
+) -> _Task | None:
+    """Phase 1: the lamp (look), the object class and the target receptacle class; ``None``
+    when the floor plan lacks what the task type needs."""
     needed: list[str] = []
     toggle = ""
     if short in _STATION:
@@ -261,33 +313,47 @@ def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_
         if not targets:
             return None
         recep = rng.choice(targets)
+    return _Task(obj=obj, recep=recep, toggle=toggle, needed=needed, holders=holders)
 
-    # choose receptacle instances: required ones first, then random others up to the room size
+
+def _choose_receptacles(
+    short: str, task: _Task, recs_by_class: dict[str, list[str]], rng: random.Random
+) -> tuple[list[str], str]:
+    """Phase 2: the room's receptacle ids, sorted, and the lamp's host id (look, else "").
+
+    Required ones first (the target, the station, the lamp host, a source for the object),
+    then random others up to a room size of ``MIN_RECEPTACLES`` to ``MAX_RECEPTACLES``.
+    """
     size = rng.randint(MIN_RECEPTACLES, MAX_RECEPTACLES)
     chosen: list[str] = []
-
-    def take(rclass: str) -> None:
-        free = [r for r in recs_by_class[rclass] if r not in chosen]
-        if free:
-            chosen.append(rng.choice(free))
-
-    if recep:
-        take(recep)
-    for n in needed:
-        take(n)
+    if task.recep:
+        _take(task.recep, recs_by_class, chosen, rng)
+    for n in task.needed:
+        _take(n, recs_by_class, chosen, rng)
     lamp_host = ""
     if short == "look":
-        lamp_host_class = rng.choice([h for h in _LAMP_HOSTS if h in classes_here])
-        take(lamp_host_class)
+        lamp_host_class = rng.choice([h for h in _LAMP_HOSTS if h in recs_by_class])
+        _take(lamp_host_class, recs_by_class, chosen, rng)
         lamp_host = next(r for r in chosen if receptacle_class(r) == lamp_host_class)
-    sources = [h for h in holders if h != recep]
-    take(rng.choice(sources))
+    sources = [h for h in task.holders if h != task.recep]
+    _take(rng.choice(sources), recs_by_class, chosen, rng)
     rest = [r for rs in recs_by_class.values() for r in rs if r not in chosen]
     rng.shuffle(rest)
     chosen.extend(rest[: max(0, size - len(chosen))])
     chosen.sort()
+    return chosen, lamp_host
 
-    # locations: ALFRED grid points (quarter-metre steps) of each receptacle's pose
+
+def _take(rclass: str, recs_by_class: dict[str, list[str]], chosen: list[str], rng: random.Random) -> None:
+    """Add a random not yet chosen receptacle of class ``rclass`` to ``chosen`` (if one is left)."""
+    free = [r for r in recs_by_class[rclass] if r not in chosen]
+    if free:
+        chosen.append(rng.choice(free))
+
+
+def _locate(scene: Scene, chosen: list[str], rng: random.Random) -> tuple[dict[str, str], str]:
+    """Phase 3: each receptacle's location, the ALFRED grid point (quarter-metre steps) of its
+    pose, and the agent's start location, a random point that is none of them."""
     used_locs: set[str] = set()
     rec_loc: dict[str, str] = {}
     for rid in chosen:
@@ -300,58 +366,71 @@ def _try_spec(task_id, short, scene: Scene, rng: random.Random, constants, goal_
     start = f"loc|{rng.randint(-20, 20)}|{rng.randint(-20, 20)}|{rng.choice((0, 90, 180, 270))}|30"
     while start in used_locs:
         start = f"loc|{rng.randint(-20, 20)}|{rng.randint(-20, 20)}|{rng.choice((0, 90, 180, 270))}|30"
+    return rec_loc, start
 
-    def coords() -> str:
-        return "|".join(_fmt(rng.uniform(-3, 3)) for _ in range(3))
 
+def _place_objects(
+    short: str,
+    task: _Task,
+    scene_objs: list[str],
+    chosen: list[str],
+    rec_loc: dict[str, str],
+    lamp_host: str,
+    rng: random.Random,
+    constants,
+) -> list[tuple[str, str, str]] | None:
+    """Phase 4: ``(object id, receptacle id, location)`` of the task objects, the lamp and the
+    distractors; ``None`` when a task object has nowhere to go."""
     objects: list[tuple[str, str, str]] = []
     used_ids: set[str] = set()
-
-    def place(oclass: str, allowed: list[str]) -> bool:
-        if not allowed:
-            return False
-        rid = rng.choice(allowed)
-        oid = f"{oclass}|{coords()}"
-        while oid in used_ids:  # pragma: no cover
-            oid = f"{oclass}|{coords()}"
-        used_ids.add(oid)
-        objects.append((oid, rid, rec_loc[rid]))
-        return True
-
-    def holders_of(oclass: str, exclude_class: str = "") -> list[str]:
-        return [
-            r
-            for r in chosen
-            if _can_contain(constants, receptacle_class(r), oclass) and receptacle_class(r) != exclude_class
-        ]
-
     # task objects: never already in a receptacle of the target class (the goal would hold at once)
     n_targets = rng.choice((2, 2, 3)) if short == "pick2" else rng.choice((1, 1, 1, 2))
     for _ in range(n_targets):
-        if not place(obj, holders_of(obj, recep)):
+        if not _place(task.obj, _holders(constants, chosen, task.obj, task.recep), objects, used_ids, rec_loc, rng):
             return None
     if short == "look":
-        objects.append((f"{toggle}|{coords()}", lamp_host, rec_loc[lamp_host]))
+        objects.append((f"{task.toggle}|{_coords(rng)}", lamp_host, rec_loc[lamp_host]))
     # distractors: other classes found in this floor plan
-    others = [o for o in scene_objs if o != obj]
+    others = [o for o in scene_objs if o != task.obj]
     rng.shuffle(others)
     for oclass in others[: rng.randint(6, 12)]:
-        place(oclass, holders_of(oclass))
+        _place(oclass, _holders(constants, chosen, oclass), objects, used_ids, rec_loc, rng)
+    return objects
 
-    template = rng.choice(goal_library.gdict[TASK_TYPES[short]]["templates"])
-    goal_text = template.format(obj=obj.lower(), recep=recep.lower(), toggle=toggle.lower(), mrecep="")
-    return TaskSpec(
-        task_id=task_id,
-        task_type=TASK_TYPES[short],
-        scene=scene.number,
-        obj=obj,
-        recep=recep,
-        toggle=toggle,
-        goal_text=goal_text,
-        start=start,
-        receptacles=[(r, rec_loc[r]) for r in chosen],
-        objects=objects,
-    )
+
+def _holders(constants, chosen: list[str], oclass: str, exclude_class: str = "") -> list[str]:
+    """The receptacles of ``chosen`` that can hold ``oclass``, but none of ``exclude_class``."""
+    return [
+        r
+        for r in chosen
+        if _can_contain(constants, receptacle_class(r), oclass) and receptacle_class(r) != exclude_class
+    ]
+
+
+def _place(
+    oclass: str,
+    allowed: list[str],
+    objects: list[tuple[str, str, str]],
+    used_ids: set[str],
+    rec_loc: dict[str, str],
+    rng: random.Random,
+) -> bool:
+    """Put a new object of class ``oclass`` in a random one of ``allowed`` (appended to
+    ``objects``); ``False`` when ``allowed`` is empty."""
+    if not allowed:
+        return False
+    rid = rng.choice(allowed)
+    oid = f"{oclass}|{_coords(rng)}"
+    while oid in used_ids:  # pragma: no cover
+        oid = f"{oclass}|{_coords(rng)}"
+    used_ids.add(oid)
+    objects.append((oid, rid, rec_loc[rid]))
+    return True
+
+
+def _coords(rng: random.Random) -> str:
+    """An object id's coordinates part, as ALFRED writes them."""
+    return "|".join(_fmt(rng.uniform(-3, 3)) for _ in range(3))
 
 
 @functools.lru_cache(maxsize=1 << 16)
