@@ -1,0 +1,76 @@
+"""Checkpoints of the ``lm`` policy: Hugging Face directories (config and safetensors
+weights, or the LoRA adapters, and the tokenizer)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from proas.errors import ProasError
+from proas.policies.base import HF_FILES, POLICY_FILES
+
+
+class CheckpointMixin:
+    """``LMPolicy``'s checkpoint methods."""
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """No weights in ``state.pt``: the state names the Hugging Face files that
+        ``checkpoint_writer`` (``save_pretrained``) writes beside it."""
+        return {POLICY_FILES: HF_FILES}
+
+    def checkpoint_writer(self) -> Callable[[Path], None]:
+        return self.save_pretrained
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write the model (``save_pretrained``: config and safetensors weights, or with LoRA the
+        adapters and their config) and the tokenizer to ``directory``."""
+        self.module.save_pretrained(directory, safe_serialization=True)
+        self.tokenizer.save_pretrained(directory)
+
+    def load_checkpoint(self, directory: Path, state: dict[str, Any]) -> None:
+        """Weights from a checkpoint: the Hugging Face files ``save_pretrained`` wrote
+        (``load_pretrained``) or, in a checkpoint from before them, ``state["policy"]``."""
+        if state.get(POLICY_FILES) == HF_FILES:
+            self.load_pretrained(directory)
+        else:
+            self.load_state_dict(state["policy"])
+
+    def load_pretrained(self, directory: str | Path) -> None:
+        """Load the weights that ``save_pretrained`` wrote into this policy's model, in place
+        (the optimiser keeps its parameters), bit for bit. Read with safetensors: no code runs.
+        Tied weights (the output layer of a model that ties it to the embeddings) are not
+        saved and need not be; any other weight missing or left over is a ``ProasError``."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if self.lora:
+            from peft import set_peft_model_state_dict
+
+            path = directory / "adapter_model.safetensors"
+            if not path.is_file():
+                raise ProasError(f"{directory}: no LoRA adapters (adapter_model.safetensors) to load")
+            res = set_peft_model_state_dict(self.module, load_file(path, device="cpu"))
+            if res.unexpected_keys:
+                raise ProasError(f"{path}: adapters that this model does not have ({res.unexpected_keys[0]}, ...)")
+            return
+        index = directory / "model.safetensors.index.json"
+        if index.is_file():
+            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        else:
+            files = ["model.safetensors"]
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            if Path(name).name != name or not (directory / name).is_file():
+                raise ProasError(f"{directory}: no model weights {name!r} to load")
+            state.update(load_file(directory / name, device="cpu"))
+        names = {n for n, _ in self.module.named_parameters(remove_duplicate=False)}
+        tied = names - {n for n, _ in self.module.named_parameters()}
+        missing, unexpected = self.module.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - tied:
+            what = unexpected[0] if unexpected else sorted(set(missing) - tied)[0]
+            raise ProasError(f"{directory}: the saved weights do not fit the model "
+                             f"({'unexpected' if unexpected else 'missing'} {what})")

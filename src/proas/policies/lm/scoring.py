@@ -1,0 +1,254 @@
+"""Score mode of the ``lm`` policy (GLAM): the candidate actions' log-likelihoods as their
+scores, and the candidate softmax that acting samples and the losses read."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from proas.policies.base import Context, Decision, TokenStats, candidate_actions
+from proas.policies.lm.model import _cache_kwarg, _last_logits
+from proas.policies.lm.prompt import score_response
+
+
+class ScoringMixin:
+    """``LMPolicy``'s score mode: a decision's prompt and candidates, their scores
+    (``candidate_logps``, by the ``expand`` or ``packed`` passes), acting and the loss's
+    log-probs."""
+
+    def score_item(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]]]:
+        """``(candidates, prompt ids, per-candidate response ids)`` of one decision (see
+        ``score_item_trimmed``)."""
+        return self.score_item_trimmed(ctx)[:3]
+
+    def score_item_trimmed(self, ctx: Context) -> tuple[list[str], list[int], list[list[int]], bool]:
+        """``(candidates, prompt ids, per-candidate response ids, prompt trimmed)`` of one decision.
+
+        Each candidate's response (``score_response`` plus the end-of-turn token) is tokenized
+        whole, as SFT and generation see it (a BPE may merge across ``<action>`` and the action);
+        the token prefix all candidates share moves into the prompt, leaving each candidate at
+        least one token of its own.
+        """
+        cands = candidate_actions(ctx, "lm (mode=score)")
+        resp = [self._response_ids(a) for a in cands]
+        shared = min(len(r) for r in resp) - 1
+        for k in range(shared):
+            if any(r[k] != resp[0][k] for r in resp[1:]):
+                shared = k
+                break
+        prompt, trimmed = self.fit_prompt(ctx, reserve=shared)
+        return cands, prompt + resp[0][:shared], [r[shared:] for r in resp], trimmed
+
+    def score_impl_for(self, loss: bool) -> str:
+        """The passes ``score_impl`` means for the loss (``evaluate``: the loss, the reference's
+        and SFT's passes) or for acting: ``auto`` is ``packed`` except for acting on a GPU, where
+        ``expand`` was faster (docs/training.md)."""
+        if self.score_impl != "auto":
+            return self.score_impl
+        return "expand" if not loss and self.device.type == "cuda" else "packed"
+
+    def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int, impl: str) -> list[list[int]]:
+        """Consecutive groups of decisions (``(prompt length, candidate lengths)`` each) with at
+        most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens, rows x width of
+        the pass. ``expand``: a row per candidate, holding the group's widest prompt plus its
+        longest candidate (the cached tokens). ``packed``: a row per decision, as wide as the
+        group's longest prompt plus all its candidates; the budget bounds the token states (KV
+        cache, activations) and so, like ``expand``'s, memory. The pass's mask adds rows x
+        width x width scalars, one tensor for all layers: less than the token states, whose
+        size is rows x width x hidden x layers, while width stays under hidden x layers. A
+        decision over the budget alone still gets a pass of its own."""
+        def shape(plen: int, cands: list[int]) -> tuple[int, int]:
+            if impl == "packed":
+                return 1, plen + sum(cands)
+            return len(cands), plen + max(cands, default=0)
+
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        rows = width = 0
+        for i, (plen, cands) in enumerate(shapes):
+            dr, dw = shape(plen, cands)
+            r, w = rows + dr, max(width, dw)
+            if cur and (len(cur) >= limit or r * w > self.score_tokens_per_pass):
+                groups.append(cur)
+                cur, r, w = [], dr, dw
+            cur.append(i)
+            rows, width = r, w
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def _response_ids(self, action: str) -> list[int]:
+        """The token ids of ``action``'s scored response plus the end-of-turn token, memoised:
+        an env repeats its candidate actions across steps, and tokenizing each one anew every
+        decision was most of score mode's CPU time."""
+        ids = self._resp_cache.get(action)
+        if ids is None:
+            if len(self._resp_cache) >= 100_000:
+                self._resp_cache.clear()
+            ids = self.tokenizer(score_response(action), add_special_tokens=False)["input_ids"] + [self.stop_ids[0]]
+            self._resp_cache[action] = ids
+        return ids
+
+    def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                        module: nn.Module | None = None, impl: str | None = None) -> list[torch.Tensor]:
+        """The scores of each decision's candidate token sequences after its prompt, one
+        ``(n_candidates,)`` tensor per decision, differentiable through ``module``: the sum of
+        the tokens' log-probs, or with ``score_norm="mean"`` their mean over the candidate's own
+        tokens (those after the prefix all candidates share, which ``score_item`` moved into
+        the prompt; the end-of-turn token included). By ``score_impl``'s passes
+        (``_candidate_logps_expand`` or ``_candidate_logps_packed``, equal up to float
+        rounding), under ``compute()``."""
+        module = module if module is not None else self.module
+        with self.compute():
+            if (impl or self.score_impl_for(loss=False)) == "packed":
+                sums = self._candidate_logps_packed(items, module)
+            else:
+                sums = self._candidate_logps_expand(items, module)
+        if self.score_norm == "mean":
+            return [s / torch.tensor([len(c) for c in cs], dtype=s.dtype, device=s.device)
+                    for s, (_, cs) in zip(sums, items, strict=True)]
+        return sums
+
+    def _candidate_logps_expand(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                                module: nn.Module) -> list[torch.Tensor]:
+        """``candidate_logps`` on a KV cache copied per candidate.
+
+        One forward pass over the left-padded prompts fills the KV cache; the cache is expanded
+        over the candidates (``reorder_cache`` with each candidate's decision index) and one more
+        pass over the right-padded candidates gives their token logits. Position ids are explicit
+        so that left padding does not shift the positions.
+        """
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n = len(items)
+        width = max(len(p) for p, _ in items)
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, (p, _) in enumerate(items):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     use_cache=True, **_last_logits(1))
+        owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs], dtype=torch.long, device=dev)
+        flat = [c for _, cs in items for c in cs]
+        length = max(len(c) for c in flat)
+        cids = torch.full((len(flat), length), pad, dtype=torch.long)
+        cmask = torch.zeros((len(flat), length), dtype=torch.long)
+        for j, c in enumerate(flat):
+            cids[j, : len(c)] = torch.tensor(c)
+            cmask[j, : len(c)] = 1
+        cids, cmask = cids.to(dev), cmask.to(dev)
+        # the prompt's last logits predict every candidate's first token
+        first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(1, cids[:, :1])
+        tok = [first]
+        if length > 1:
+            cache = getattr(out, _cache_kwarg())
+            cache.reorder_cache(owner)
+            pos = mask.sum(-1)[owner][:, None] + torch.arange(length - 1, device=dev)[None, :]
+            logits = module(input_ids=cids[:, :-1], attention_mask=torch.cat([mask[owner], cmask[:, :-1]], dim=1),
+                            position_ids=pos, use_cache=False, **{_cache_kwarg(): cache}).logits
+            # gathered one position at a time: no (candidates, length, vocab) float copy
+            tok.extend(torch.log_softmax(logits[:, t].float(), dim=-1).gather(1, cids[:, t + 1, None])
+                       for t in range(length - 1))
+        sums = (torch.cat(tok, dim=1) * cmask).sum(-1)
+        return list(torch.split(sums, [len(cs) for _, cs in items]))
+
+    def _candidate_logps_packed(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                                module: nn.Module) -> list[torch.Tensor]:
+        """``candidate_logps`` in one forward pass over one sequence per decision.
+
+        Row ``i`` holds prompt ``i`` and then all its candidates' tokens, right-padded. Under the
+        4D mask a prompt token sees the earlier prompt tokens, and a candidate token the whole
+        prompt and the earlier tokens of its own candidate only; position ids restart at the
+        prompt length for every candidate, so each one is scored as if it alone followed the
+        prompt. A padding token sees the prompt and the padding up to itself (no row is fully
+        masked, which would give NaN in some attention kernels) and is never read. A candidate's
+        first token is predicted at the prompt's last position, each later one at the position
+        of the token before it.
+        """
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n = len(items)
+        width = max(len(p) + sum(len(c) for c in cs) for p, cs in items)
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        seg = torch.full((n, width), -1, dtype=torch.long)  # 0: prompt, k + 1: candidate k, -1: padding
+        pos = torch.zeros((n, width), dtype=torch.long)
+        rows: list[int] = []  # (row, column) of the logits predicting each candidate token
+        cols: list[int] = []
+        owner: list[int] = []  # the candidate (over all decisions) each token belongs to
+        flat = 0
+        for i, (p, cs) in enumerate(items):
+            ids[i, : len(p)] = torch.tensor(p)
+            seg[i, : len(p)] = 0
+            pos[i, : len(p)] = torch.arange(len(p))
+            at = len(p)
+            for k, c in enumerate(cs):
+                ids[i, at: at + len(c)] = torch.tensor(c)
+                seg[i, at: at + len(c)] = k + 1
+                pos[i, at: at + len(c)] = torch.arange(len(p), len(p) + len(c))
+                rows += [i] * len(c)
+                cols += [len(p) - 1, *range(at, at + len(c) - 1)]
+                owner += [flat] * len(c)
+                at += len(c)
+                flat += 1
+        ids, seg, pos = ids.to(dev), seg.to(dev), pos.to(dev)
+        seen = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # (rows, query, key)
+        seen &= torch.ones((width, width), dtype=torch.bool, device=dev).tril()
+        # additive, 0 where seen and the dtype's minimum elsewhere, (batch, 1, query, key): the
+        # form eager attention adds to its scores and sdpa takes as a float mask; transformers
+        # passes a 4D mask through as it is
+        dtype = self.module.get_input_embeddings().weight.dtype
+        mask = torch.zeros((n, 1, width, width), dtype=dtype, device=dev)
+        mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        # no logits for the prompt before its last token: the (tokens x vocabulary) logits
+        # of the whole sequence would dwarf the rest
+        keep = width - min(len(p) for p, _ in items) + 1
+        logits = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                        **_last_logits(keep)).logits
+        cols_t = torch.tensor(cols, dtype=torch.long, device=dev) - (width - logits.shape[1])
+        picked = logits[torch.tensor(rows, dtype=torch.long, device=dev), cols_t]  # (candidate tokens, vocab)
+        tgt = ids[seg > 0]  # the candidate tokens, in the same order
+        tok = torch.log_softmax(picked.float(), dim=-1).gather(1, tgt[:, None]).squeeze(1)
+        sums = torch.zeros(flat, dtype=tok.dtype, device=dev).index_add(
+            0, torch.tensor(owner, dtype=torch.long, device=dev), tok)
+        return list(torch.split(sums, [len(cs) for _, cs in items]))
+
+    @torch.no_grad()
+    def _act_score(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float) -> list[Decision]:
+        self.module.eval()
+        made = [self.score_item_trimmed(c) for c in contexts]
+        scores: list[torch.Tensor] = []
+        impl = self.score_impl_for(loss=False)
+        for group in self._score_groups([(len(p), [len(c) for c in r]) for _, p, r, _ in made],
+                                        self.micro_batch_size, impl):
+            chunk = [made[i] for i in group]
+            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk],
+                                                                          impl=impl))
+        out = []
+        for (cands, prompt, resp, trimmed), s in zip(made, scores):
+            if temperature > 0:
+                p = torch.softmax(s / temperature, dim=0).numpy()
+                # inverse-CDF draw with the rollout's generator, as the scorer policy does
+                k = min(int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right")), len(cands) - 1)
+            else:
+                k = int(torch.argmax(s))
+            logp = float(torch.log_softmax(s / self.temperature, dim=0)[k])
+            out.append(Decision(action=cands[k], response=score_response(cands[k]), malformed=False, logp=logp,
+                                data={"prompt": prompt, "cands": resp, "choice": k, "prompt_trimmed": trimmed}))
+        return out
+
+    def _evaluate_score(self, batch: dict[str, Any], module: nn.Module) -> TokenStats:
+        sums = self.candidate_logps(batch["items"], module, impl=self.score_impl_for(loss=True))
+        width = max(len(s) for s in sums)
+        scores = torch.full((len(sums), width), float("-inf"), device=sums[0].device)
+        for i, s in enumerate(sums):
+            scores[i, : len(s)] = s
+        logp_all = torch.log_softmax(scores / self.temperature, dim=-1)
+        logp = logp_all.gather(1, batch["choice"].to(scores.device)[:, None])
+        finite = torch.where(torch.isfinite(logp_all), logp_all, 0.0)
+        entropy = -(logp_all.exp() * finite).sum(-1, keepdim=True)
+        return TokenStats(logp=logp, entropy=entropy, mask=torch.ones_like(logp))
