@@ -75,7 +75,7 @@ _LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
 _LOOPBACK_V6 = ipaddress.IPv6Address("::1")
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed; OpenAI's servers take a signed 64-bit one
 MAX_N = 16  # choices per request: each one is a policy sample
-# literals and one character class: linear on any text (tests/test_react_parse_time.py)
+# literals and one character class: linear on any text (tests/test_react_parse_work.py)
 _THINK_OPEN = re.compile(r"(?i:<think>)")
 _THINK_CLOSE = re.compile(r"(?i:</think>)")
 _TOKEN = re.compile(r"\S+")
