@@ -41,7 +41,9 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
         raise ProasError(f"cannot read {path}: {exc}") from None
     out = []
     first_line: dict[tuple[str, str], int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # JSONL: a record ends at "\n" only. ``str.splitlines`` also cuts at U+2028, U+2029 and
+    # \x85, which JSON allows raw inside a string (json.dumps(..., ensure_ascii=False) writes them so)
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
