@@ -9,7 +9,7 @@ from typing import Any
 from proas.train import checkpoint as ckpt
 from proas.train.evaluate import print_val_table
 from proas.train.loop import val_result
-from proas.train.warm_start import load_policy
+from proas.train.warm_start import INIT_SOURCE, load_policy
 
 __all__ = [
     "env_name",
@@ -22,15 +22,18 @@ __all__ = [
 
 
 def write_checkpoint_dir(directory: Path, *, config_yaml: str, policy, step: int,
-                         meta: dict[str, Any], graph=None) -> None:
+                         meta: dict[str, Any], graph=None, init_source: dict[str, Any] | None = None) -> None:
     """Write a complete checkpoint of ``policy`` into ``directory`` (replacing it only once complete).
 
     The layout is the trainer's (``state.json`` with ``config``; the weights in ``state.pt`` as
     ``policy``, or for the lm as a Hugging Face directory beside it), so ``proas eval``, ``proas
-    serve``, the probes and ``proas lm export`` load it like an RL checkpoint.
+    serve``, the probes and ``proas lm export`` load it like an RL checkpoint. ``init_source``:
+    for an lm warm-started from a proas run, the source's structure (``init_source_record``), which
+    the trainer's checkpoints record too, so that loading this one never reads the source again.
     """
-    ckpt.replace_checkpoint(directory, {"step": step, "config": config_yaml, **policy.checkpoint_state()},
-                            {"step": step, **meta}, graph, write_files=policy.checkpoint_writer())
+    state = {"step": step, "config": config_yaml, **policy.checkpoint_state(),
+             **({INIT_SOURCE: init_source} if init_source is not None else {})}
+    ckpt.replace_checkpoint(directory, state, {"step": step, **meta}, graph, write_files=policy.checkpoint_writer())
 
 
 def validation_ids(cfg, env) -> list[str]:

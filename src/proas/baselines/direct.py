@@ -4,7 +4,9 @@ For the ``lm`` policy this is Direct prompting (the pretrained model with the Re
 ``proas.policies.lm``); for the ``scorer`` it is the near-uniform initial policy. The figures are
 exactly those of step 0 of an RL run with the same config (same policy seed, same validation
 tasks, same validation seed and temperature). ``save`` writes the untrained weights as a run
-directory so that ``proas eval``, ``proas serve`` and the probes can load them.
+directory so that ``proas eval``, ``proas serve`` and the probes can load them; as a run does, it
+records absolute paths and, for an lm warm-started from a proas run, the source's structure, so
+that it loads from any directory and never reads the source again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from proas.train.loop import (
     validate,
     write_run_config,
 )
+from proas.train.rundir import absolute_paths
+from proas.train.warm_start import init_source_record
 
 __all__ = ["direct_eval"]
 
@@ -35,8 +39,11 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
 
     ``seed`` defaults to what the trainer uses for its step-0 validation (``val_seed(cfg.seed, 0)``).
     """
+    if save is not None:
+        cfg = absolute_paths(cfg)  # what it saves records them: eval and RL from it work from any directory
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)
+    init_source = init_source_record(cfg) if save is not None else None
     policy = build_policy(cfg, cfg.seed)
     make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()
@@ -52,7 +59,7 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
         save.mkdir(parents=True, exist_ok=True)
         write_run_config(save, cfg)
         write_checkpoint_dir(save / "best", config_yaml=config_to_yaml(cfg), policy=policy,
-                             step=0, meta={"baseline": "direct"})
+                             step=0, meta={"baseline": "direct"}, init_source=init_source)
     envs = [env0] + [make() for _ in range(len(ids) - 1)]
     res = validate(policy, envs, ids, seed=val_seed(cfg.seed, 0) if seed is None else seed,
                    temperature=cfg.policy.val_temperature if temperature is None else temperature,

@@ -45,7 +45,7 @@ from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teac
 from proas.train.config import Config, config_to_yaml
 from proas.train.loop import val_seed, validate, write_run_config
 from proas.train.rundir import absolute_paths
-from proas.train.warm_start import build_policy
+from proas.train.warm_start import build_policy, init_source_record
 
 __all__ = [
     "LM_THOUGHT",
@@ -151,9 +151,10 @@ def make_sft_optimizer(policy: Policy, cfg: Config, lr: float | None) -> torch.o
     return policy.make_optimizer(cfg.policy.lm.lr if lr is None else lr)
 
 
-def _save_best(run_dir: Path, cfg: Config, policy: Policy, epoch: int, metrics: dict[str, Any]) -> None:
+def _save_best(run_dir: Path, cfg: Config, policy: Policy, epoch: int, metrics: dict[str, Any],
+               init_source: dict[str, Any] | None) -> None:
     write_checkpoint_dir(run_dir / "best", config_yaml=config_to_yaml(cfg), policy=policy,
-                         step=epoch, meta={"baseline": "sft", **metrics})
+                         step=epoch, meta={"baseline": "sft", **metrics}, init_source=init_source)
 
 
 def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
@@ -173,6 +174,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     env0 = make()
     label = env_name(cfg, env0)
     max_steps = int(cfg.env.max_steps or env0.max_steps)
+    init_source = init_source_record(cfg)  # an lm source's structure: its checkpoint records it, as a run's does
     policy = build_policy(cfg, cfg.seed)
     optimizer = make_sft_optimizer(policy, cfg, opts.lr)
 
@@ -213,7 +215,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     rec0 = {"step": 0, "sft/examples": len(data), **run_val(0)}
     if "val/sr" in rec0:
         best = rec0["val/sr"]
-        _save_best(run_dir, cfg, policy, 0, rec0)
+        _save_best(run_dir, cfg, policy, 0, rec0, init_source)
     record(rec0)
     for epoch in range(1, opts.epochs + 1):
         order = rng.permutation(len(data))
@@ -249,9 +251,9 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
             rec.update(run_val(epoch))
             if "val/sr" in rec and rec["val/sr"] > best:
                 best = rec["val/sr"]
-                _save_best(run_dir, cfg, policy, epoch, rec)
+                _save_best(run_dir, cfg, policy, epoch, rec, init_source)
         if not val_ids and epoch == opts.epochs:
-            _save_best(run_dir, cfg, policy, epoch, rec)
+            _save_best(run_dir, cfg, policy, epoch, rec, init_source)
         record(rec)
         log(f"epoch {epoch}/{opts.epochs}  nll {rec['sft/nll']:.4f}"
             + (f"  val SR {100 * rec['val/sr']:.1f}%" if "val/sr" in rec else ""))
