@@ -6,6 +6,8 @@ import pytest
 from credit_helpers import path_traj
 from proas.credit import (
     CreditBatch,
+    ReferenceGraph,
+    compute_credit,
     dynamic_sampling_keep,
     get_estimator,
     register_estimator,
@@ -224,3 +226,43 @@ def test_migpo_hand_worked_with_arg_milestones():
 def test_migpo_needs_milestones_of_the_right_shape():
     with pytest.raises(ValueError, match="milestones must have shape"):
         get_estimator("migpo")(batch_of({"g": [(1, 2)]}), milestones=[True])
+
+
+# ---------------------------------------------------------------------- GAE: terminated vs truncated
+def _two_step(truncated: bool) -> Trajectory:
+    return Trajectory("g", "1", 0.0, [Step("a", "x", "b", reward=0.0), Step("b", "y", "c", reward=0.0)],
+                      truncated=truncated)
+
+
+@pytest.mark.parametrize("truncated", [False, True])
+def test_gae_bootstraps_a_truncated_episode_only_when_asked(truncated):
+    # docs/credit.md, "Episode ends": rewards [0, 0], V = [0.5, 0.6], V(cut state) = 0.8, gamma 0.9, lambda 1
+    # no bootstrap: delta_1 = -0.6, delta_0 = 0.9*0.6 - 0.5 = 0.04; A = [0.04 + 0.9*(-0.6), -0.6] = [-0.5, -0.6]
+    # bootstrap:    delta_1 = 0.9*0.8 - 0.6 = 0.12;               A = [0.04 + 0.9*0.12, 0.12] = [0.148, 0.12]
+    batch = CreditBatch.from_trajectories([_two_step(truncated)])
+    values, final = np.array([0.5, 0.6]), np.array([0.8])
+    gae = get_estimator("gae")
+    off = gae(batch, gamma=0.9, lam=1.0, whiten=False, values=values, final_values=final)
+    assert off.step == pytest.approx([-0.5, -0.6]) and off.returns == pytest.approx([0.0, 0.0])
+    on = gae(batch, gamma=0.9, lam=1.0, whiten=False, values=values, final_values=final, bootstrap_truncated=True)
+    if truncated:  # the cut state's value flows back; the returns become the bootstrapped targets
+        assert on.step == pytest.approx([0.148, 0.12]) and on.returns == pytest.approx([0.648, 0.72])
+    else:  # a terminated episode has no future: the same under either setting
+        np.testing.assert_array_equal(on.step, off.step)
+    # through credit_arrays (the trainer's path), the values and final values are inputs
+    res = compute_credit([_two_step(truncated)], ReferenceGraph(), estimator="gae", shaping="none",
+                         estimator_options={"gamma": 0.9, "whiten": False, "bootstrap_truncated": True},
+                         values=values, final_values=final)
+    np.testing.assert_allclose(res.advantage, on.step)
+    np.testing.assert_array_equal(res.values, values)
+
+
+def test_gae_bootstrap_needs_the_final_values():
+    batch = CreditBatch.from_trajectories([_two_step(True)])
+    with pytest.raises(ValueError, match="needs final_values"):
+        get_estimator("gae")(batch, values=np.array([0.5, 0.6]), bootstrap_truncated=True)
+    with pytest.raises(ValueError, match="values must have shape"):
+        get_estimator("gae")(batch, values=np.array([0.5]))
+    # a recorded truncation survives the log's JSON form
+    assert Trajectory.from_json(_two_step(True).to_json()).truncated
+    assert "truncated" not in _two_step(False).to_json()

@@ -38,7 +38,11 @@ def trajectories():
 # ---------------------------------------------------------------------- the names, pinned by hand
 def test_the_estimators_are_these():
     # a silently dropped or renamed entry fails here, not in a run
-    assert tuple(ESTIMATORS) == ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "gae")
+    assert tuple(ESTIMATORS) == ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "gae", "external")
+    # the names a config or the command line may choose: all but the one whose input is an array
+    from proas.credit.registry import estimator_names
+
+    assert estimator_names() == ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "gae")
 
 
 def test_the_shapings_are_these():
@@ -69,14 +73,18 @@ def test_the_options_and_defaults_are_these():
     assert table("reinforce_pp") == {"epsilon": ("float", 1e-8, None),
                                      "whiten_over": ("str", "steps", ("steps", "trajectories"))}
     assert table("gae") == {"gamma": ("float", 1.0, None), "lam": ("float", 1.0, None),
-                            "whiten": ("bool", True, None), "epsilon": ("float", 1e-8, None)}
+                            "whiten": ("bool", True, None), "epsilon": ("float", 1e-8, None),
+                            "bootstrap_truncated": ("bool", False, None), "values": ("ndarray", None, None),
+                            "final_values": ("ndarray", None, None)}
+    assert table("external") == {"advantage": ("ndarray", inspect.Parameter.empty, None)}
     assert ESTIMATORS["migpo"].options["milestones"].required
     assert {k: o.default for k, o in SHAPING_OPTIONS.items()} == {"epsilon": 1e-6, "progress_coef": 1.0}
 
 
 def test_the_flags_are_these():
     assert [n for n, s in ESTIMATORS.items() if s.needs_values] == ["gae"]
-    assert [n for n, s in ESTIMATORS.items() if s.outcome_only] == ["grpo", "dapo", "rloo", "reinforce_pp"]
+    assert [n for n, s in ESTIMATORS.items() if s.outcome_only] == ["grpo", "dapo", "rloo", "reinforce_pp", "external"]
+    assert [n for n, s in ESTIMATORS.items() if s.external] == ["external"]
     assert estimators_taking("group_stats") == ("grpo", "dapo", "gigpo", "migpo")
     assert estimators_taking("step_penalty") == ("grpo", "dapo", "gigpo", "migpo")
     assert [n for n, s in SHAPINGS.items() if s.reward_bonus] == ["progress_reward"]
@@ -105,9 +113,15 @@ def test_every_estimator_runs_on_its_defaults(name):
     if ESTIMATORS[name].needs_values:
         trajs = _valued(trajs)
     graph = ReferenceGraph.from_trajectories([t for t in trajs if t.success])
-    res = compute_credit(trajs, graph, estimator=name, shaping="none")
-    assert res.advantage.shape == (sum(len(t) for t in trajs),)
+    n_steps = sum(len(t) for t in trajs)
+    opts = {"advantage": np.linspace(-1.0, 1.0, n_steps)} if ESTIMATORS[name].external else {}
+    res = compute_credit(trajs, graph, estimator=name, shaping="none", estimator_options=opts)
+    assert res.advantage.shape == (n_steps,)
     assert np.isfinite(res.advantage).all()
+    if opts:  # the external advantage comes back as it went in, split into A_i and B_{i,t}
+        np.testing.assert_allclose(res.base_advantage, opts["advantage"])
+        with pytest.raises(ValueError, match="needs option"):
+            compute_credit(trajs, graph, estimator=name, shaping="none")
 
 
 @pytest.mark.parametrize("name", SHAPINGS)
@@ -197,23 +211,24 @@ def test_the_cli_choices_are_the_registry():
 
     sub = next(a for a in build_parser()._actions if a.choices and "credit" in a.choices).choices["credit"]
     choices = {a.dest: a.choices for a in sub._actions if a.choices}
-    # every registered estimator, and each alias of one (ppo is gae), nothing else
-    from proas.credit.registry import ESTIMATOR_ALIASES
+    # every registered estimator a name can choose, and each alias of one (ppo is gae), nothing else
+    from proas.credit.registry import ESTIMATOR_ALIASES, estimator_names
 
-    assert choices["estimator"] == sorted({*ESTIMATORS, *(a for a, n in ESTIMATOR_ALIASES.items() if n in ESTIMATORS)})
+    names = estimator_names()
+    assert choices["estimator"] == sorted({*names, *(a for a, n in ESTIMATOR_ALIASES.items() if n in names)})
     assert "ppo" in choices["estimator"] and "gae" in choices["estimator"]
     assert choices["shaping"] == list(SHAPINGS)
 
 
 def test_the_trainer_config_reads_the_registry():
-    from proas.train.config import CREDIT_ESTIMATOR
+    from proas.credit.registry import estimator_names
     from proas.train.config import ESTIMATORS as TRAINER_ESTIMATORS
     from proas.train.config import SHAPINGS as TRAINER_SHAPINGS
 
     assert TRAINER_SHAPINGS == tuple(SHAPINGS)
-    # every credit estimator, GAE under the trainer's name ppo (it runs with a critic)
-    assert TRAINER_ESTIMATORS == ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "ppo")
-    assert sorted(CREDIT_ESTIMATOR.values()) == sorted(ESTIMATORS)
+    # every credit estimator a name can choose, each by its one name (GAE is gae, ppo its alias)
+    assert TRAINER_ESTIMATORS == ("grpo", "dapo", "gigpo", "rloo", "reinforce_pp", "migpo", "gae")
+    assert TRAINER_ESTIMATORS == estimator_names()
 
 
 def test_the_verl_hook_reads_the_registry():

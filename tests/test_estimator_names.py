@@ -1,5 +1,6 @@
-"""One estimator, two names (issue #27, item 12): the trainer calls GAE over a critic ``ppo``,
-the credit core ``gae``; each place takes both, and both names mean the same estimator."""
+"""One name for each estimator (issue #28, item 4): the registry's name is the one name, taken and
+recorded by the trainer, ``proas credit`` and ``compute_credit`` alike; ``ppo`` is an alias of
+``gae`` (``proas.credit.registry.ESTIMATOR_ALIASES``) that every place takes and none records."""
 
 from __future__ import annotations
 
@@ -11,31 +12,35 @@ import pytest
 from proas.cli import build_parser
 from proas.cli import main as proas_main
 from proas.credit import ReferenceGraph, compute_credit
-from proas.credit.registry import ESTIMATOR_ALIASES as CREDIT_ALIASES
-from proas.credit.registry import ESTIMATORS, estimator_choices, estimator_name
+from proas.credit.registry import ESTIMATOR_ALIASES, estimator_choices, estimator_name, estimator_names
 from proas.train import config as train_config
 from proas.types import Step, Trajectory
 
-#: every name any place takes: the credit core's, its aliases, the trainer's and its aliases
-NAMES = sorted({*estimator_choices(), *train_config.ESTIMATORS, *train_config.ESTIMATOR_ALIASES})
+#: every name any place takes: the one names and their aliases
+NAMES = estimator_choices()
 
 
-def _credit_name(name: str) -> str:
-    return estimator_name(name)
+def test_the_one_names_are_the_registry_s_and_the_aliases_map_onto_them():
+    assert train_config.ESTIMATORS == estimator_names()
+    assert ESTIMATOR_ALIASES == {"ppo": "gae"}
+    assert set(NAMES) == {*estimator_names(), *ESTIMATOR_ALIASES}
+    assert train_config.ESTIMATOR_ALIASES is ESTIMATOR_ALIASES  # one table, not a second mapping
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_trainer_takes_every_name_and_records_its_own(name):
+def test_the_trainer_takes_every_name_and_records_the_one_name(name):
     cfg = train_config.build_config([f"algo.estimator={name}"])
-    assert cfg.algo.estimator in train_config.ESTIMATORS  # recorded under the trainer's one name
-    assert train_config.CREDIT_ESTIMATOR[cfg.algo.estimator] == _credit_name(name)
+    assert cfg.algo.estimator == estimator_name(name) and cfg.algo.estimator in estimator_names()
+    # a config.yaml that says ppo (runs recorded before the one name) reads back as gae
+    assert train_config.config_from_yaml(train_config.config_to_yaml(cfg).replace(
+        f"estimator: {cfg.algo.estimator}", f"estimator: {name}")).algo.estimator == cfg.algo.estimator
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_proas_credit_takes_every_name(name):
     for command in (["credit", "--trajectories", "a", "--out", "b"], ["credit-demo"]):
         args = build_parser().parse_args([*command, "--estimator", name])
-        assert _credit_name(args.estimator) in ESTIMATORS
+        assert estimator_name(args.estimator) in estimator_names()
 
 
 def test_both_names_give_the_same_credit(tmp_path):
@@ -43,10 +48,8 @@ def test_both_names_give_the_same_credit(tmp_path):
     for i, reward in enumerate((10.0, 0.0, 10.0)):
         steps = [Step(f"s{t}", f"a{t}", f"s{t + 1}", False, value=0.1 * t) for t in range(3 + i)]
         trajs.append(Trajectory("g", f"t{i}", reward, steps))
-    pairs = [*train_config.ESTIMATOR_ALIASES.items(), *CREDIT_ALIASES.items()]
-    assert pairs
-    for one, other in pairs:
-        res = [compute_credit(trajs, ReferenceGraph(), estimator=n, shaping="none").advantage for n in (one, other)]
+    for alias, name in ESTIMATOR_ALIASES.items():
+        res = [compute_credit(trajs, ReferenceGraph(), estimator=n, shaping="none").advantage for n in (alias, name)]
         np.testing.assert_array_equal(res[0], res[1])
     # and on the command line, the written rows are the same
     src = tmp_path / "in.jsonl"

@@ -11,7 +11,7 @@ from proas.credit import ESTIMATORS as CREDIT_ESTIMATORS
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.train import loop as loop_mod
-from proas.train.config import CREDIT_ESTIMATOR, ESTIMATORS, build_config
+from proas.train.config import ESTIMATORS, build_config
 from proas.train.loop import Trainer
 from proas.train.warm_start import build_policy
 from proas.types import Step, Trajectory
@@ -67,7 +67,7 @@ def test_the_trainer_passes_group_stats_rule_and_mode(tmp_path, monkeypatch, est
     if mode:
         assert seen["estimator_options"]["mode"] == mode  # toy env: verl-agent's default, mean_norm
     # the scorer always names a candidate: no invalid-action penalty anywhere
-    assert not np.any(seen["estimator_options"]["step_penalty"])
+    assert not np.any(seen["penalty"].invalid) and seen["penalty"].coef == 0.1
 
 
 def test_malformed_responses_pay_the_penalty_inside_the_group_statistics(tmp_path):
@@ -85,6 +85,21 @@ def test_malformed_responses_pay_the_penalty_inside_the_group_statistics(tmp_pat
     expect = (rows - rows.mean()) / (rows.std(ddof=1) + 1e-6)
     assert res.advantage == pytest.approx(expect)
     assert res.traj_advantage == pytest.approx(np.full(4, 0.125 / (rows.std(ddof=1) + 1e-6)))
+    assert res.final is res.advantage or np.array_equal(res.final, res.advantage)  # charged once, inside
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "reinforce_pp"])
+def test_estimators_without_step_penalty_pay_it_on_the_final_advantage(tmp_path, estimator):
+    t = Trainer(build_config(TOY + [f"algo.estimator={estimator}", "algo.shaping=none",
+                                    "env.invalid_action_penalty=0.5"]), tmp_path)
+    t.graph = ReferenceGraph()
+    trajs = [Trajectory("g", "1", 10.0, [Step("a", "x", "b", extra={"malformed": m}) for m in (False, True)]),
+             Trajectory("g", "2", 0.0, [Step("a", "x", "b", extra={"malformed": False})] * 2)]
+    res = t._credit(trajs, 1)
+    clean = t._credit([Trajectory(x.group, x.trajectory, x.reward, [Step("a", "x", "b")] * 2) for x in trajs], 1)
+    np.testing.assert_array_equal(res.advantage, clean.advantage)  # the estimator never saw it
+    np.testing.assert_array_equal(res.penalty, [0.0, 0.5, 0.0, 0.0])
+    np.testing.assert_array_equal(res.final, res.advantage - np.array([0.0, 0.5, 0.0, 0.0]))
 
 
 def _sft_run(tmp_path, *over):
@@ -125,7 +140,7 @@ CONFIG_OPTIONS = {
     "migpo": {"gamma", "step_weight", "mode", "group_stats"},
     "rloo": set(),
     "reinforce_pp": set(),
-    "ppo": {"gamma", "lam"},
+    "gae": {"gamma", "lam"},
 }
 
 
@@ -134,6 +149,6 @@ def test_the_config_gives_each_estimator_the_options_it_takes(estimator):
     algo = build_config([f"algo.estimator={estimator}", "algo.gamma=0.5", "algo.norm_by_std=false"]).algo
     opts = algo.estimator_options("household")
     assert set(opts) == CONFIG_OPTIONS[estimator]
-    CREDIT_ESTIMATORS[CREDIT_ESTIMATOR[estimator]].check(opts)  # every value fits its typed option
+    CREDIT_ESTIMATORS[estimator].check(opts)  # every value fits its typed option
     assert opts.get("gamma", 0.5) == 0.5 and opts.get("norm_by_std", False) is False
     assert opts.get("mode", "mean_std_norm") == "mean_std_norm"  # household's GiGPO mode

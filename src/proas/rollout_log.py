@@ -80,7 +80,8 @@ def write_rollouts(
     Args:
         run_dir: the run directory; the file goes to ``rollouts/step_{step:06d}.jsonl.gz``.
         trajectories: the batch exactly as passed to ``compute_credit`` (same order).
-        credit: the ``CreditResult`` of that call.
+        credit: the ``CreditResult`` of that call; the ``V(s_t)`` GAE used (``credit.values``) are
+            logged as each step's ``value``.
         observations: optional per-trajectory, per-step observation texts; by default a step's
             ``extra["observation"]`` (else the trainer context's observation, else the anchor).
     """
@@ -90,6 +91,7 @@ def write_rollouts(
     if observations is not None and len(observations) != len(trajectories):
         raise ValueError(f"write_rollouts: {len(observations)} observation lists for {len(trajectories)} trajectories")
     cols = {name: getattr(credit, name) for name in _CREDIT_FIELDS}
+    values = getattr(credit, "values", None)
     path = rollout_path(run_dir, step)
     # mtime=0: the same batch gives the same bytes
     with atomic_open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
@@ -111,6 +113,8 @@ def write_rollouts(
             rec["traj_advantage"] = float(credit.traj_advantage[lo]) if hi > lo else 0.0
             for t, (s, out) in enumerate(zip(traj.steps, rec["steps"])):
                 k = lo + t
+                if values is not None and "value" not in out:
+                    out["value"] = float(values[k])  # where Step.to_json writes a recorded one
                 out["rea"] = int(cols["rea"][k])
                 out["pa"] = int(cols["pa"][k])
                 out["fd"] = float(cols["fd"][k])

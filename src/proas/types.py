@@ -6,15 +6,17 @@ state before the action ``s_t``, the action ``a_t``, the abstract state after it
 ``s_{t+1}``, whether the environment rejected the action (``error_t``) and the raw current
 observation used as GiGPO's anchor.
 
-The credit layer never looks at anything else. Environments and the trainer may attach their
-own per-step data (observation text, log-probs, ...) in ``Step.extra``; the credit layer
-ignores it.
+The credit layer never looks at anything else. The rollout, the trainer and the baselines
+attach their own per-step data (the context acted on, log-probs, ...) in ``Step.extra`` and
+per-episode data in ``Trajectory.extra``, under the keys that ``StepExtra`` and
+``TrajectoryExtra`` name and type; the credit layer ignores both.
 
 JSON form (the ``proas credit`` input format, one trajectory per line)::
 
     {"group": str, "trajectory": str, "reward": float,
+     "truncated": bool (optional, false when absent),
      "steps": [{"state": str, "action": str, "next_state": str, "error": bool,
-                "anchor": str (optional), "reward": float (optional)}]}
+                "anchor": str (optional), "reward": float (optional), "value": float (optional)}]}
 
 Every number (a trajectory's reward, a step's reward and value) is finite and at most
 ``MAX_ABS_NUMBER`` (1e12) in magnitude: the estimators square and sum them, and a reward of
@@ -26,10 +28,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, TypedDict
 
-__all__ = ["MAX_ABS_NUMBER", "Step", "Trajectory", "TrajectoryFormatError", "as_trajectories", "group_by",
-           "successful"]
+__all__ = ["MAX_ABS_NUMBER", "Step", "StepExtra", "Trajectory", "TrajectoryExtra", "TrajectoryFormatError",
+           "as_trajectories", "group_by", "successful"]
 
 #: the largest magnitude of a reward or value a trajectory record may hold (module docstring)
 MAX_ABS_NUMBER = 1e12
@@ -37,6 +39,56 @@ MAX_ABS_NUMBER = 1e12
 
 class TrajectoryFormatError(ValueError):
     """A trajectory record is malformed (missing field, wrong type)."""
+
+
+class StepExtra(TypedDict, total=False):
+    """The keys of ``Step.extra``: what the rollout (``proas.train.rollout``) and the ReAct
+    baseline record beside a step. None is read by the credit layer, and none is written to a
+    trajectory log (``Step.to_json``).
+
+    Keys:
+        context: the ``proas.policies.base.Context`` the policy acted on (the scorer's and the
+            critic's input); typed ``Any`` here, as the data model sits below the policies.
+        policy: the decision's data for ``Policy.evaluate`` (``Decision.data``; the scorer and
+            the lm put ``entropy`` there).
+        response: the policy's raw response text.
+        malformed: the response could not be parsed into an action (verl-agent's
+            ``is_action_valid`` is false): the steps the invalid-action penalty is charged on.
+        env_reward: the env's own reward for the step (the step reward ``Step.reward`` is the
+            trainer's ``success_reward`` rule instead).
+        logp: the log-probability of the response under the acting policy.
+        reply, thought: the ReAct baseline's model reply and its thought (``proas react``).
+        observation: the observation text a rollout log shows for the step
+            (``proas.rollout_log.write_rollouts``; by default the context's observation).
+    """
+
+    context: Any
+    policy: dict[str, Any]
+    response: str
+    malformed: bool
+    env_reward: float
+    logp: float
+    reply: str
+    thought: str
+    observation: str
+
+
+class TrajectoryExtra(TypedDict, total=False):
+    """The keys of ``Trajectory.extra``, written by the rollout and the ReAct baseline.
+
+    Keys:
+        outcome: the outcome reward the rollout gave (``success_reward`` x won).
+        score: the env's score of the episode's end (WebShop's reward; 1/0 for household).
+        task_id: the task played.
+        errors: how many of its steps were errors.
+        env_exception: why the env raised, when it did (the episode then counts as failed).
+    """
+
+    outcome: float
+    score: float
+    task_id: str
+    errors: int
+    env_exception: str
 
 
 @dataclass
@@ -54,8 +106,12 @@ class Step:
         reward: the environment's reward for this step ``r_t``, used by estimators with step
             returns (GiGPO, GAE). ``None`` means "not recorded": the credit layer then places
             the trajectory's outcome reward on the last step and zero elsewhere.
-        value: the critic's value ``V(s_t)`` for PPO/GAE, when there is one.
-        extra: free-form per-step data of the env or trainer; ignored by the credit layer.
+        value: the critic's value ``V(s_t)`` as a trajectory log records it (the ``value`` of
+            the JSON form), which ``compute_credit`` gives GAE when it is handed no ``values``.
+            The trainer passes its critic's values to the credit layer as an array instead
+            (``compute_credit(..., values=...)``) and leaves this ``None``.
+        extra: per-step data of the rollout or trainer, the keys of ``StepExtra``; ignored by
+            the credit layer.
     """
 
     state: str
@@ -65,7 +121,7 @@ class Step:
     anchor: str | None = None
     reward: float | None = None
     value: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: StepExtra = field(default_factory=StepExtra)  # type: ignore[assignment]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -127,7 +183,12 @@ class Trajectory:
         steps: the steps in order, ``t = 0 .. T_i - 1``.
         task_type: optional task family (e.g. ALFWorld's ``pick_and_place_simple``).
         won: whether the environment reported success; ``None`` means "use ``reward > 0``".
-        extra: free-form data of the env or trainer; ignored by the credit layer.
+        truncated: the episode was cut by a step limit (the env's ``truncated``, or the
+            rollout's ``max_steps``) before it terminated: its last state is not an end of the
+            task, and GAE may bootstrap from its value (``gae(bootstrap_truncated=True)``,
+            docs/credit.md). ``False`` (the default) is an episode that terminated.
+        extra: per-episode data of the rollout or trainer, the keys of ``TrajectoryExtra``;
+            ignored by the credit layer.
     """
 
     group: str
@@ -136,7 +197,8 @@ class Trajectory:
     steps: list[Step]
     task_type: str | None = None
     won: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False
+    extra: TrajectoryExtra = field(default_factory=TrajectoryExtra)  # type: ignore[assignment]
 
     @property
     def success(self) -> bool:
@@ -156,6 +218,8 @@ class Trajectory:
             out["task_type"] = self.task_type
         if self.won is not None:
             out["won"] = self.won
+        if self.truncated:
+            out["truncated"] = True
         return out
 
     @classmethod
@@ -185,6 +249,9 @@ class Trajectory:
         won = obj.get("won")
         if won is not None and not isinstance(won, bool):
             raise TrajectoryFormatError(f"{where}: field 'won' must be a boolean")
+        truncated = obj.get("truncated", False)
+        if not isinstance(truncated, bool):
+            raise TrajectoryFormatError(f"{where}: field 'truncated' must be a boolean")
         return cls(
             group=obj["group"],
             trajectory=obj["trajectory"],
@@ -192,6 +259,7 @@ class Trajectory:
             steps=steps,
             task_type=task_type,
             won=won,
+            truncated=truncated,
         )
 
 

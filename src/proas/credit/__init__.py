@@ -34,6 +34,7 @@ from proas.credit.graph import GraphFileError, ReferenceGraph, clean_path
 from proas.credit.pipeline import (
     ARG_VARIANTS,
     CreditResult,
+    InvalidActionPenalty,
     compute_credit,
     credit_arrays,
     make_reference_graph,
@@ -70,6 +71,7 @@ __all__ = [
     "CreditBatch",
     "CreditResult",
     "GraphFileError",
+    "InvalidActionPenalty",
     "ReferenceGraph",
     "annotate",
     "annotate_loop",

@@ -45,7 +45,10 @@ class CreditBatch:
             codes are only meaningful for equality.
         step_reward: ``(S,)`` env reward ``r_t``; where a trajectory recorded none, its outcome
             reward sits on the last step and zeros elsewhere.
-        value: ``(S,)`` critic values ``V(s_t)``, NaN where not recorded.
+        value: ``(S,)`` critic values ``V(s_t)`` as the trajectories recorded them (``Step.value``),
+            NaN where not recorded; GAE reads them only when it is given no ``values``.
+        truncated: ``(n,)`` bool, the episode was cut by a step limit before it terminated
+            (``Trajectory.truncated``).
     """
 
     offsets: np.ndarray
@@ -67,6 +70,7 @@ class CreditBatch:
     step_reward: np.ndarray
     value: np.ndarray
     reward_on_last: np.ndarray
+    truncated: np.ndarray
 
     @property
     def n_traj(self) -> int:
@@ -120,6 +124,7 @@ class CreditBatch:
             count=n,
         )
         step_reward[offsets[1:][reward_on_last] - 1] = reward[reward_on_last]
+        truncated = np.fromiter((bool(tr.truncated) for tr in trajectories), dtype=bool, count=n)
         return cls(
             offsets=offsets,
             traj_of_step=traj_of_step,
@@ -140,4 +145,5 @@ class CreditBatch:
             step_reward=step_reward,
             value=value,
             reward_on_last=reward_on_last,
+            truncated=truncated,
         )

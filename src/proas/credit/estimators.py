@@ -46,6 +46,7 @@ __all__ = [
     "dapo",
     "discounted_returns",
     "dynamic_sampling_keep",
+    "external",
     "gae",
     "get_estimator",
     "gigpo",
@@ -370,21 +371,55 @@ def migpo(
 
 @register_estimator("gae", needs_values=True)
 def gae(
-    batch: CreditBatch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, epsilon: float = 1e-8
+    batch: CreditBatch,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten: bool = True,
+    epsilon: float = 1e-8,
+    bootstrap_truncated: bool = False,
+    values: np.ndarray | None = None,
+    final_values: np.ndarray | None = None,
 ) -> BaseAdvantage:
-    """PPO's GAE (arXiv:1506.02438) over the steps of each trajectory, from ``Step.value``.
+    """PPO's GAE (arXiv:1506.02438) over the steps of each trajectory.
 
-    ``δ_t = r_t + γ V_{t+1} − V_t`` (``V`` after the last step is 0), ``A_t = δ_t + γλ A_{t+1}``,
-    returns ``A_t + V_t``; then optionally whitened over the batch (verl's ``masked_whiten``).
-    GAE has no trajectory-level part, so ``A_i = 0`` and no step is uniform: ProAS shaping
-    leaves PPO's advantages unchanged. Defaults γ = λ = 1 as in verl-agent's PPO scripts.
+    ``δ_t = r_t + γ V_{t+1} − V_t``, ``A_t = δ_t + γλ A_{t+1}``, returns ``A_t + V_t``; then
+    optionally whitened over the batch (verl's ``masked_whiten``). GAE has no trajectory-level
+    part, so ``A_i = 0`` and no step is uniform: ProAS shaping leaves PPO's advantages
+    unchanged. Defaults γ = λ = 1 as in verl-agent's PPO scripts.
+
+    - ``values``: ``(S,)`` the critic's ``V(s_t)`` (the trainer's critic, through
+      ``credit_arrays(values=...)``); ``None`` reads the values the trajectories recorded
+      (``Step.value``, a trajectory log's ``value``).
+    - After the last step ``V`` is 0, except where ``bootstrap_truncated`` is on and the
+      trajectory was truncated (``CreditBatch.truncated``: cut by the step limit, not ended by
+      the task): there ``V_{T}`` is ``final_values[i]``, the critic's value of the state the
+      episode was cut in (``(n,)``; a terminated trajectory's entry is not read). Off by
+      default, as verl-agent (it treats the step limit as an end of the episode), which is
+      right when the limit is part of the task and the critic sees the step count, as the
+      trainer's does (docs/credit.md, "Episode ends: terminated and truncated").
     """
-    values = batch.value
-    if batch.n_steps and np.isnan(values).any():
-        raise ValueError("gae needs a value for every step (Step.value)")
+    if values is None:
+        values = batch.value
+        if batch.n_steps and np.isnan(values).any():
+            raise ValueError("gae needs a value for every step (values=..., or Step.value in the trajectories)")
+    else:
+        values = np.asarray(values, dtype=np.float64)
+        if values.shape != (batch.n_steps,):
+            raise ValueError(f"values must have shape ({batch.n_steps},), got {values.shape}")
     next_values = np.zeros(batch.n_steps)
     not_last = batch.t < batch.lengths[batch.traj_of_step] - 1
     next_values[not_last] = values[np.flatnonzero(not_last) + 1]
+    if bootstrap_truncated:
+        cut = batch.truncated & (batch.lengths > 0)
+        if cut.any():
+            if final_values is None:
+                raise ValueError("gae: bootstrap_truncated needs final_values, the value of the state each "
+                                 "truncated trajectory was cut in")
+            final = np.asarray(final_values, dtype=np.float64)
+            if final.shape != (batch.n_traj,):
+                raise ValueError(f"final_values must have shape ({batch.n_traj},), got {final.shape}")
+            next_values[batch.offsets[1:][cut] - 1] = final[cut]
     delta = batch.step_reward + gamma * next_values - values
     adv = discounted_returns(delta, batch, gamma * lam)
     returns = adv + values
@@ -393,3 +428,21 @@ def gae(
     return BaseAdvantage(
         traj=np.zeros(batch.n_traj), step=adv, uniform=np.zeros(batch.n_steps, dtype=bool), returns=returns
     )
+
+
+@register_estimator("external", outcome_only=True, external=True)
+def external(batch: CreditBatch, *, advantage: np.ndarray) -> BaseAdvantage:
+    """An advantage computed outside proas, one value per step (the verl hook's ``base="verl"``:
+    verl's own advantage), split so that a shaping can reshape it.
+
+    ``A_i`` is the mean of the trajectory's step values, ``B_{i,t}`` the step's value minus
+    ``A_i`` (e.g. verl-agent's invalid-action penalty on that row), and every step is credited
+    uniformly. It has no name in a config or on the command line (``EstimatorSpec.external``):
+    its input is an array, which only a caller that holds one can give.
+    """
+    step_value = np.asarray(advantage, dtype=np.float64)
+    if step_value.shape != (batch.n_steps,):
+        raise ValueError(f"advantage must have shape ({batch.n_steps},), got {step_value.shape}")
+    traj = np.bincount(batch.traj_of_step, weights=step_value, minlength=batch.n_traj) / np.maximum(batch.lengths, 1)
+    return BaseAdvantage(traj=traj, step=step_value - traj[batch.traj_of_step],
+                         uniform=np.ones(batch.n_steps, dtype=bool))

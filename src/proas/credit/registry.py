@@ -37,6 +37,7 @@ __all__ = [
     "check_options",
     "estimator_choices",
     "estimator_name",
+    "estimator_names",
     "estimator_spec",
     "estimators_taking",
     "register_estimator",
@@ -133,6 +134,9 @@ class EstimatorSpec:
         outcome_only: ``A_i`` is all there is besides a per-row penalty (no anchor-state or
             segment term), so an advantage computed elsewhere per row can be split back into
             ``A_i`` and a residual (the verl hook's ``base="verl"``).
+        external: its input is an advantage computed elsewhere (``external``: the verl hook's
+            ``base="verl"``), not the batch's rewards; a config or the command line cannot name
+            it (``estimator_names``).
     """
 
     name: str
@@ -140,6 +144,7 @@ class EstimatorSpec:
     options: Mapping[str, Option]
     needs_values: bool = False
     outcome_only: bool = False
+    external: bool = False
 
     def takes(self, option: str) -> bool:
         return option in self.options
@@ -152,8 +157,11 @@ class EstimatorSpec:
 #: every base estimator, by name, in registration order
 ESTIMATORS: dict[str, EstimatorSpec] = {}
 
-#: other names of registered estimators: ``ppo`` is GAE over a critic's values, the trainer's name
-#: for it (``algo.estimator=ppo``); ``proas credit`` and ``compute_credit`` take either name
+#: other names of registered estimators, alias -> the one (canonical) name. ``ppo``: GAE over a
+#: critic's values is what PPO trains on, and the trainer and the experiments named it ``ppo``
+#: before it had one name; ``algo.estimator``, ``proas credit``, ``compute_credit`` and
+#: ``credit_arrays`` take either, and a run's ``config.yaml`` records ``gae`` (docs/credit.md,
+#: "Estimator names")
 ESTIMATOR_ALIASES: dict[str, str] = {"ppo": "gae"}
 
 
@@ -163,7 +171,14 @@ def estimator_name(name: str) -> str:
     return ESTIMATOR_ALIASES.get(name, name)
 
 
-def register_estimator(name: str, *, needs_values: bool = False, outcome_only: bool = False) -> Callable:
+def estimator_names() -> tuple[str, ...]:
+    """The canonical names a config or the command line may choose: every registered estimator
+    but the ``external`` ones, in registration order."""
+    return tuple(name for name, spec in ESTIMATORS.items() if not spec.external)
+
+
+def register_estimator(name: str, *, needs_values: bool = False, outcome_only: bool = False,
+                       external: bool = False) -> Callable:
     """Register ``fn(batch, *, option=default, ...) -> BaseAdvantage`` under ``name``.
 
     The options are read off the signature (see the module docstring). Registering a taken name
@@ -174,7 +189,8 @@ def register_estimator(name: str, *, needs_values: bool = False, outcome_only: b
         if name in ESTIMATORS and ESTIMATORS[name].fn is not fn:
             raise ValueError(f"estimator {name!r} is already registered")
         options = {o.name: o for o in _options_of(fn, skip=1)}
-        ESTIMATORS[name] = EstimatorSpec(name, fn, options, needs_values=needs_values, outcome_only=outcome_only)
+        ESTIMATORS[name] = EstimatorSpec(name, fn, options, needs_values=needs_values, outcome_only=outcome_only,
+                                         external=external)
         return fn
 
     return deco
@@ -189,8 +205,10 @@ def estimator_spec(name: str) -> EstimatorSpec:
 
 
 def estimator_choices() -> list[str]:
-    """Every name an estimator may be given by: the registry's and their aliases, sorted."""
-    return sorted({*ESTIMATORS, *(a for a, n in ESTIMATOR_ALIASES.items() if n in ESTIMATORS)})
+    """Every name a config or the command line may give an estimator by: ``estimator_names``
+    and their aliases, sorted."""
+    names = estimator_names()
+    return sorted({*names, *(a for a, n in ESTIMATOR_ALIASES.items() if n in names)})
 
 
 def estimators_taking(option: str) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from proas import lm_options
 from proas.credit import ESTIMATORS as CREDIT_ESTIMATORS
 from proas.credit import GROUP_STATS, REA_RULES
 from proas.credit import SHAPINGS as CREDIT_SHAPINGS
+from proas.credit.registry import ESTIMATOR_ALIASES, estimator_name, estimator_names, estimator_spec
 from proas.envs.base import SUCCESS_REWARD
 from proas.errors import ProasError
 from proas.termtext import printable
@@ -42,6 +43,7 @@ __all__ = [
     "AlgoConfig",
     "Config",
     "ESTIMATORS",
+    "ESTIMATOR_ALIASES",
     "SHAPINGS",
     "build_config",
     "relocate_shipped_paths",
@@ -51,14 +53,12 @@ __all__ = [
     "config_to_yaml",
 ]
 
-#: ``algo.estimator`` -> the credit core's estimator (``proas.credit.ESTIMATORS``): each by its own
-#: name, except GAE, which the trainer runs as ``ppo``, with a critic
-CREDIT_ESTIMATOR = {{"gae": "ppo"}.get(name, name): name for name in CREDIT_ESTIMATORS}
-#: base estimators of the trainer; ``ppo`` = critic + GAE
-ESTIMATORS = tuple(CREDIT_ESTIMATOR)
-#: other names ``algo.estimator`` takes, recorded as the trainer's: ``gae``, the credit core's
-#: (and ``proas credit``'s) name for ``ppo``'s estimator
-ESTIMATOR_ALIASES = {credit: trainer for trainer, credit in CREDIT_ESTIMATOR.items() if credit != trainer}
+#: base estimators of the trainer: the credit core's, each by its one name
+#: (``proas.credit.registry.estimator_names``); ``gae`` = GAE over the critic's values, the
+#: advantage PPO trains on
+ESTIMATORS = estimator_names()
+#: ``ESTIMATOR_ALIASES`` (``proas.credit.registry``): other names ``algo.estimator`` takes and
+#: records under the one name (``ppo`` -> ``gae``; docs/credit.md, "Estimator names")
 #: shaping variants of the credit core; ``proas`` is the method, the rest are its ablations
 SHAPINGS = tuple(CREDIT_SHAPINGS)
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -259,7 +259,8 @@ class GraphConfig:
 @dataclass
 class AlgoConfig:
     #: base estimator: grpo | dapo | gigpo | rloo | reinforce_pp | migpo (milestones from the ARG;
-    #: uses gamma, step_weight, gigpo_mode) | ppo (critic + GAE)
+    #: uses gamma, step_weight, gigpo_mode) | gae (PPO: critic + GAE; ``ppo`` is taken for it and
+    #: recorded as ``gae``)
     estimator: str = "grpo"
     #: none | proas | no_mui | no_apr | mask_pm | suffix | random | progress_reward
     shaping: str = "proas"
@@ -340,7 +341,7 @@ class AlgoConfig:
             "mode": self.resolved_gigpo_mode(env_name),
             "group_stats": self.group_stats,
         }
-        spec = CREDIT_ESTIMATORS[CREDIT_ESTIMATOR[self.estimator]]
+        spec = estimator_spec(self.estimator)
         return {key: value for key, value in settings.items() if spec.takes(key)}
 
     def resolved_dynamic_sampling(self) -> bool:
@@ -524,7 +525,7 @@ def _validate(cfg: Config) -> None:
 def _to_config(merged: DictConfig) -> Config:
     obj = OmegaConf.to_object(merged)
     assert isinstance(obj, Config)
-    obj.algo.estimator = ESTIMATOR_ALIASES.get(obj.algo.estimator, obj.algo.estimator)
+    obj.algo.estimator = estimator_name(obj.algo.estimator)  # one name: ppo is recorded as gae
     _validate(obj)
     return obj
 

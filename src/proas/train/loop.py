@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from rich.markup import escape
 
-from proas.credit import ESTIMATORS, ReferenceGraph, compute_credit, dynamic_sampling_keep
+from proas.credit import ESTIMATORS, InvalidActionPenalty, ReferenceGraph, compute_credit, dynamic_sampling_keep
 from proas.envs import make_factory
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
@@ -45,7 +45,7 @@ from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
-from proas.train.config import CREDIT_ESTIMATOR, Config, config_from_yaml, config_to_yaml
+from proas.train.config import Config, config_from_yaml, config_to_yaml
 from proas.train.critic import ValueModel, critic_metrics
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.rollout import Slot, rollout
@@ -159,7 +159,7 @@ class Trainer:
         self.kl_coef = cfg.algo.resolved_kl_coef(cfg.policy.kind)
         self.ref = self.policy.reference_module() if self.kl_coef > 0 else None
         self.critic = self.critic_opt = None
-        if ESTIMATORS[CREDIT_ESTIMATOR[cfg.algo.estimator]].needs_values:
+        if ESTIMATORS[cfg.algo.estimator].needs_values:
             self.critic = ValueModel(cfg.policy.scorer.hash_bits, cfg.algo.critic_features)
             self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
 
@@ -329,34 +329,25 @@ class Trainer:
 
     def _credit(self, trajs: list[Trajectory], step: int):
         a = self.cfg.algo
-        name = CREDIT_ESTIMATOR[a.estimator]
-        opts = a.estimator_options(self.env_name)
-        if ESTIMATORS[name].takes("step_penalty"):
-            # verl-agent's invalid-action penalty: subtracted from the row's score before the
-            # group statistics (an invalid action = a response that could not be parsed)
-            opts["step_penalty"] = self.cfg.env.invalid_action_penalty * np.fromiter(
-                (bool(s.extra.get("malformed")) for t in trajs for s in t.steps), dtype=np.float64)
+        steps = [s for t in trajs for s in t.steps]
+        # verl-agent's invalid-action penalty on responses that could not be parsed into an action;
+        # credit_arrays charges it (before the group statistics, or on the final advantage)
+        penalty = InvalidActionPenalty(self.cfg.env.invalid_action_penalty, np.fromiter(
+            (bool(s.extra.get("malformed")) for s in steps), dtype=bool, count=len(steps)))
+        values = None
         if self.critic is not None:
             with torch.no_grad():
-                values = self.critic([s for t in trajs for s in t.steps]).double().numpy()
-            # written into the steps on purpose: the credit core reads V(s_t) from ``Step.value``
-            # (``compute_credit`` takes trajectories, no separate values), and the rollout log
-            # keeps each step's value with it (``Trajectory.to_json``)
-            for s, v in zip((s for t in trajs for s in t.steps), values, strict=True):
-                s.value = float(v)
-        return compute_credit(trajs, self.graph, estimator=name, shaping=a.shaping, estimator_options=opts,
-                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve, rea=a.graph.rea)
+                values = self.critic(steps).double().numpy()
+        return compute_credit(trajs, self.graph, estimator=a.estimator, shaping=a.shaping,
+                              estimator_options=a.estimator_options(self.env_name),
+                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve, rea=a.graph.rea,
+                              values=values, penalty=penalty)
 
     def _update(self, trajs: list[Trajectory], res) -> dict[str, float]:
         a = self.cfg.algo
         steps = [s for t in trajs for s in t.steps]
         data = [s.extra["policy"] for s in steps]
-        adv_np = res.advantage
-        if not ESTIMATORS[CREDIT_ESTIMATOR[a.estimator]].takes("step_penalty"):
-            # estimators without a step_penalty option (rloo, reinforce_pp, ppo) take the invalid-action
-            # penalty on the final advantage; the group estimators took it in ``_credit``
-            invalid = np.fromiter((bool(s.extra.get("malformed")) for s in steps), dtype=np.float64, count=len(steps))
-            adv_np = adv_np - self.cfg.env.invalid_action_penalty * invalid
+        adv_np = res.final  # the advantage with the invalid-action penalty, however it was charged
         adv = torch.as_tensor(adv_np, dtype=torch.float32)
         n = len(steps)
         mb = a.minibatch_size
@@ -426,7 +417,7 @@ class Trainer:
         out = {k: v / max(1, updates) for k, v in sums.items()}
         out["loss/updates"] = float(updates)
         if self.critic is not None and returns is not None:  # the critic's fit before this update
-            out.update(critic_metrics(np.fromiter((s.value for s in steps), dtype=np.float64), res.returns))
+            out.update(critic_metrics(res.values, res.returns))
         return out
 
     def train_step(self) -> dict[str, Any]:

@@ -6,8 +6,10 @@ One object per training run, held by the driver (the process that runs ``fit``).
 1. the step rows become the credit layer's flat arrays (``rows.rows_to_batch``: the
    ``CreditBatch`` of their trajectories, without a Python object per step);
 2. the batch's successful trajectories are merged into the graph (the evolving ARG; off with
-   ``evolve=False``), then ``proas.credit.credit_arrays`` runs the base estimator, annotates every
-   step against the graph and applies the shaping: what ``compute_credit`` does on trajectories;
+   ``evolve=False``), then ``proas.credit.credit_arrays``, the one place an advantage is made,
+   runs the base estimator (with ``base="verl"``: the ``external`` estimator, whose input is
+   verl's own advantage), annotates every step against the graph, applies the shaping and
+   charges the invalid-action penalty: what ``compute_credit`` does on trajectories;
 3. every response token of a step row gets its step's advantage, times ``response_mask``.
 
 The graph is saved with each trainer checkpoint (``save_checkpoint(global_step_dir)``) and
@@ -28,14 +30,11 @@ from proas.credit import (
     ESTIMATORS,
     REA_RULES,
     SHAPINGS,
-    BaseAdvantage,
     CreditResult,
+    InvalidActionPenalty,
     ReferenceGraph,
-    annotate,
     credit_arrays,
-    shape,
 )
-from proas.credit.registry import SHAPING_OPTIONS
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.integrations.verl.rows import (
@@ -59,7 +58,7 @@ _STATE_VERSION = 1
 #: base estimators that reshape per step: all of proas's but those that read ``V(s_t)``; GAE
 #: works on tokens inside verl and ProAS leaves it unchanged anyway (no step is credited
 #: uniformly), so it stays verl's.
-HOOK_ESTIMATORS = tuple(name for name, spec in ESTIMATORS.items() if not spec.needs_values)
+HOOK_ESTIMATORS = tuple(name for name, spec in ESTIMATORS.items() if not spec.needs_values and not spec.external)
 #: where ``A_i`` comes from: proas's estimator on the batch's trajectories, or verl's advantage
 BASES = ("proas", "verl")
 #: estimators whose verl advantage is one value per row and per trajectory up to row-level
@@ -232,77 +231,60 @@ class ProASCredit:
         # arrays from the columns straight to the credit kernels: a Step object per row cost
         # more than all the credit arithmetic (docs/verl.md, "Cost")
         layout = rows_to_batch(non_tensor_batch, self.columns)
+        batch = layout.batch
+        estimator, options, penalty = self.estimator, dict(self.estimator_options), None
+        if self.base == "verl":
+            if row_base is None:
+                raise ProasError("base='verl' reshapes verl's advantages: the batch has none yet")
+            # verl's advantage, which holds verl-agent's invalid-action penalty already, enters
+            # as the ``external`` estimator's input
+            estimator, options = "external", {"advantage": self._step_values(layout, np.asarray(row_base, np.float64))}
+        else:
+            penalty = self._penalty(non_tensor_batch, layout)
         try:
-            if self.base == "verl":
-                if row_base is None:
-                    raise ProasError("base='verl' reshapes verl's advantages: the batch has none yet")
-                result = self._reshape_verl_base(layout, np.asarray(row_base, dtype=np.float64))
-            else:
-                options = dict(self.estimator_options)
-                penalty = self._step_penalty(non_tensor_batch, layout)
-                if penalty is not None:
-                    options["step_penalty"] = penalty
-                if self.evolve:
-                    self.graph.add_batch(layout.batch)
-                result = credit_arrays(
-                    layout.batch,
-                    self.graph,
-                    estimator=self.estimator,
-                    shaping=self.shaping,
-                    estimator_options=options,
-                    shaping_options=self.shaping_options,
-                    seed=self.seed + self.batches_seen,
-                    rea=self.rea,
-                )
+            if self.evolve:
+                self.graph.add_batch(batch)
+            result = credit_arrays(
+                batch,
+                self.graph,
+                estimator=estimator,
+                shaping=self.shaping,
+                estimator_options=options,
+                shaping_options=self.shaping_options,
+                seed=self.seed + self.batches_seen,
+                rea=self.rea,
+                penalty=penalty,
+            )
         except (TypeError, ValueError) as exc:  # bad estimator/shaping options
             raise ProasError(f"ProAS credit failed: {exc}") from None
         self.batches_seen += 1
         self.last_layout, self.last_result = layout, result
-        return result.advantage[layout.row_to_step]
+        return result.final[layout.row_to_step]
 
-    def _step_penalty(self, non_tensor_batch: Mapping[str, Any], layout: BatchLayout) -> np.ndarray | None:
-        """``(S,)`` verl-agent's invalid-action penalty of every step, or ``None`` when it does
-        not apply (coefficient 0, no validity column, or an estimator without ``step_penalty``)."""
+    def _penalty(self, non_tensor_batch: Mapping[str, Any], layout: BatchLayout) -> InvalidActionPenalty | None:
+        """verl-agent's invalid-action penalty of every step, for ``credit_arrays`` to charge; ``None``
+        when it does not apply (coefficient 0, no validity column). The estimators that take
+        ``step_penalty`` (GRPO, DAPO, GiGPO, MiGPO) take it in the row's score, as verl-agent's
+        ``apply_invalid_action_penalty`` does; RLOO and REINFORCE++ are not charged it here
+        (``otherwise="none"``: docs/verl.md)."""
         name = self.columns.valid
         if self.invalid_action_penalty == 0 or name is None or name not in non_tensor_batch:
-            return None
-        if not ESTIMATORS[self.estimator].takes("step_penalty"):
             return None
         valid = _flags(non_tensor_batch[name])
         # copies of a step carry the same flag; any row of a step gives the step's
         step_valid = np.ones(layout.n_steps, dtype=bool)
         step_valid[layout.row_to_step] = valid
-        return self.invalid_action_penalty * (~step_valid).astype(np.float64)
+        return InvalidActionPenalty(self.invalid_action_penalty, ~step_valid, otherwise="none")
 
-    def _reshape_verl_base(self, layout: BatchLayout, row_base: np.ndarray) -> CreditResult:
-        """ProAS on verl's own per-row advantage: ``A_i`` = the trajectory's mean step value,
-        ``B_{i,t}`` = the step's value minus ``A_i``, every step credited uniformly."""
-        batch = layout.batch
+    @staticmethod
+    def _step_values(layout: BatchLayout, row_base: np.ndarray) -> np.ndarray:
+        """``(S,)`` verl's per-row advantage as one value per step (the mean over a step's copies)."""
         n_rows = len(layout.row_to_step)
         if row_base.shape != (n_rows,):
             raise ProasError(f"expected one verl advantage per row ({n_rows}), got shape {row_base.shape}")
         # copies of a step carry the same value in verl; average in case they do not
-        count = np.bincount(layout.row_to_step, minlength=batch.n_steps)
-        step_value = np.bincount(layout.row_to_step, weights=row_base, minlength=batch.n_steps) / np.maximum(count, 1)
-        traj = np.bincount(batch.traj_of_step, weights=step_value, minlength=batch.n_traj) / np.maximum(
-            batch.lengths, 1
-        )
-        base = BaseAdvantage(
-            traj=traj, step=step_value - traj[batch.traj_of_step], uniform=np.ones(batch.n_steps, dtype=bool)
-        )
-        # the options were checked at construction
-        epsilon = float(self.shaping_options.get("epsilon", SHAPING_OPTIONS["epsilon"].default))
-        if self.evolve:
-            self.graph.add_batch(batch)
-        ann = annotate(batch, self.graph, self.rea)
-        rng = np.random.default_rng(self.seed + self.batches_seen)
-        shaped = shape(self.shaping, base, ann, batch, epsilon=epsilon, rng=rng)
-        a = traj[batch.traj_of_step]
-        return CreditResult(
-            rea=ann.rea, pa=ann.pa, fd=ann.fd, traj_advantage=a, step_advantage=base.step,
-            uniform=base.uniform, base_advantage=step_value, advantage=shaped, reward=batch.reward,
-            returns=None, offsets=batch.offsets,
-        )
+        count = np.bincount(layout.row_to_step, minlength=layout.n_steps)
+        return np.bincount(layout.row_to_step, weights=row_base, minlength=layout.n_steps) / np.maximum(count, 1)
 
     def reshape(self, data: Any) -> dict[str, float]:
         """Reshape ``data.batch['advantages']`` (and ``returns``) of a verl ``DataProto`` in place.

@@ -490,7 +490,7 @@ def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLay
         group_ids=group_ids, traj_ids=traj_ids, reward=reward, success=success, states=states,
         state=state_code[:n_steps], next_state=state_code[n_steps:], actions=actions, action=action,
         error=error, anchor=anchor, step_reward=step_reward, value=np.full(n_steps, np.nan),
-        reward_on_last=reward_on_last,
+        reward_on_last=reward_on_last, truncated=np.zeros(n_traj, dtype=bool),
     )
     return BatchLayout(batch, row_to_step, n_rows - n_steps, dict(non_tensor), cols)
 
