@@ -26,7 +26,7 @@ STATEFUL = ("take", "move", "open", "close", "slice", "use", "heat", "cool", "cl
 
 
 def differs(a, b) -> str | None:
-    (o1, r1, d1, i1), (o2, r2, d2, i2) = a, b
+    (o1, r1, d1, t1, i1), (o2, r2, d2, t2, i2) = a, b
     if o1 != o2:
         return f"observation\n  fast: {o1!r}\n  real: {o2!r}"
     if i1["admissible"] != i2["admissible"]:
@@ -34,8 +34,8 @@ def differs(a, b) -> str | None:
             f"admissible: fast-only {set(i1['admissible']) - set(i2['admissible'])}, "
             f"real-only {set(i2['admissible']) - set(i1['admissible'])}"
         )
-    if (r1, d1, i1["won"]) != (r2, d2, i2["won"]):
-        return f"outcome: fast {(r1, d1, i1['won'])}, real {(r2, d2, i2['won'])}"
+    if (r1, d1, t1, i1["won"]) != (r2, d2, t2, i2["won"]):
+        return f"outcome: fast {(r1, d1, t1, i1['won'])}, real {(r2, d2, t2, i2['won'])}"
     return None
 
 
@@ -64,8 +64,8 @@ def sweep_game(fast, real, task_id: str, steps: int, biased: bool) -> str | None
         bad = differs(out, real.step(a))
         if bad:
             return f"step {t} {a!r}: {bad}"
-        i1 = out[3]
-        if out[2]:
+        i1 = out[4]
+        if out[2] or out[3]:  # terminated or truncated
             break
     return None
 

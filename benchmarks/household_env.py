@@ -39,7 +39,8 @@ def draw_sequences(games: list[str], steps: int) -> dict[str, list[str]]:
             else:
                 action = rng.choice(MALFORMED)
             seq.append(action)
-            _, _, done, info = env.step(action)
+            _, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
             if done:
                 break
         out[task_id] = seq
@@ -58,7 +59,7 @@ def replay(env, sequences: dict[str, list[str]]) -> tuple[float, float, int, dic
         seen[task_id] = [obs]
         t0 = time.perf_counter()
         for action in seq:
-            obs, _, _, _ = env.step(action)
+            obs, _, _, _, _ = env.step(action)
             seen[task_id].append(obs)
         t_step += time.perf_counter() - t0
         n += len(seq)

@@ -36,7 +36,8 @@ def walk(env: HouseholdEnv, task_id: str, group: str, name: str, rng: random.Ran
     for k in range(len(plan) if plan else 30):
         action = plan[k] if plan else rng.choice(sorted(info["admissible"]))
         state, anchor, prev = info["abstract_state"], info["anchor"], obs
-        obs, reward, done, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
         steps.append(
             Step(state, action, info["abstract_state"], info["error"], anchor, reward, extra={"observation": prev})
         )

@@ -181,7 +181,8 @@ def main() -> None:
                 ctx = Context("household", task, obs, list(hist), info["admissible"], [], t)
                 a = policy.act([ctx], np.random.default_rng(0), temperature=0.0)[0].action
                 hist.append((obs, a))
-                obs, _, done, info = env.step(a)
+                obs, _, terminated, truncated, info = env.step(a)
+                done = terminated or truncated
                 steps += 1
                 if done:
                     break

@@ -132,7 +132,8 @@ def _env_only(trainer, n_steps: int) -> float:
         obs, info = env.reset(rnd.choice(ids))
         for _ in range(trainer.max_steps):
             adm = info.get("admissible") or ["look"]
-            obs, r, done, info = env.step(rnd.choice(adm))
+            obs, r, terminated, truncated, info = env.step(rnd.choice(adm))
+            done = terminated or truncated
             done_steps += 1
             if done:
                 break

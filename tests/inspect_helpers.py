@@ -30,7 +30,8 @@ def play(env: HouseholdEnv, task_id: str, actions, group: str, name: str) -> Tra
         action = plan[k] if plan is not None else actions(info["admissible"])
         state, anchor = info["abstract_state"], info["anchor"]
         prev_obs = obs
-        obs, reward, done, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
         steps.append(
             Step(state=state, action=action, next_state=info["abstract_state"], error=info["error"], anchor=anchor,
                  reward=reward, extra={"observation": prev_obs})

@@ -103,7 +103,8 @@ def _local_greedy(policy, env, task_id, max_steps):
         a = policy.act([ctx], np.random.default_rng(0), temperature=0.0)[0].action
         actions.append(a)
         history.append((obs, a))
-        obs, _, done, info = env.step(a)
+        obs, _, terminated, truncated, info = env.step(a)
+        done = terminated or truncated
         if done:
             break
     return actions

@@ -31,13 +31,13 @@ def envs(tmp_path_factory):
 
 
 def _same(fast_out, real_out, where):
-    (o1, r1, d1, i1), (o2, r2, d2, i2) = fast_out, real_out
+    (o1, r1, d1, t1, i1), (o2, r2, d2, t2, i2) = fast_out, real_out
     assert o1 == o2, f"{where}: observations differ\nfast: {o1!r}\nreal: {o2!r}"
     assert i1["admissible"] == i2["admissible"], (
         f"{where}: admissible differ: fast-only {sorted(set(i1['admissible']) - set(i2['admissible']))}, "
         f"real-only {sorted(set(i2['admissible']) - set(i1['admissible']))}"
     )
-    assert (r1, d1, i1["won"], i1["error"]) == (r2, d2, i2["won"], i2["error"]), where
+    assert (r1, d1, t1, i1["won"], i1["error"]) == (r2, d2, t2, i2["won"], i2["error"]), where
 
 
 @pytest.mark.parametrize("task_id", GAMES)
@@ -65,9 +65,9 @@ def test_oracle_and_random_play_match_the_real_engine(envs, task_id):
             action = rng.choice(MALFORMED)
         out = fast.step(action)
         _same(out, real.step(action), f"{task_id} random step {t} {action!r}")
-        info = out[3]
+        info = out[4]
         kinds.add(info["error_kind"])
-        if out[2]:
+        if out[2] or out[3]:  # terminated or truncated
             break
     # the sequence really exercised both valid and rejected actions
     assert None in kinds and kinds & {"malformed", "inadmissible"}
@@ -140,7 +140,7 @@ def test_scripted_scenarios_match_the_real_engine(envs, which):
         out = fast.step(action)
         _same(out, real.step(action), f"{task_id} {action!r}")
         texts.append(out[0])
-        if out[2]:
+        if out[2] or out[3]:  # terminated or truncated
             break
     if which == "slice-heat-clean":
         assert "This is a hot and clean sliced tomato 1." in texts

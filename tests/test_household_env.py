@@ -71,13 +71,13 @@ def test_heat_walkthrough_texts_rewards_and_abstract_states(env):
     ]
     assert env.oracle(HEAT) == [a for a, _, _ in steps]
     for k, (action, text, state) in enumerate(steps):
-        obs, reward, done, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
         assert obs == text and info["anchor"] == text
         assert info["abstract_state"] == "pick_heat_then_place_in_recep|" + state
         assert not info["error"]
         last = k == len(steps) - 1
-        assert (reward, done, info["won"], info["score"]) == (
-            (10.0, True, True, 1.0) if last else (0.0, False, False, 0.0)
+        assert (reward, terminated, truncated, info["won"], info["score"]) == (
+            (10.0, True, False, True, 1.0) if last else (0.0, False, False, False, 0.0)
         )
 
 
@@ -103,11 +103,12 @@ def test_errors_malformed_inadmissible_and_nothing_happens(env):
         ("take potato 1 from countertop 1", "inadmissible"),  # not there yet
         ("open fridge 1", "inadmissible"),
     ]:
-        obs, reward, done, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
         assert obs == "Nothing happens."
         assert info["error"] and info["error_kind"] == kind, action
         assert info["abstract_state"] == before and reward == 0.0 and not done
-    obs, _, _, info = env.step("look")
+    obs, _, _, _, info = env.step("look")
     assert not info["error"] and info["error_kind"] is None
 
 
@@ -116,15 +117,16 @@ def test_invalid_candidates_are_plausible_and_rejected(env):
     for _ in range(3):
         assert info["invalid_candidates"], "expected some candidates"
         assert not set(info["invalid_candidates"]) & set(info["admissible"])
-        obs, _, _, after = env.step(info["invalid_candidates"][0])
+        obs, _, _, _, after = env.step(info["invalid_candidates"][0])
         assert after["error"] and obs == "Nothing happens."
-        _, _, _, info = env.step(info["admissible"][0])
+        _, _, _, _, info = env.step(info["admissible"][0])
 
 
 def test_episode_ends_at_max_steps():
     env = HouseholdEnv(max_steps=3)
     env.reset(HEAT)
-    assert [env.step("look")[2] for _ in range(3)] == [False, False, True]
+    # the step limit truncates (Gymnasium's convention); it never terminates an unsolved task
+    assert [env.step("look")[2:4] for _ in range(3)] == [(False, False), (False, False), (False, True)]
     with pytest.raises(ProasError, match="episode is over"):
         env.step("look")
 
@@ -270,7 +272,7 @@ def test_constructor_is_cheap_engine_and_games_are_made_lazily():
 def test_observations_never_leak_pddl_ids(env):
     obs, info = env.reset("train-pick2-0003")
     for a in env.oracle("train-pick2-0003"):
-        obs, _, _, info = env.step(a)
+        obs, _, _, _, info = env.step(a)
         assert not re.search(r"_bar_|Type\b", obs + " ".join(info["admissible"]))
 
 

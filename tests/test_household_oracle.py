@@ -37,7 +37,8 @@ def test_oracle_is_as_short_as_alfworlds_planner_and_both_win(tmp_path, short):
         for plan in (ours, theirs):
             env.reset(task_id)
             for a in plan:
-                _, _, done, info = env.step(a)
+                _, _, terminated, truncated, info = env.step(a)
+                done = terminated or truncated
                 assert not info["error"], (task_id, a)
             assert done and info["won"]
 
@@ -96,14 +97,15 @@ def test_hints_finish_the_task_from_random_midgame_states():
             rng = random.Random(task_id)
             _, info = env.reset(task_id)
             for _ in range(10):
-                _, _, done, info = env.step(rng.choice(info["admissible"]))
+                _, _, terminated, truncated, info = env.step(rng.choice(info["admissible"]))
+                done = terminated or truncated
                 if done:
                     break
             for _ in range(30):
                 if env.won:
                     break
                 action = env.hint()
-                _, _, _, info = env.step(action)
+                _, _, _, _, info = env.step(action)
                 assert not info["error"], (task_id, action)
             assert env.won, task_id
 

@@ -109,7 +109,7 @@ def test_env_text_with_control_characters_is_escaped():
             return "room\x1b[2J\u202e", {"admissible": ["go\x1b]0;x\x07 north"]}
 
         def step(self, action):
-            return "ok\x00", 0.0, True, {"won": False, "steps": 1}
+            return "ok\x00", 0.0, True, False, {"won": False, "steps": 1}
 
     out = io.StringIO()
     play_cli.play(Evil(), "t", lambda: "1", out)

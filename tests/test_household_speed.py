@@ -87,5 +87,5 @@ def test_compiled_goals_agree_with_holds_in_played_games():
             for action in env.oracle(task) + [rng.choice(info["admissible"]) for _ in range(20)]:
                 if env.won or env.steps >= env.max_steps:
                     break
-                _, _, _, info = env.step(action)
+                _, _, _, _, info = env.step(action)
                 assert check(sim.facts) == holds(goal, sim.facts) == sim.won

@@ -17,7 +17,8 @@ def _walk(env, task_id, steps, seed):
         pool = list(info.get("admissible") or []) + list(info.get("invalid_candidates") or [])
         pool = [a for a in pool if not a.startswith("click[buy")]  # keep shop episodes alive
         a = pool[int(rng.integers(len(pool)))]
-        obs, _, done, info = env.step(a)
+        obs, _, terminated, truncated, info = env.step(a)
+        done = terminated or truncated
         actions.append(a)
         keys.append(state_key(obs, info))
         if done:
@@ -36,7 +37,7 @@ def _check(make, task_id, steps, prefixes, seed=0):
         assert [a for _, a in r.history] == actions[:k] and r.step == k
         # and the restored env continues exactly as the original did
         if k < len(actions):
-            obs, _, _, info = other.step(actions[k])
+            obs, _, _, _, info = other.step(actions[k])
             assert state_key(obs, info) == keys[k + 1]
     return actions, keys
 

@@ -21,7 +21,8 @@ from proas.envs.household import make_household_env
 env = make_household_env()
 env.reset("valid_seen-heat-0003")
 for action in env.oracle("valid_seen-heat-0003"):
-    obs, reward, done, info = env.step(action)
+    obs, reward, terminated, truncated, info = env.step(action)
+    done = terminated or truncated
 print("won" if info["won"] else "lost")
 """
 

@@ -43,7 +43,8 @@ def _episodes(ids, seed, max_steps=30):
             else:
                 action = str(rng.choice(info["admissible"]))
             history.append((obs, action))
-            obs, _, done, info = env.step(action)
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
             if done:
                 break
     return out

@@ -82,7 +82,7 @@ def test_results_pages_paging_and_prev(env, catalog):
     tid = task_for(catalog, "red", "small")
     env.reset(tid)
     instr = catalog.goals[int(tid)]["instruction_text"]
-    obs, r, done, info = env.step("search[Shirt]")
+    obs, r, _, _, info = env.step("search[Shirt]")
     parts = obs.split(" [SEP] ")
     assert parts[:6] == ["Instruction:", instr, "Back to Search", "Page 1 (Total results: 24)", "Next >", parts[5]]
     assert len(parts) == 5 + 3 * 10
@@ -103,7 +103,7 @@ def test_item_page_text_and_clickables(env, catalog):
     env.reset(tid)
     instr = catalog.goals[int(tid)]["instruction_text"]
     env.step("search[acme red shirt]")
-    obs, r, done, info = env.step(f"click[{SHIRT.lower()}]")
+    obs, r, _, _, info = env.step(f"click[{SHIRT.lower()}]")
     assert obs == (
         f"Instruction: [SEP] {instr} [SEP] Back to Search [SEP] < Prev [SEP] color [SEP] red [SEP] "
         "blue | navy [SEP] size [SEP] small [SEP] x-large [SEP] Acme Red Shirt [SEP] "
@@ -120,9 +120,9 @@ def test_sub_pages_and_prev_keep_options(env, catalog):
     instr = catalog.goals[int(tid)]["instruction_text"]
     env.step("search[acme]")
     env.step(f"click[{SHIRT.lower()}]")
-    _, _, _, info = env.step("click[blue | navy]")
+    _, _, _, _, info = env.step("click[blue | navy]")
     assert info["abstract_state"] == "shop|item|match|opts=color"
-    obs, _, _, info = env.step("click[description]")
+    obs, _, _, _, info = env.step("click[description]")
     assert obs == f"Instruction: [SEP] {instr} [SEP] Back to Search [SEP] < Prev [SEP] The Acme Red Shirt, made well."
     assert info["clickables"] == ["back to search", "< prev"]
     assert info["abstract_state"] == "shop|description|match|opts=color"
@@ -134,15 +134,17 @@ def test_sub_pages_and_prev_keep_options(env, catalog):
     assert obs.endswith("Back to Search [SEP] < Prev")  # WebShop's released data has no reviews
     env.step("click[< prev]")
     env.step("click[x-large]")
-    obs, reward, done, info = env.step("click[Buy Now]")  # the argument is lower-cased
-    assert done and reward == 10.0 and info["won"] and info["score"] == 1.0
+    obs, reward, terminated, truncated, info = env.step("click[Buy Now]")  # the argument is lower-cased
+    assert (terminated, truncated) == (True, False)  # buying ends the task: terminated
+    assert reward == 10.0 and info["won"] and info["score"] == 1.0
     assert (
         f"Purchased [SEP] asin [SEP] {SHIRT} [SEP] options [SEP] " + '{"color": "blue | navy", "size": "x-large"}'
         in obs
     )
     assert obs.endswith("Your score (min 0.0, max 1.0) [SEP] 1.0 [SEP] Reward Details [SEP] None")
     assert info["abstract_state"] == "shop|done|won" and info["clickables"] == []
-    obs2, reward, done, info = env.step("click[buy now]")  # after the end: refused, still done
+    obs2, reward, terminated, truncated, info = env.step("click[buy now]")  # after the end: refused, still done
+    done = terminated or truncated
     assert obs2 == obs and done and info["error"] and reward == 0.0
 
 
@@ -151,7 +153,8 @@ def test_partial_purchase_scores_but_does_not_win(env, catalog):
     env.step("search[acme]")
     env.step(f"click[{SHIRT.lower()}]")
     env.step("click[red]")
-    obs, reward, done, info = env.step("click[buy now]")
+    obs, reward, terminated, truncated, info = env.step("click[buy now]")
+    done = terminated or truncated
     # attribute 1 + options 1 of 2 + price ok 1, over 1 + 2 + 1
     assert done and reward == 0.0 and not info["won"] and info["score"] == pytest.approx(0.75)
     assert info["abstract_state"] == "shop|done|lost"
@@ -162,13 +165,13 @@ def test_last_option_click_wins_and_prev_from_item_clears_options(env, catalog):
     env.step("search[acme]")
     env.step(f"click[{SHIRT.lower()}]")
     env.step("click[blue | navy]")
-    _, _, _, info = env.step("click[red]")
+    _, _, _, _, info = env.step("click[red]")
     assert isinstance(env.page, ItemPage) and env.page.options == {"color": "red"}
     assert info["abstract_state"] == "shop|item|match|opts=color"
-    obs, _, _, info = env.step("click[< prev]")
+    obs, _, _, _, info = env.step("click[< prev]")
     assert "Page 1 (Total results:" in obs and isinstance(env.page, ResultsPage)  # options left behind
     env.step(f"click[{SHIRT.lower()}]")
-    _, reward, _, info = env.step("click[buy now]")
+    _, reward, _, _, info = env.step("click[buy now]")
     assert info["score"] == pytest.approx(0.5)  # (1 + 0 + 1) / 4
 
 
@@ -178,7 +181,7 @@ def test_back_to_search_resets(env, catalog):
     env.step("search[acme]")
     env.step(f"click[{SHIRT.lower()}]")
     env.step("click[red]")
-    obs, _, _, info = env.step("click[back to search]")
+    obs, _, _, _, info = env.step("click[back to search]")
     assert obs == first and env.page == SearchPage()
     assert info["abstract_state"] == "shop|search"
 
@@ -194,12 +197,13 @@ def test_pages_are_typed_states_holding_what_their_transitions_need(env, catalog
     env.step("click[red]")
     item = env.page
     assert item == ItemPage(results, SHIRT, {"color": "red"})  # < Prev searches results' keywords again
-    _, _, _, info = env.step("click[features]")
+    _, _, _, _, info = env.step("click[features]")
     assert env.page == SubPage(item, "features") and info["page"] == "sub"
     env.step("click[< prev]")
     assert env.page == item  # the sub-page gives its item page back, options included
     env.step("click[small]")
-    _, reward, done, info = env.step("click[buy now]")
+    _, reward, terminated, truncated, info = env.step("click[buy now]")
+    done = terminated or truncated
     bought = env.page
     assert isinstance(bought, DonePage) and bought.item.options == {"color": "red", "size": "small"}
     assert (bought.score, reward, done, info["reward_info"]) == (1.0, SUCCESS_REWARD, True, bought.reward_info)
@@ -214,7 +218,8 @@ def test_pages_are_typed_states_holding_what_their_transitions_need(env, catalog
 ])
 def test_invalid_actions_are_no_ops_flagged_error(env, catalog, action):
     obs0, _ = env.reset(task_for(catalog, "red", "small"))
-    obs, reward, done, info = env.step(action)
+    obs, reward, terminated, truncated, info = env.step(action)
+    done = terminated or truncated
     assert obs == obs0 and info["error"] and not done and reward == 0.0
     assert info["abstract_state"] == "shop|search"
 
@@ -222,26 +227,26 @@ def test_invalid_actions_are_no_ops_flagged_error(env, catalog, action):
 def test_invalid_candidates_are_refused(env, catalog):
     env.reset(task_for(catalog, "red", "small"))
     env.step("search[acme]")
-    _, _, _, info = env.step(f"click[{SHIRT.lower()}]")
+    _, _, _, _, info = env.step(f"click[{SHIRT.lower()}]")
     assert info["invalid_candidates"]
     for cand in info["invalid_candidates"]:
         probe = ShopEnv(catalog)
         probe.reset(task_for(catalog, "red", "small"))
         probe.step("search[acme]")
         probe.step(f"click[{SHIRT.lower()}]")
-        assert probe.step(cand)[3]["error"], cand
+        assert probe.step(cand)[4]["error"], cand
 
 
 def test_search_works_from_any_page_and_regex_is_greedy(env, catalog):
     env.reset(task_for(catalog, "red", "small"))
     env.step("search[acme]")
     env.step(f"click[{SHIRT.lower()}]")
-    obs, _, _, info = env.step("search[filler shirt]")
+    obs, _, _, _, info = env.step("search[filler shirt]")
     assert not info["error"] and isinstance(env.page, ResultsPage)
     assert (env.page.keywords, env.page.number, info["page"]) == (("filler", "shirt"), 1, "results")
     # WebShop's regex is greedy on the name too: the name runs to the last '[' -> not a search
     assert parse_action("search[filler [shirt]]") == ("search[filler ", "shirt]")
-    assert env.step("search[filler [shirt]]")[3]["error"]
+    assert env.step("search[filler [shirt]]")[4]["error"]
     assert parse_action("click[a]]") == ("click", "a]")
     assert parse_action("click[buy now] please") == ("click", "buy now")  # trailing text is ignored
     assert parse_action("search[red\nshirt]") == ("search[red\nshirt]", None)  # '.' stops at newlines
@@ -250,12 +255,12 @@ def test_search_works_from_any_page_and_regex_is_greedy(env, catalog):
 
 def test_results_abstraction_tells_whether_a_winning_product_is_shown(env, catalog):
     env.reset(task_for(catalog, "red", "small"))
-    _, _, _, info = env.step("search[filler]")
+    _, _, _, _, info = env.step("search[filler]")
     assert info["abstract_state"] == "shop|results|nomatch"
-    _, _, _, info = env.step("search[acme red]")
+    _, _, _, _, info = env.step("search[acme red]")
     assert info["abstract_state"] == "shop|results|match"
     env.step("search[zeta]")
-    _, _, _, info = env.step(f"click[{RIVAL.lower()}]")
+    _, _, _, _, info = env.step(f"click[{RIVAL.lower()}]")
     assert not info["error"] and info["abstract_state"] == "shop|item|other"
 
 
@@ -268,10 +273,14 @@ def test_debug_query_prefix_lists_every_product_of_a_query(env, catalog):
 def test_step_limit_ends_the_episode(env, catalog):
     env.reset(task_for(catalog, "red", "small"))
     for _ in range(14):
-        _, _, done, _ = env.step("click[nothing]")
+        _, _, terminated, truncated, _ = env.step("click[nothing]")
+        done = terminated or truncated
         assert not done
-    _, reward, done, info = env.step("click[nothing]")
-    assert done and reward == 0.0 and not info["won"]
+    _, reward, terminated, truncated, info = env.step("click[nothing]")
+    assert (terminated, truncated) == (False, True)  # the step limit cut it: truncated, not terminated
+    assert reward == 0.0 and not info["won"]
+    *_, terminated, truncated, info = env.step("click[nothing]")  # after the end: the same end, refused
+    assert (terminated, truncated) == (False, True) and info["error"]
 
 
 def test_bad_task_ids(env):
@@ -314,7 +323,8 @@ def test_shipped_protocol_and_oracle_wins_every_validation_goal(shipped):
         plan = shipped.oracle(tid)
         shipped.reset(tid)
         for action in plan:
-            obs, reward, done, info = shipped.step(action)
+            obs, reward, terminated, truncated, info = shipped.step(action)
+            done = terminated or truncated
             assert not info["error"] and info["abstract_state"].startswith("shop|")
         assert done and info["won"] and reward == 10.0, tid
 
@@ -341,7 +351,8 @@ def test_hints_lead_to_a_win_from_a_detour(env, catalog):
     env.step("click[next >]")  # page 3 of 24 hits: wherever the shirt is, the hints must get there
     for _ in range(env.max_steps - env.steps):
         action = env.hint()
-        _, reward, done, info = env.step(action)
+        _, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
         assert not info["error"], action
         if done:
             break

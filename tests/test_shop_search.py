@@ -121,5 +121,6 @@ def test_human_goal_mode_on_the_shipped_catalog():
     plan = env.oracle("0")
     env.reset("0")
     for a in plan:
-        _, reward, done, info = env.step(a)
+        _, reward, terminated, truncated, info = env.step(a)
+        done = terminated or truncated
     assert done and info["won"] and reward == SUCCESS_REWARD

@@ -131,3 +131,34 @@ def test_too_few_envs_is_an_error():
     with pytest.raises(ValueError, match="slots"):
         rollout([ToyEnv()], [Slot("train-000", "g", "a"), Slot("train-000", "g", "b")], Scripted({}),
                 np.random.default_rng(0), max_steps=3)
+
+
+def test_episode_ends_terminated_or_truncated_are_recorded():
+    # the env protocol's step is Gymnasium's five-tuple; a won episode terminates, one the step
+    # limit cuts (the env's own, or the rollout's shorter one) is recorded as truncated
+    env = ToyEnv(max_steps=3)
+    obs, info = env.reset("train-001")
+    outs = [env.step("wait") for _ in range(3)]
+    assert [(o[2], o[3]) for o in outs] == [(False, False), (False, False), (False, True)]
+    tid = "train-001"
+    plans = _plans(ToyEnv(), [tid])
+    won, cut_by_env, cut_by_rollout = (
+        rollout([ToyEnv(max_steps=m)], [Slot(tid, "g", "t")], Scripted(plans if p else {k: [] for k in plans}),
+                np.random.default_rng(0), max_steps=r)[0][0]
+        for m, p, r in ((12, True, 12), (3, False, 12), (12, False, 5)))
+    assert won.won and not won.truncated
+    assert len(cut_by_env) == 3 and cut_by_env.truncated and not cut_by_env.won
+    assert len(cut_by_rollout) == 5 and cut_by_rollout.truncated
+    assert cut_by_rollout.to_json()["truncated"] is True and "truncated" not in won.to_json()
+
+
+def test_check_env_wants_the_five_tuple():
+    from proas.envs import EnvCheckError
+
+    class FourTuple(ToyEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, terminated or truncated, info
+
+    with pytest.raises(EnvCheckError, match="terminated, truncated"):
+        check_env(FourTuple(), "train-000")

@@ -142,7 +142,8 @@ def play_household(task, actions):
     start, out = info["abstract_state"], []
     for a in actions:
         before = info["abstract_state"]
-        _, _, done, info = env.step(a)
+        _, _, terminated, truncated, info = env.step(a)
+        done = terminated or truncated
         out.append((before, a, info["abstract_state"], info["error"]))
         if done:
             break

@@ -75,6 +75,7 @@ class ToyEnv:
         self.at = "door"
         self.holding = False
         self.placed = False
+        self.steps = 0
         self.obs = f"You are at the door.\nYour task is to: put the {item} on the {dst}."
         return self.obs, self._info(False, False)
 
@@ -99,7 +100,9 @@ class ToyEnv:
         else:
             error = True
             self.obs = "Nothing happens."
-        return self.obs, (10.0 if won else 0.0), won, self._info(error, won)
+        self.steps += 1
+        truncated = not won and self.steps >= self.max_steps  # the step limit (env protocol: terminated vs truncated)
+        return self.obs, (10.0 if won else 0.0), won, truncated, self._info(error, won)
 
 
 def make_env(**kwargs: Any) -> ToyEnv:

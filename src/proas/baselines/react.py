@@ -131,7 +131,8 @@ def run_react(client: ChatClient, env: Env, task_ids: Sequence[str], *, env_name
         for t in range(max_steps):
             reply = client.chat(messages, temperature, None if seed is None else seed + 1000 * k + t)
             thought, action, malformed = parse_reply(reply, env_name)
-            nobs, _, done, ninfo = env.step(action)
+            nobs, _, terminated, truncated, ninfo = env.step(action)
+            done = terminated or truncated
             won = bool(ninfo.get("won"))
             score = float(ninfo.get("score", 0.0))
             steps.append(env_step(info, action, ninfo, reward=success_reward if won else 0.0, malformed=malformed,

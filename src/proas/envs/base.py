@@ -1,8 +1,19 @@
 """The environment protocol every proas environment implements (plugging one into the trainer:
 docs/training.md, "Your own environment").
 
-An environment is reset to a task id and stepped with raw text actions. Each call returns the
-observation text and an ``info`` dict that carries, at least, the keys in ``REQUIRED_INFO_KEYS``:
+An environment is reset to a task id and stepped with raw text actions. ``step`` returns, as
+Gymnasium's ``Env.step`` does, ``(observation, reward, terminated, truncated, info)``:
+
+- ``terminated`` (bool): the episode reached an end of the task (household: the task is solved;
+  shop: something was bought, whatever its score). Nothing follows a terminal state;
+- ``truncated`` (bool): the step limit ``max_steps`` cut the episode before it terminated. The
+  state it was cut in had a future; GAE can bootstrap from its value (docs/credit.md, "Episode
+  ends: terminated and truncated"). proas's envs set at most one of the two (a step that both
+  terminates and reaches the limit is terminated); a caller treats ``terminated or truncated``
+  as the end of the episode and ``terminated`` as winning over ``truncated``.
+
+Each call (``reset`` and ``step``) returns the observation text and an ``info`` dict that
+carries, at least, the keys in ``REQUIRED_INFO_KEYS``:
 
 - ``won`` (bool): the task is solved;
 - ``score`` (float): the environment's own score in [0, 1] (WebShop's reward; 1.0/0.0 for won);
@@ -43,8 +54,9 @@ class Env(Protocol):
         """Start task ``task_id``; return the first observation and info."""
         ...
 
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        """Apply a raw text action; return observation, reward, done, info."""
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply a raw text action; return observation, reward, terminated, truncated, info
+        (module docstring)."""
         ...
 
     def oracle(self, task_id: str) -> list[str]:
@@ -87,8 +99,25 @@ def check_info(info: Any, where: str) -> None:
         )
 
 
+def _check_step(out: Any, where: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """``out`` of ``step`` as the protocol's five-tuple, else ``EnvCheckError``."""
+    if not isinstance(out, tuple) or len(out) != 5:
+        n = len(out) if isinstance(out, tuple) else type(out).__name__
+        raise EnvCheckError(f"{where}: step must return (observation, reward, terminated, truncated, info), "
+                            f"as Gymnasium's Env.step, got {n}{' values' if isinstance(out, tuple) else ''}")
+    obs, reward, terminated, truncated, info = out
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise EnvCheckError(f"{where}: terminated and truncated must be bools")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        raise EnvCheckError(f"{where}: the reward must be a number")
+    check_info(info, where)
+    return obs, reward, terminated, truncated, info
+
+
 def check_env(env: Env, task_id: str) -> None:
-    """Check the protocol on one task: reset, the oracle wins, a garbage action is an error.
+    """Check the protocol on one task: reset, the oracle wins (the walkthrough terminates, it is
+    not truncated), a garbage action is an error that ends nothing, and ``step`` returns the
+    five-tuple ``(observation, reward, terminated, truncated, info)``.
 
     Raises ``EnvCheckError`` naming the broken rule.
     """
@@ -98,23 +127,24 @@ def check_env(env: Env, task_id: str) -> None:
     check_info(info, "reset")
     if info["won"]:
         raise EnvCheckError("reset: a fresh task must not be won already")
-    obs, reward, done, info = env.step("%%% not an action %%%")
-    check_info(info, "step(garbage)")
+    obs, reward, terminated, truncated, info = _check_step(env.step("%%% not an action %%%"), "step(garbage)")
     if not info["error"]:
         raise EnvCheckError("step(garbage): a malformed action must set info['error'] = True")
-    if done:
+    if terminated or (truncated and env.max_steps > 1):
         raise EnvCheckError("step(garbage): a malformed action must not end the episode")
     env.reset(task_id)
     actions = env.oracle(task_id)
     if not actions or len(actions) > env.max_steps:
         raise EnvCheckError(f"oracle: expected 1..{env.max_steps} actions, got {len(actions)}")
-    done = False
+    terminated = truncated = False
     for t, action in enumerate(actions):
-        if done:
+        if terminated or truncated:
             raise EnvCheckError(f"oracle: episode ended at step {t - 1}, before the walkthrough")
-        obs, reward, done, info = env.step(action)
-        check_info(info, f"oracle step {t}")
+        obs, reward, terminated, truncated, info = _check_step(env.step(action), f"oracle step {t}")
         if info["error"]:
             raise EnvCheckError(f"oracle step {t}: action {action!r} was rejected")
-    if not (done and info["won"]):
-        raise EnvCheckError("oracle: the walkthrough must end the episode with info['won'] = True")
+    if not (terminated and info["won"]):
+        raise EnvCheckError("oracle: the walkthrough must terminate the episode (terminated = True) with "
+                            "info['won'] = True")
+    if truncated:
+        raise EnvCheckError("oracle: a won walkthrough terminates; truncated must be False")

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from proas.envs.base import Env
-from proas.types import Step, Trajectory
+from proas.types import Step, StepExtra, Trajectory
 
 __all__ = ["OracleReplay", "Transition", "env_step", "oracle_walk", "replay_oracle", "replay_oracles"]
 
 
 def env_step(info: dict[str, Any], action: str, next_info: dict[str, Any], *, reward: float | None,
-             malformed: bool = False, obs: str = "", extra: dict[str, Any] | None = None) -> Step:
+             malformed: bool = False, obs: str = "", extra: StepExtra | None = None) -> Step:
     """The ``Step`` of ``action`` taken with ``info`` and answered with ``next_info``.
 
     The abstract states come from the infos; the step is an error when the env rejected the
@@ -42,7 +42,7 @@ def env_step(info: dict[str, Any], action: str, next_info: dict[str, Any], *, re
         error=bool(next_info.get("error", False)) or malformed,
         anchor=str(info.get("anchor", obs)),
         reward=reward,
-        extra={} if extra is None else extra,
+        extra=StepExtra() if extra is None else extra,
     )
 
 
@@ -55,21 +55,29 @@ class Transition:
     action: str
     next_obs: str
     reward: float
-    done: bool
+    #: the env's ``terminated`` and ``truncated`` (the env protocol)
+    terminated: bool
+    truncated: bool
     next_info: dict[str, Any]
+
+    @property
+    def done(self) -> bool:
+        """The episode ended here: terminated or truncated."""
+        return self.terminated or self.truncated
 
 
 def oracle_walk(env: Env, task_id: str, max_steps: int | None = None) -> Iterator[Transition]:
     """Reset ``env`` to ``task_id`` and step it through the oracle's walkthrough (its first
-    ``max_steps`` actions, the env's limit by default), until the env says done. Exceptions of
+    ``max_steps`` actions, the env's limit by default), until the episode terminates or is truncated. Exceptions of
     the env propagate; whether the walk won is ``next_info['won']`` of the last transition."""
     limit = int(env.max_steps if max_steps is None else max_steps)
     obs, info = env.reset(task_id)
     for action in env.oracle(task_id)[:limit]:
-        nobs, reward, done, ninfo = env.step(action)
-        yield Transition(obs, info, action, nobs, float(reward), bool(done), ninfo)
+        nobs, reward, terminated, truncated, ninfo = env.step(action)
+        tr = Transition(obs, info, action, nobs, float(reward), bool(terminated), bool(truncated), ninfo)
+        yield tr
         obs, info = nobs, ninfo
-        if done:
+        if tr.done:
             break
 
 

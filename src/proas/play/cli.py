@@ -87,7 +87,8 @@ def play(env: Any, task: str, read: Callable[[], str], out: TextIO, *, echo: boo
             show(f"> {line}", one_line=True)
         elif line != typed:
             show(f"→ {line}", "dim", one_line=True)
-        obs, reward, done, info = env.step(line)
+        obs, reward, terminated, truncated, info = env.step(line)
+        done = terminated or truncated
         moved = fresh = True
         show(obs)
         if info.get("error"):

@@ -34,8 +34,8 @@ def inject_unreasonable(env: Env, snap: Snapshot, k: int, rng: np.random.Generat
         cands = [a for a in (r.info.get("invalid_candidates") or [])]
         rng.shuffle(cands)
         for a in cands:
-            _, _, done, info = env.step(a)
-            if info.get("error") and not done:
+            _, _, terminated, truncated, info = env.step(a)
+            if info.get("error") and not (terminated or truncated):
                 out = out.then(a)
                 break
             restore(env, out)

@@ -66,7 +66,8 @@ def continue_episodes(policy: Policy, starts: Sequence[Restored], rng: np.random
         for i, ctx, dec in zip(live, ctxs, decisions):
             if turn == 0 and forbid is not None and dec.action == forbid:
                 forbid_failed += 1
-            o, _, d, info = starts[i].env.step(dec.action)
+            o, _, terminated, truncated, info = starts[i].env.step(dec.action)
+            d = terminated or truncated
             hist[i].append((obs[i], dec.action))
             obs[i], infos[i] = o, info
             steps[i] += 1

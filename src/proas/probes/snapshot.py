@@ -63,7 +63,8 @@ def restore(env: Env, snap: Snapshot) -> Restored:
     obs, info = env.reset(snap.task_id)
     out = Restored(env=env, task=task_text(obs, info), obs=obs, info=info)
     for k, action in enumerate(snap.actions):
-        nobs, _, done, ninfo = env.step(action)
+        nobs, _, terminated, truncated, ninfo = env.step(action)
+        done = terminated or truncated
         out.history.append((out.obs, action))
         out.errors.append(bool(ninfo.get("error")))
         out.obs, out.info = nobs, ninfo

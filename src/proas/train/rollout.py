@@ -2,14 +2,17 @@
 
 All episodes of a batch advance together: at every turn the live environments' contexts go to
 the policy in one call (one forward pass for the ``lm`` policy), and each env is stepped with
-its action. An episode ends when the env says done or after the step limit.
+its action. An episode ends when the env says it terminated or was truncated, or after the
+rollout's step limit ``max_steps``; a trajectory cut by a step limit (the env's or the rollout's)
+before it terminated is recorded as ``Trajectory.truncated`` (docs/credit.md, "Episode ends").
 
 Rewards (the decision documented in docs/training.md): the step reward ``Step.reward`` is
 ``success_reward`` on the step that wins and 0 elsewhere (verl-agent's ``10 x won``), and the
 trajectory's outcome reward ``R_i`` is ``success_reward x won``. A step is an error
 (``Step.error``, ProAS's ``error_t``) when the env rejects the action or the ``lm`` response is
-malformed; the invalid-action penalty is charged by the trainer, on the final advantage of
-malformed responses only (verl-agent's ``is_action_valid``).
+malformed. The invalid-action penalty is for malformed responses only (verl-agent's
+``is_action_valid``): the trainer hands ``extra['malformed']`` to the credit layer, and
+``proas.credit.credit_arrays`` charges it (docs/credit.md, "Invalid-action penalty").
 
 An environment that raises ends its trajectory as failed (``won=False``); the exception is
 counted and its message kept in ``extra['env_exception']``; the batch goes on.
@@ -26,7 +29,7 @@ import numpy as np
 from proas.envs.base import SUCCESS_REWARD, Env
 from proas.envs.replay import env_step
 from proas.policies.base import Context, Policy, task_text
-from proas.types import Step, Trajectory
+from proas.types import Step, Trajectory, TrajectoryExtra
 
 __all__ = ["RolloutStats", "Slot", "rollout"]
 
@@ -68,6 +71,7 @@ class _Live:
     errors: int = 0
     exception: str | None = None
     done: bool = False
+    truncated: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -93,7 +97,8 @@ def rollout(
     ``envs`` must hold at least ``len(slots)`` distinct instances. Trajectories come back in
     slot order. A step's ``extra`` holds ``context`` (the ``Context`` acted on), ``policy`` (the
     decision's data for ``Policy.evaluate``), ``response``, ``malformed``, ``env_reward`` and
-    ``logp``.
+    ``logp`` (``proas.types.StepExtra`` documents each); a trajectory's ``extra`` the keys of
+    ``proas.types.TrajectoryExtra``.
     """
     if len(envs) < len(slots):
         raise ValueError(f"rollout: {len(slots)} slots but only {len(envs)} envs")
@@ -132,7 +137,7 @@ def rollout(
         for s, ctx, dec in zip(active, contexts, decisions):
             prev_info = s.info
             try:
-                obs, env_reward, done, info = s.env.step(dec.action)
+                obs, env_reward, terminated, truncated, info = s.env.step(dec.action)
             except Exception as exc:  # noqa: BLE001
                 s.exception = _describe(exc)
                 s.done = True
@@ -166,15 +171,18 @@ def rollout(
             s.score = float(info.get("score", 0.0))
             if won:
                 s.won = True
-            if done or won:
+            if terminated or truncated or won:
                 s.done = True
+                s.truncated = truncated and not (terminated or won)
         if on_turn is not None:
             on_turn(turn)
 
     out = []
     for s in live:
+        if not s.done:  # still playing at the rollout's step limit: cut, not ended
+            s.truncated = True
         outcome = success_reward if s.won else 0.0
-        extra: dict[str, Any] = {
+        extra: TrajectoryExtra = {
             "outcome": outcome,
             "score": s.score if s.exception is None else 0.0,
             "task_id": s.slot.task_id,
@@ -190,6 +198,7 @@ def rollout(
                 steps=s.steps,
                 task_type=s.info.get("task_type") if s.info else None,
                 won=s.won,
+                truncated=s.truncated,
                 extra=extra,
             )
         )

@@ -5,7 +5,7 @@ Public API::
     from proas.envs.household import make_household_env, task_ids
     env = make_household_env(backend="fast")          # or "alfworld" (the real engine)
     obs, info = env.reset("train-pick-0007")
-    obs, reward, done, info = env.step("go to countertop 1")
+    obs, reward, terminated, truncated, info = env.step("go to countertop 1")
     env.oracle("train-pick-0007")                       # shortest walkthrough
     task_ids("train"), task_ids("valid")                # splits; "valid" = the fixed 128
 

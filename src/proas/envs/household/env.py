@@ -11,7 +11,8 @@ Task ids: ``"<split>-<type>-<index>"`` for generated tasks (``generator.py``), o
 (``$PROAS_HOUSEHOLD_CACHE``, default ``~/.cache/proas/household``), keyed by generator version.
 
 Reward is ``SUCCESS_REWARD`` (10.0) on the step that wins (verl-agent's ALFWorld reward), else 0.0; ``score`` is
-1.0/0.0. An episode ends when won or after ``max_steps`` (50) steps.
+1.0/0.0. An episode terminates when won and is truncated after ``max_steps`` (50) steps without a
+win (the env protocol's ``terminated`` / ``truncated``).
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ class HouseholdEnv:
         self.admissible = admissible
         return obs, self._info(error=False, kind=None)
 
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._sim is None:
             raise ProasError("household env: call reset(task_id) before step()")
         if self.steps >= self.max_steps or self.won:
@@ -289,8 +290,8 @@ class HouseholdEnv:
         self.won = won
         self.obs = obs
         self.admissible = admissible
-        done = won or self.steps >= self.max_steps
-        return obs, reward, done, self._info(error=kind is not None, kind=kind)
+        truncated = not won and self.steps >= self.max_steps
+        return obs, reward, won, truncated, self._info(error=kind is not None, kind=kind)
 
     # -------------------------------------------------------------- helpers
 

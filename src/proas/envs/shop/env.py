@@ -11,7 +11,8 @@ Pages, clickables and transitions follow WebShop's ``SimServer``/``WebAgentTextE
   the current page and not ``search``; anything else is a no-op that returns the same page, flagged
   ``info["error"]``.
 
-The episode also ends after ``max_steps`` (15, as verl-agent). The step reward is
+Buying terminates the episode (the env protocol's ``terminated``, whatever the purchase scores);
+``max_steps`` (15, as verl-agent) steps without a purchase truncate it (``truncated``). The step reward is
 ``SUCCESS_REWARD`` (10.0, ``proas.envs.base``) when the purchase scores exactly 1 (verl-agent's
 rule-based reward), else 0; ``info["score"]`` is WebShop's raw score of the purchase (0 until
 something is bought).
@@ -271,20 +272,22 @@ class ShopEnv:
         self._episode = _Episode(idx, goal, random.Random(idx), page, obs, clickables)
         return self.obs, self._info(error=False)
 
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._episode is None:
             raise ProasError("shop env: call reset(task_id) before step()")
         ep = self._episode
-        if ep.done:
-            return ep.obs, 0.0, True, self._info(error=True)
+        if ep.done:  # over already: the same end again, and the action is refused
+            bought = isinstance(ep.page, DonePage)
+            return ep.obs, 0.0, bought, not bought, self._info(error=True)
         page = self._next_page(action)
         if page is not None:
             obs, clickables = self._render(page, ep.goal)
             ep = replace(ep, page=page, obs=obs, clickables=clickables)
         steps = ep.steps + 1
-        done = isinstance(page, DonePage) or steps >= self.max_steps
-        self._episode = replace(ep, steps=steps, done=done)
-        return self.obs, SUCCESS_REWARD if self._won() else 0.0, done, self._info(error=page is None)
+        terminated = isinstance(page, DonePage)
+        truncated = not terminated and steps >= self.max_steps
+        self._episode = replace(ep, steps=steps, done=terminated or truncated)
+        return self.obs, SUCCESS_REWARD if self._won() else 0.0, terminated, truncated, self._info(error=page is None)
 
     def _won(self) -> bool:
         page = self._ep.page
@@ -538,7 +541,7 @@ class ShopEnv:
         self.reset(task_id)
         info: dict[str, Any] = {}
         for a in plan:
-            _, _, done, info = self.step(a)
+            *_, info = self.step(a)
             if info["error"]:
                 return False
         return bool(info.get("won"))

@@ -183,7 +183,9 @@ class ProasEnvManager:
                 infos.append({k: v for k, v in before.items() if k != "proas"} | {"is_action_valid": True})
                 continue
             action, valid = project_action(text, self.require_think)
-            obs, reward, done, info = self.envs[i].step(action)
+            # verl-agent's managers have one done flag: a terminated or a truncated episode is done
+            obs, reward, terminated, truncated, info = self.envs[i].step(action)
+            done = terminated or truncated
             info = dict(info)
             info["is_action_valid"] = valid
             info["proas"] = {
@@ -329,7 +331,8 @@ class ProasVecEnv:
                 outer.append(self._outer(info, self.task_ids[i]))
                 continue
             before = self.infos[i]["abstract_state"]
-            obs, reward, done, info = self.envs[i].step(action)
+            obs, reward, terminated, truncated, info = self.envs[i].step(action)
+            done = terminated or truncated  # one done flag, as verl-agent's envs
             info = dict(info)
             info["proas"] = {
                 "step_index": int(self.steps[i]),

@@ -104,7 +104,7 @@ class AlfworldLockstep:
                 continue  # verl-agent steps finished envs too; their rows are dropped
             tracker = self.trackers[i]
             step = tracker.steps
-            mine, _, _, state = tracker.step(actions[i])
+            mine, _, _, _, state = tracker.step(actions[i])
             self._check(text_obs[i], mine, self.gamefiles[i], step + 1, actions[i])
             before, after = self.states[i], state["abstract_state"]
             self.states[i] = after
