@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for k in range(args.steps + 1):
             gen_tok = [0]
-            real_rollout = trainer._collect
+            real_rollout = trainer._rollout
 
             def collect(step, _real=real_rollout):
                 trajs, info = _real(step)
@@ -88,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
                 info["_env_steps"] = sum(len(t) for t in trajs)
                 return trajs, info
 
-            trainer._collect = collect
+            trainer._rollout = collect
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             rec = trainer.train_step()
             rec["_gen_tok"] = gen_tok[0]
-            trainer._collect = real_rollout
+            trainer._rollout = real_rollout
             if k > 0:  # the first step warms caches and kernels
                 rows.append(rec)
         env_steps = sum(r["_env_steps"] for r in rows)

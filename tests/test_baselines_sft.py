@@ -19,7 +19,7 @@ from proas.errors import ProasError
 from proas.policies.lm import LMPolicy, project_action
 from proas.train.config import build_config
 from proas.train.evaluate import evaluate_checkpoint
-from proas.train.run import train
+from proas.train.loop import train
 from proas.train.warm_start import build_policy
 
 torch.set_num_threads(1)

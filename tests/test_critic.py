@@ -125,9 +125,9 @@ def test_ppo_step_records_the_critics_fit_and_trains_the_critic_on_the_steps_sta
     seen: list[str] = []
     real = t._credit
 
-    def spy(trajs, step):
+    def spy(trajs, step, values):
         seen.extend(s.state for tr in trajs for s in tr.steps)
-        return real(trajs, step)
+        return real(trajs, step, values)
 
     t._credit = spy
     recs = [t.train_step() for _ in range(3)]

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from proas.cli import main as proas_main
 from proas.train.config import build_config
-from proas.train.run import train
+from proas.train.loop import train
 
 torch.set_num_threads(1)
 

@@ -94,7 +94,7 @@ def test_an_sft_row_runs_proas_sft_and_an_interrupted_one_starts_over(tmp_path):
 @pytest.mark.slow
 def test_interrupted_run_is_resumed_to_the_metrics_of_an_uninterrupted_one(tmp_path):
     from proas.train.config import build_config
-    from proas.train.run import train
+    from proas.train.loop import train
 
     study = _study([{"id": "grpo", "label": "GRPO", "overrides": ["algo.shaping=proas", "seed=2"]}])
     out = tmp_path / "res"

@@ -12,7 +12,7 @@ from proas.cli import main as proas_main
 from proas.errors import ProasError
 from proas.train import checkpoint as ckpt
 from proas.train.config import build_config
-from proas.train.run import train
+from proas.train.loop import train
 
 torch.set_num_threads(1)
 

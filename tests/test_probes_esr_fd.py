@@ -186,7 +186,7 @@ def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
 
 def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     from proas.train.config import build_config
-    from proas.train.run import train
+    from proas.train.loop import train
 
     # no rollout log: the stats come from the per-step training metrics
     train(build_config(TOY + ["train.steps=3", "env.tasks_per_step=4", "env.group_size=4", "train.val_every=3",

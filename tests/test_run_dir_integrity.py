@@ -20,7 +20,7 @@ from proas.cli import main as proas_main
 from proas.errors import ProasError
 from proas.train import checkpoint as ckpt
 from proas.train.config import build_config, config_to_yaml
-from proas.train.run import train
+from proas.train.loop import train
 
 torch.set_num_threads(1)
 

@@ -20,8 +20,7 @@ from proas.cli import main as proas_main
 from proas.errors import ProasError
 from proas.train import checkpoint as ckpt
 from proas.train.config import build_config
-from proas.train.loop import Trainer, load_run_config
-from proas.train.run import train
+from proas.train.loop import Trainer, load_run_config, train
 from proas.train.rundir import _PATH_FIELDS, absolute_paths
 from proas.train.warm_start import load_policy
 

@@ -11,8 +11,7 @@ from proas.cli import main as proas_main
 from proas.credit import ReferenceGraph
 from proas.errors import ProasError
 from proas.train.config import ESTIMATORS, SHAPINGS, build_config
-from proas.train.loop import Trainer, val_seed, validate
-from proas.train.run import train
+from proas.train.loop import Trainer, train, val_seed, validate
 
 torch.set_num_threads(1)
 
@@ -305,7 +304,7 @@ def _curve(tmp_path, monkeypatch, history):
     """Write curve.png through the trainer's own function; return the figure it drew."""
     import matplotlib.pyplot as plt
 
-    from proas.train.run import plot_curve
+    from proas.train.outputs import plot_curve
 
     drawn = []
     close = plt.close
@@ -453,7 +452,7 @@ def test_a_run_directory_has_one_writer_at_a_time(tmp_path):
     import fcntl
     import os
 
-    from proas.train.run import run_lock
+    from proas.train.outputs import run_lock
 
     c = cfg("train.steps=3", "train.val_every=0", "train.save_every=1")
     train(c, run_dir=tmp_path / "run", stop_after=1)

@@ -12,7 +12,7 @@ import torch
 from rich.console import Console
 
 from proas.train.config import build_config
-from proas.train.run import train
+from proas.train.loop import train
 
 torch.set_num_threads(1)
 
@@ -96,7 +96,7 @@ def test_the_summary_counts_the_wall_time_of_every_part(tmp_path, monkeypatch):
 
 def test_the_wall_time_of_a_run_written_before_the_key_existed():
     """Records without ``time/wall``: the untrained validation and every step's time."""
-    from proas.train.run import wall_so_far
+    from proas.train.outputs import wall_so_far
 
     history = [{"step": 0, "time/val": 2.0}, {"step": 1, "time/step": 3.0}, {"step": 2, "time/step": 4.0,
                                                                              "time/val": 1.0}]

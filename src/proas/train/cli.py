@@ -53,8 +53,7 @@ def _train(args) -> int:
             # a --resume takes only train.steps and train.progress, both valid on the defaults:
             # whatever fails here would be refused below as well, only after the import
             build_config(args.overrides)
-        from proas.train.loop import load_run_config
-        from proas.train.run import train
+        from proas.train.loop import load_run_config, train
 
         base = load_run_config(Path(args.resume))
         cfg = build_config(args.overrides, base=base) if args.overrides else None
@@ -69,7 +68,7 @@ def _train(args) -> int:
             for key, value in unset.items():
                 print(f"#   {key}: {value}")
         return 0
-    from proas.train.run import train
+    from proas.train.loop import train
 
     train(cfg, run_dir=Path(args.run_dir) if args.run_dir else None)
     return 0

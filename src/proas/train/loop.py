@@ -1,19 +1,29 @@
-"""The RL loop: rollout -> credit -> loss -> policy, with validation, checkpoints and resume.
+"""The training loop, top to bottom: ``train`` (the run) and ``Trainer.train_step`` (one RL step).
 
-One RL step, top to bottom (``Trainer.train_step``):
+``train(cfg)`` runs a run (docs/training.md, "The loop"): it checks or creates the run
+directory, builds the ``Trainer`` (env, task sets, policy, critic, reference graph; or restores
+them from the last checkpoint), validates the untrained policy, then repeats, until
+``train.steps``: one RL step, validation every ``train.val_every`` steps (the best checkpoint
+kept), a resumable checkpoint every ``train.save_every`` steps, one line of ``metrics.jsonl``;
+at the end the learning curve and ``summary.json`` (``proas.train.outputs`` writes them).
 
-1. pick the step's tasks (fixed schedule, or sampled online with the run's RNG) and roll out
-   G trajectories per task (``proas.train.rollout``); with DAPO's dynamic sampling, groups
-   whose outcome rewards are all equal are dropped and more tasks are rolled out, at most
-   ``algo.max_gen_batches`` rollouts (the last one unfiltered, as verl-agent);
-2. for ``ppo`` the critic values every step;
-3. ``proas.credit.compute_credit``: base estimator, then ProAS (or an ablation) against the
-   reference graph, which first absorbs the batch's successes unless it is static;
-4. PPO-style update of the policy on every step (``proas.train.losses``), minibatches of
+One RL step (``Trainer.train_step``), its phases named and numbered as docs/training.md names
+them:
+
+1. **Tasks**: the step's line of the fixed schedule, or tasks drawn online with the run's RNG;
+2. **Rollout**: G trajectories per task (``proas.train.rollout``);
+3. **DAPO dynamic sampling**: groups whose outcome rewards are all equal are dropped and more
+   tasks are rolled out, at most ``algo.max_gen_batches`` rollouts (the last one unfiltered,
+   as verl-agent);
+4. **Critic**: for ``gae`` (PPO) the critic values every step;
+5. **Credit**: ``proas.credit.compute_credit`` (``credit_arrays``, the one place an advantage
+   is made): base estimator with the critic's values, ProAS (or an ablation) against the
+   reference graph, which first absorbs the batch's successes unless it is static, and the
+   invalid-action penalty;
+6. **Update**: the PPO-style loss on every step (``proas.train.losses``), minibatches of
    ``algo.minibatch_size`` steps, ``algo.ppo_epochs`` passes; the critic regresses on the GAE
    returns;
-5. metrics (JSONL + TensorBoard), validation every ``train.val_every`` steps (best checkpoint
-   kept), a resumable checkpoint every ``train.save_every`` steps.
+7. **Metrics** of the step (validation and checkpoints are the run's, above).
 
 Everything random draws from RNGs whose states are checkpointed (numpy for tasks and sampling,
 torch and Python's for the rest), so a run resumed from a checkpoint on CPU replays exactly
@@ -22,112 +32,215 @@ the metrics an uninterrupted run writes (the ``time/*`` keys excepted).
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from proas.credit import ESTIMATORS, InvalidActionPenalty, ReferenceGraph, compute_credit, dynamic_sampling_keep
 from proas.envs import make_factory
 from proas.envs.base import Env
 from proas.envs.replay import replay_oracles
 from proas.errors import ProasError
-from proas.fileio import atomic_write_text
+from proas.fileio import atomic_write_json
 from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
-from proas.train.config import Config, config_from_yaml, config_to_yaml
+from proas.train.config import Config, config_to_yaml, relocate_shipped_paths, same_setting
 from proas.train.critic import ValueModel, critic_metrics
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
+from proas.train.outputs import (
+    MetricsSink,
+    default_run_name,
+    gc_paused,
+    load_run_config,
+    plot_curve,
+    read_summary,
+    run_lock,
+    summarise,
+    wall_so_far,
+    write_run_config,
+)
 from proas.train.rollout import Slot, rollout
-from proas.train.rundir import ResumePoint, apply_repairs, check_resume
+from proas.train.rundir import ResumePoint, absolute_paths, apply_repairs, check_resume
 from proas.train.warm_start import INIT_SOURCE, build_policy, init_source_record
 from proas.types import Trajectory
 
-__all__ = ["Trainer", "val_result", "validate"]
+__all__ = ["Trainer", "load_run_config", "train", "val_result", "val_seed", "validate", "write_run_config"]
 
-# ----------------------------------------------------------------------------- validation
-@dataclass
-class ValResult:
-    sr: float
-    ts: float
-    steps: float
-    by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # type -> (won, total)
-    #: share of the episodes' steps that the env rejected
-    errors: float = 0.0
-    #: mean entropy (nats) of the policy's own candidate distribution (temperature 1) over the
-    #: states visited; None for a policy that does not report it (the lm)
-    entropy: float | None = None
-
-    def metrics(self, prefix: str = "val/") -> dict[str, float]:
-        out = {f"{prefix}sr": self.sr, f"{prefix}ts": self.ts, f"{prefix}steps": self.steps}
-        for t, (won, total) in sorted(self.by_type.items()):
-            out[f"{prefix}sr/{t}"] = won / total if total else 0.0
-        out[f"{prefix}errors"] = self.errors
-        if self.entropy is not None:
-            out[f"{prefix}entropy"] = self.entropy
-        return out
+# ----------------------------------------------------------------------------- the run
+#: without a progress bar, the longest silence between two progress lines (seconds)
+PLAIN_LINE_EVERY_S = 60.0
 
 
-def val_seed(seed: int, step: int) -> int:
-    """The RNG seed of a run's validation at ``step`` (SFT: at ``epoch``): distinct per step and
-    per run seed, so a later validation never replays an earlier one's samples."""
-    return seed * 7919 + step
+def train(cfg: Config | None, *, run_dir: Path | None = None, resume: Path | None = None,
+          console: Console | None = None, stop_after: int | None = None) -> dict[str, Any]:
+    """Run (or resume) a training run; return its summary.
+
+    ``stop_after`` ends this call after that many RL steps, without forcing a checkpoint,
+    exactly as a kill would (the experiments runner and tests use it to interrupt a run). The
+    run directory is locked while this runs (``run_lock``).
+    """
+    with ExitStack() as held:
+        if resume is not None:
+            if not Path(resume).is_dir():
+                raise ProasError(f"{resume}: no such run directory")
+            held.enter_context(run_lock(Path(resume)))
+        return _train(cfg, run_dir=run_dir, resume=resume, console=console, stop_after=stop_after, held=held)
 
 
-def validate(policy: Policy, envs: list[Env], task_ids: list[str], *, seed: int, temperature: float,
-             max_steps: int, env_name: str, success_reward: float) -> ValResult:
-    """One episode per validation task; SR overall and per task type, TS = mean score x 100."""
-    rng = np.random.default_rng(seed)
-    slots = [Slot(t, f"val-{i}", f"val-{i}") for i, t in enumerate(task_ids)]
-    trajs, _ = rollout(envs, slots, policy, rng, temperature=temperature, max_steps=max_steps,
-                       success_reward=success_reward, env_name=env_name)
-    return val_result(trajs)
+def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, console: Console | None,
+           stop_after: int | None, held: ExitStack) -> dict[str, Any]:
+    console = console or Console(stderr=False)
+    if resume is not None:
+        run_dir = Path(resume)
+        recorded = load_run_config(run_dir)
+        # a run made from another checkout: its shipped task sets are read from this one's
+        cfg_on_disk = relocate_shipped_paths(recorded)
+        if cfg is None:
+            cfg = cfg_on_disk
+        elif not same_setting(cfg, cfg_on_disk):
+            raise ProasError(f"{run_dir}: --resume continues the run's own config; only train.steps "
+                             "and train.progress may be overridden")
+        else:
+            cfg = relocate_shipped_paths(cfg)
+        # metrics, config and checkpoints must agree (rundir.check_resume) before anything is
+        # built or written; what a kill left behind the checkpoint is repaired once the trainer stands
+        point: ResumePoint | bool = check_resume(run_dir, cfg_on_disk)
+    else:
+        assert cfg is not None
+        point = False
+        cfg = absolute_paths(cfg)  # --resume, eval and serve then work from any directory
+        if run_dir is None:
+            run_dir = Path(cfg.train.out_dir) / (cfg.train.run_name or default_run_name(cfg))
+        if (run_dir / "config.yaml").exists():
+            raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
+                             "train.run_name")
 
+    # a resumed run is named at once; a new one once its directory exists, after the trainer
+    # has named what it loads (env, task sets, the oracle graph): a run that cannot start has
+    # no directory to name
+    if resume is not None:
+        console.print(f"resuming run: {escape(str(run_dir))}", soft_wrap=True)
+    t_start = time.perf_counter()
+    # the trainer resolves the env, task sets, policy and graph before the run directory exists,
+    # so a run that cannot start leaves no config-only directory that blocks the next attempt
+    with gc_paused():
+        trainer = Trainer(cfg, run_dir, resume=point, console=console)
+    if resume is not None and cfg != recorded:
+        write_run_config(run_dir, cfg)  # a new step budget, or this checkout's task sets
+    if resume is None:
+        if (run_dir / "config.yaml").exists():  # another run took the directory meanwhile
+            raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
+                             "train.run_name")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        held.enter_context(run_lock(run_dir))
+        if (run_dir / "config.yaml").exists():  # taken between the check above and the lock
+            raise ProasError(f"{run_dir}: a run already lives here; use --resume {run_dir} or another "
+                             "train.run_name")
+        write_run_config(run_dir, cfg)
+        console.print(f"run directory: {escape(str(run_dir))}", soft_wrap=True)
+    history = trainer.history
+    # the run's wall time over all its parts (each start's loading included): what the parts
+    # before this one took, as the last record kept says, plus this part's
+    wall_before = wall_so_far(history)
 
-def val_result(trajs: Sequence[Trajectory]) -> ValResult:
-    """SR overall and per task type, TS = mean score x 100, mean length, of finished episodes."""
-    by_type: dict[str, list[int]] = {}
-    for t in trajs:
-        rec = by_type.setdefault(t.task_type or "unknown", [0, 0])
-        rec[0] += int(t.success)
-        rec[1] += 1
-    n = max(1, len(trajs))
-    steps = [s for t in trajs for s in t.steps]
-    ents = [s.extra["policy"]["entropy"] for s in steps
-            if isinstance(s.extra.get("policy"), dict) and "entropy" in s.extra["policy"]]
-    return ValResult(
-        sr=sum(t.success for t in trajs) / n,
-        ts=100.0 * sum(float(t.extra.get("score", 0.0)) for t in trajs) / n,
-        steps=sum(len(t) for t in trajs) / n,
-        by_type={k: (v[0], v[1]) for k, v in by_type.items()},
-        errors=sum(bool(s.error) for s in steps) / max(1, len(steps)),
-        entropy=float(np.mean(ents)) if ents and len(ents) == len(steps) else None,
+    def wall() -> float:
+        return wall_before + time.perf_counter() - t_start
+
+    finished_before = trainer.step >= cfg.train.steps and (run_dir / "summary.json").exists()
+    sink = MetricsSink(run_dir, purge_step=trainer.step + 1 if resume is not None else None)
+    total = cfg.train.steps
+    show_bar = cfg.train.progress and console.is_terminal
+    progress = Progress(
+        TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, disable=not show_bar,
     )
+    done_this_call = 0
+    last_line = time.monotonic()
+    try:
+        with progress:
+            bar = progress.add_task("train", total=total, completed=trainer.step, info="")
+            if trainer.step == 0 and not history:
+                rec: dict[str, Any] = {"step": 0}
+                if cfg.train.val_before_train and cfg.train.val_every and trainer.val_ids:
+                    console.print(f"validating the untrained policy on {len(trainer.val_ids)} tasks ...")
+                    rec.update(trainer.run_validation(0))
+                rec["time/wall"] = wall()
+                sink.write(rec)
+                history.append(rec)
+                trainer.save()
+            while trainer.step < total:
+                if stop_after is not None and done_this_call >= stop_after:
+                    break
+                t0 = time.perf_counter()
+                with gc_paused():
+                    rec = trainer.train_step()
+                    k = trainer.step
+                    if cfg.train.val_every and (k % cfg.train.val_every == 0 or k == total):
+                        rec.update(trainer.run_validation(k))
+                rec["time/step"] = time.perf_counter() - t0
+                rec["time/wall"] = wall()
+                sink.write(rec)
+                history.append(rec)
+                if cfg.train.save_every and (k % cfg.train.save_every == 0 or k == total):
+                    trainer.save()
+                info = (f"SR {100 * rec['train/sr']:5.1f}%  reward {rec['train/reward']:6.2f}  "
+                        f"{rec['time/step']:.2f}s/step")
+                if "val/sr" in rec:
+                    info += f"  val SR {100 * rec['val/sr']:5.1f}%"
+                done_this_call += 1
+                progress.update(bar, completed=k, info=info)
+                # without a bar (a log file, a pipe): the first step at once, so that a start is
+                # seen to have worked, then validations, the last step and a line a minute
+                if not show_bar and (done_this_call == 1 or "val/sr" in rec or k == total
+                                     or time.monotonic() - last_line >= PLAIN_LINE_EVERY_S):
+                    console.print(f"step {k}/{total}  {info}", soft_wrap=True)
+                    last_line = time.monotonic()
+    finally:
+        sink.close()
+
+    if finished_before and done_this_call == 0:
+        # a --resume of a finished run: nothing ran, so its summary and curve stay as they are
+        kept = read_summary(run_dir)
+        if kept is not None:
+            console.print(f"finished already: {trainer.step} of {total} steps; {run_dir / 'summary.json'} "
+                          f"kept (continue with: proas train --resume {run_dir} train.steps=N)", soft_wrap=True)
+            return kept
+    summary = summarise(cfg, run_dir, history, wall(), trainer)
+    if trainer.step >= total:
+        plot_curve(history, run_dir / "curve.png",
+                   f"{cfg.env.name} / {cfg.policy.kind} / {cfg.algo.estimator}+{cfg.algo.shaping} / seed {cfg.seed}")
+        atomic_write_json(run_dir / "summary.json", summary)
+        console.print(
+            f"[bold green]done[/]: {trainer.step} steps in {summary['wall_s']:.0f}s; best validation SR "
+            f"{_pct(summary['best_val_sr'])} (step {summary['best_val_step']}), last {_pct(summary['last_val_sr'])}\n"
+            f"run:            {run_dir}\n"
+            f"learning curve: {run_dir / 'curve.png'}\n"
+            f"best checkpoint: {run_dir / 'best'}  (proas eval {run_dir})",
+            soft_wrap=True,
+        )
+    return summary
 
 
-# ----------------------------------------------------------------------------- trainer
-def _pad(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros_like(like)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return out
-
-
+# ----------------------------------------------------------------------------- the RL step
 class Trainer:
-    """Owns the run: env pool, policy, optimiser, graph, RNGs, run directory."""
+    """Owns the run's state: env pool, policy, optimiser, critic, graph, RNGs, run directory.
+    ``train_step`` is one RL step; ``train`` drives the run."""
 
     def __init__(self, cfg: Config, run_dir: Path, *, resume: bool | ResumePoint = False, console=None):
-        """``resume``: True, or what ``rundir.check_resume`` found (``run.train`` checks the run
+        """``resume``: True, or what ``rundir.check_resume`` found (``train`` checks the run
         directory before anything is built or written)."""
         self.cfg = cfg
         self.run_dir = run_dir
@@ -174,6 +287,202 @@ class Trainer:
         # set here, never None after: a resumed run's graph is its checkpoint's
         self.graph: ReferenceGraph = self._resume(point) if point is not None else self._initial_graph()
 
+    # ---- one RL step
+    def train_step(self) -> dict[str, Any]:
+        """Run RL step ``self.step + 1``, phase by phase (module docstring); return its metrics record."""
+        k = self.step + 1
+        t0 = time.perf_counter()
+        # 1-3. tasks, rollout, DAPO dynamic sampling
+        trajs, rec = self._rollout(k)
+        t1 = time.perf_counter()
+        if trajs:
+            # 4. critic
+            values = self._critic_values(trajs)
+            # 5. credit
+            res = self._credit(trajs, k, values)
+            t2 = time.perf_counter()
+            every = self.cfg.train.rollout_log_every
+            if every and (k % every == 0 or k == self.cfg.train.steps):
+                write_rollouts(self.run_dir, k, trajs, res)
+            # 6. update
+            rec.update(self._update(trajs, res))
+            # 7. metrics
+            rec.update(_credit_metrics(trajs, res))
+        else:
+            t2 = time.perf_counter()
+        if self.scheduler is not None:
+            rec["optim/lr"] = float(self.scheduler.get_last_lr()[0])  # the rate of this step's updates
+            self.scheduler.step()
+        t3 = time.perf_counter()
+        rec.update({"graph/nodes": float(self.graph.num_nodes), "graph/edges": float(self.graph.num_edges)})
+        rec.update({"time/rollout": t1 - t0, "time/credit": t2 - t1, "time/update": t3 - t2})
+        self.step = k
+        return {"step": k, **rec}
+
+    def _tasks_for(self, step: int, batch: int) -> list[str]:
+        """1. Tasks: the schedule's line of ``step`` (its first batch), else drawn online."""
+        n = self.cfg.env.tasks_per_step
+        if self.schedule is not None and batch == 0:
+            return self.schedule.tasks_at(step - 1)
+        idx = self.rng.choice(len(self.train_ids), size=min(n, len(self.train_ids)), replace=False)
+        return [self.train_ids[i] for i in idx]
+
+    def _rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """2-3. Rollout, with DAPO's dynamic sampling: the trajectories kept, and the rollout's
+        metrics (over every trajectory played)."""
+        cfg = self.cfg
+        G = cfg.env.group_size
+        dynamic = cfg.algo.resolved_dynamic_sampling()
+        target = cfg.env.tasks_per_step * G
+        kept: list[Trajectory] = []
+        seen: list[Trajectory] = []
+        exceptions = 0
+        first_exception = ""
+        batches = 0
+        acted = [0, 0, 0]  # decisions, truncated responses, trimmed prompts
+        while True:
+            tasks = self._tasks_for(step, batches)
+            slots = [Slot(t, f"s{step}b{batches}g{k}", f"s{step}b{batches}g{k}t{j}")
+                     for k, t in enumerate(tasks) for j in range(G)]
+            trajs, stats = rollout(
+                self._env_pool(len(slots)), slots, self.policy, self.rng,
+                temperature=cfg.policy.temperature, max_steps=self.max_steps,
+                success_reward=cfg.env.success_reward, env_name=self.env_name)
+            batches += 1
+            exceptions += stats.env_exceptions
+            for j, v in enumerate((stats.decisions, stats.truncated_responses, stats.trimmed_prompts)):
+                acted[j] += v
+            if stats.exception_messages and not first_exception:
+                first_exception = stats.exception_messages[0]
+            for msg in stats.exception_messages[:3]:
+                # the message quotes env text: shown literally, never as markup or escapes
+                self._log(f"[yellow]env exception[/] step {step}: {escape(printable(msg, newlines=False))}")
+            seen.extend(trajs)
+            if not dynamic or batches >= cfg.algo.max_gen_batches:
+                kept.extend(trajs)
+                break
+            keep = dynamic_sampling_keep(trajs)
+            kept.extend(t for t in trajs if keep[t.group])
+            if len(kept) >= target:
+                break
+        if seen and exceptions >= len(seen):  # each episode raises at most once: all of them did
+            raise ProasError(f"step {step}: the env raised in every one of the {len(seen)} episodes "
+                             f"(first: {first_exception}); nothing to train on")
+        kept = [t for t in kept if t.steps]  # an env that failed at reset left nothing to learn from
+        n = max(1, len(seen))
+        info = {
+            "train/sr": sum(t.success for t in seen) / n,
+            "train/reward": sum(t.reward for t in seen) / n,
+            "train/score": sum(float(t.extra.get("score", 0.0)) for t in seen) / n,
+            "train/steps": sum(len(t) for t in seen) / n,
+            "train/env_exceptions": float(exceptions),
+            "train/gen_batches": float(batches),
+            "train/trajectories": float(len(kept)),
+        }
+        if self.policy.kind == "lm":  # budgets of the lm: how often they bite
+            info["rollout/truncated_responses"] = acted[1] / max(1, acted[0])
+            info["rollout/trimmed_prompts"] = acted[2] / max(1, acted[0])
+        return kept, info
+
+    def _critic_values(self, trajs: list[Trajectory]) -> np.ndarray | None:
+        """4. Critic: ``V(s_t)`` of every step (``(S,)``), for ``gae``; ``None`` without a critic."""
+        if self.critic is None:
+            return None
+        with torch.no_grad():
+            return self.critic([s for t in trajs for s in t.steps]).double().numpy()
+
+    def _credit(self, trajs: list[Trajectory], step: int, values: np.ndarray | None = None):
+        """5. Credit: ``compute_credit`` with the critic's values and verl-agent's invalid-action
+        penalty on responses that could not be parsed into an action (``credit_arrays`` charges
+        it: before the group statistics, or on the final advantage)."""
+        a = self.cfg.algo
+        steps = [s for t in trajs for s in t.steps]
+        penalty = InvalidActionPenalty(self.cfg.env.invalid_action_penalty, np.fromiter(
+            (bool(s.extra.get("malformed")) for s in steps), dtype=bool, count=len(steps)))
+        return compute_credit(trajs, self.graph, estimator=a.estimator, shaping=a.shaping,
+                              estimator_options=a.estimator_options(self.env_name),
+                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve, rea=a.graph.rea,
+                              values=values, penalty=penalty)
+
+    def _update(self, trajs: list[Trajectory], res) -> dict[str, float]:
+        """6. Update: the policy (and the critic) on every step of the batch; the losses' metrics."""
+        a = self.cfg.algo
+        steps = [s for t in trajs for s in t.steps]
+        data = [s.extra["policy"] for s in steps]
+        adv_np = res.final  # the advantage with the invalid-action penalty, however it was charged
+        adv = torch.as_tensor(adv_np, dtype=torch.float32)
+        n = len(steps)
+        mb = a.minibatch_size
+        micro = self.cfg.policy.lm.micro_batch_size if self.policy.kind == "lm" else mb
+        # old log-probs, token by token, before any update (verl's old_log_prob); a policy whose
+        # rollout log-probs are exact (the scorer: same weights, same arithmetic) reuses them
+        old_tok: list[torch.Tensor] = []
+        old_one: torch.Tensor | None = None  # one token a step (the scorer): every step's at once
+        if self.policy.exact_rollout_logp:
+            old_one = torch.tensor([float(s.extra["logp"]) for s in steps], dtype=torch.float32)
+        else:
+            with torch.no_grad():
+                for group in self.policy.micro_batches(data, micro):
+                    st = self.policy.evaluate(self.policy.prepare([data[i] for i in group]))
+                    old_tok.extend(st.logp[j][st.mask[j] > 0] for j in range(st.logp.shape[0]))
+        sums = {"loss/pg": 0.0, "loss/kl": 0.0, "loss/entropy": 0.0, "loss/clipfrac": 0.0,
+                "loss/grad_norm": 0.0, "loss/critic": 0.0}
+        updates = 0
+        clip_high = a.resolved_clip_high()
+        returns = torch.as_tensor(res.returns, dtype=torch.float32) if res.returns is not None else None
+        for _ in range(a.ppo_epochs):
+            order = self.rng.permutation(n)
+            for start in range(0, n, mb):
+                idx = order[start: start + mb]
+                self.optimizer.zero_grad(set_to_none=True)
+                for group in self.policy.micro_batches([data[i] for i in idx], micro):
+                    sub = idx[group]
+                    weight = len(sub) / len(idx)
+                    prepared = self.policy.prepare([data[i] for i in sub])
+                    st = self.policy.evaluate(prepared)
+                    if old_one is not None and st.logp.shape[1] == 1:
+                        old = old_one[torch.from_numpy(sub)][:, None].to(st.logp.dtype)
+                    else:
+                        old = _pad([old_tok[i] if old_one is None else old_one[i:i + 1] for i in sub], st.logp)
+                    pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp), st.mask,
+                                         clip_low=a.clip_low, clip_high=clip_high, dual_clip=a.dual_clip,
+                                         agg=a.loss_agg)
+                    ent = agg_loss(st.entropy, st.mask, a.loss_agg)
+                    loss = pg - a.entropy_coef * ent
+                    kl = torch.zeros(())
+                    if self.ref is not None:
+                        with torch.no_grad():
+                            ref = self.policy.evaluate(prepared, module=self.ref).logp
+                        kl = agg_loss(low_var_kl(st.logp, ref), st.mask, a.loss_agg)
+                        loss = loss + self.kl_coef * kl
+                    (loss * weight).backward()
+                    sums["loss/pg"] += float(pg.detach()) * weight
+                    sums["loss/kl"] += float(kl.detach()) * weight
+                    sums["loss/entropy"] += float(ent.detach()) * weight
+                    sums["loss/clipfrac"] += pm["clipfrac"] * weight
+                gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.max_grad_norm)
+                if not (math.isfinite(float(gn)) and math.isfinite(sums["loss/pg"])):
+                    # a NaN or infinite loss or gradient would poison every weight from here on
+                    raise ProasError(f"step {self.step + 1}: the loss or its gradient is not finite "
+                                     f"(policy loss {sums['loss/pg']:.4g}, gradient norm {float(gn):.4g}); "
+                                     "the run stops here and its last checkpoint is intact")
+                sums["loss/grad_norm"] += float(gn)
+                self.optimizer.step()
+                if self.critic is not None and returns is not None:
+                    self.critic_opt.zero_grad(set_to_none=True)
+                    v = self.critic([steps[i] for i in idx])
+                    vl = value_loss(v, returns[idx])
+                    vl.backward()
+                    self.critic_opt.step()
+                    sums["loss/critic"] += float(vl.detach())
+                updates += 1
+        out = {k: v / max(1, updates) for k, v in sums.items()}
+        out["loss/updates"] = float(updates)
+        if self.critic is not None and returns is not None:  # the critic's fit before this update
+            out.update(critic_metrics(res.values, res.returns))
+        return out
+
+    # ---- construction
     def _init_from(self) -> str | None:
         p = self.cfg.policy
         return p.scorer.init_from if p.kind == "scorer" else p.lm.init_from
@@ -263,187 +572,6 @@ class Trainer:
         while len(self.envs) < n:
             self.envs.append(self.make_env())
         return self.envs[:n]
-
-    # ---- one RL step
-    def _tasks_for(self, step: int, batch: int) -> list[str]:
-        n = self.cfg.env.tasks_per_step
-        if self.schedule is not None and batch == 0:
-            return self.schedule.tasks_at(step - 1)
-        idx = self.rng.choice(len(self.train_ids), size=min(n, len(self.train_ids)), replace=False)
-        return [self.train_ids[i] for i in idx]
-
-    def _collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-        cfg = self.cfg
-        G = cfg.env.group_size
-        dynamic = cfg.algo.resolved_dynamic_sampling()
-        target = cfg.env.tasks_per_step * G
-        kept: list[Trajectory] = []
-        seen: list[Trajectory] = []
-        exceptions = 0
-        first_exception = ""
-        batches = 0
-        acted = [0, 0, 0]  # decisions, truncated responses, trimmed prompts
-        while True:
-            tasks = self._tasks_for(step, batches)
-            slots = [Slot(t, f"s{step}b{batches}g{k}", f"s{step}b{batches}g{k}t{j}")
-                     for k, t in enumerate(tasks) for j in range(G)]
-            trajs, stats = rollout(
-                self._env_pool(len(slots)), slots, self.policy, self.rng,
-                temperature=cfg.policy.temperature, max_steps=self.max_steps,
-                success_reward=cfg.env.success_reward, env_name=self.env_name)
-            batches += 1
-            exceptions += stats.env_exceptions
-            for j, v in enumerate((stats.decisions, stats.truncated_responses, stats.trimmed_prompts)):
-                acted[j] += v
-            if stats.exception_messages and not first_exception:
-                first_exception = stats.exception_messages[0]
-            for msg in stats.exception_messages[:3]:
-                # the message quotes env text: shown literally, never as markup or escapes
-                self._log(f"[yellow]env exception[/] step {step}: {escape(printable(msg, newlines=False))}")
-            seen.extend(trajs)
-            if not dynamic or batches >= cfg.algo.max_gen_batches:
-                kept.extend(trajs)
-                break
-            keep = dynamic_sampling_keep(trajs)
-            kept.extend(t for t in trajs if keep[t.group])
-            if len(kept) >= target:
-                break
-        if seen and exceptions >= len(seen):  # each episode raises at most once: all of them did
-            raise ProasError(f"step {step}: the env raised in every one of the {len(seen)} episodes "
-                             f"(first: {first_exception}); nothing to train on")
-        kept = [t for t in kept if t.steps]  # an env that failed at reset left nothing to learn from
-        n = max(1, len(seen))
-        info = {
-            "train/sr": sum(t.success for t in seen) / n,
-            "train/reward": sum(t.reward for t in seen) / n,
-            "train/score": sum(float(t.extra.get("score", 0.0)) for t in seen) / n,
-            "train/steps": sum(len(t) for t in seen) / n,
-            "train/env_exceptions": float(exceptions),
-            "train/gen_batches": float(batches),
-            "train/trajectories": float(len(kept)),
-        }
-        if self.policy.kind == "lm":  # budgets of the lm: how often they bite
-            info["rollout/truncated_responses"] = acted[1] / max(1, acted[0])
-            info["rollout/trimmed_prompts"] = acted[2] / max(1, acted[0])
-        return kept, info
-
-    def _credit(self, trajs: list[Trajectory], step: int):
-        a = self.cfg.algo
-        steps = [s for t in trajs for s in t.steps]
-        # verl-agent's invalid-action penalty on responses that could not be parsed into an action;
-        # credit_arrays charges it (before the group statistics, or on the final advantage)
-        penalty = InvalidActionPenalty(self.cfg.env.invalid_action_penalty, np.fromiter(
-            (bool(s.extra.get("malformed")) for s in steps), dtype=bool, count=len(steps)))
-        values = None
-        if self.critic is not None:
-            with torch.no_grad():
-                values = self.critic(steps).double().numpy()
-        return compute_credit(trajs, self.graph, estimator=a.estimator, shaping=a.shaping,
-                              estimator_options=a.estimator_options(self.env_name),
-                              seed=self.cfg.seed * 1_000_003 + step, evolve=a.graph.evolve, rea=a.graph.rea,
-                              values=values, penalty=penalty)
-
-    def _update(self, trajs: list[Trajectory], res) -> dict[str, float]:
-        a = self.cfg.algo
-        steps = [s for t in trajs for s in t.steps]
-        data = [s.extra["policy"] for s in steps]
-        adv_np = res.final  # the advantage with the invalid-action penalty, however it was charged
-        adv = torch.as_tensor(adv_np, dtype=torch.float32)
-        n = len(steps)
-        mb = a.minibatch_size
-        micro = self.cfg.policy.lm.micro_batch_size if self.policy.kind == "lm" else mb
-        # old log-probs, token by token, before any update (verl's old_log_prob); a policy whose
-        # rollout log-probs are exact (the scorer: same weights, same arithmetic) reuses them
-        old_tok: list[torch.Tensor] = []
-        old_one: torch.Tensor | None = None  # one token a step (the scorer): every step's at once
-        if self.policy.exact_rollout_logp:
-            old_one = torch.tensor([float(s.extra["logp"]) for s in steps], dtype=torch.float32)
-        else:
-            with torch.no_grad():
-                for group in self.policy.micro_batches(data, micro):
-                    st = self.policy.evaluate(self.policy.prepare([data[i] for i in group]))
-                    old_tok.extend(st.logp[j][st.mask[j] > 0] for j in range(st.logp.shape[0]))
-        sums = {"loss/pg": 0.0, "loss/kl": 0.0, "loss/entropy": 0.0, "loss/clipfrac": 0.0,
-                "loss/grad_norm": 0.0, "loss/critic": 0.0}
-        updates = 0
-        clip_high = a.resolved_clip_high()
-        returns = torch.as_tensor(res.returns, dtype=torch.float32) if res.returns is not None else None
-        for _ in range(a.ppo_epochs):
-            order = self.rng.permutation(n)
-            for start in range(0, n, mb):
-                idx = order[start: start + mb]
-                self.optimizer.zero_grad(set_to_none=True)
-                for group in self.policy.micro_batches([data[i] for i in idx], micro):
-                    sub = idx[group]
-                    weight = len(sub) / len(idx)
-                    prepared = self.policy.prepare([data[i] for i in sub])
-                    st = self.policy.evaluate(prepared)
-                    if old_one is not None and st.logp.shape[1] == 1:
-                        old = old_one[torch.from_numpy(sub)][:, None].to(st.logp.dtype)
-                    else:
-                        old = _pad([old_tok[i] if old_one is None else old_one[i:i + 1] for i in sub], st.logp)
-                    pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp), st.mask,
-                                         clip_low=a.clip_low, clip_high=clip_high, dual_clip=a.dual_clip,
-                                         agg=a.loss_agg)
-                    ent = agg_loss(st.entropy, st.mask, a.loss_agg)
-                    loss = pg - a.entropy_coef * ent
-                    kl = torch.zeros(())
-                    if self.ref is not None:
-                        with torch.no_grad():
-                            ref = self.policy.evaluate(prepared, module=self.ref).logp
-                        kl = agg_loss(low_var_kl(st.logp, ref), st.mask, a.loss_agg)
-                        loss = loss + self.kl_coef * kl
-                    (loss * weight).backward()
-                    sums["loss/pg"] += float(pg.detach()) * weight
-                    sums["loss/kl"] += float(kl.detach()) * weight
-                    sums["loss/entropy"] += float(ent.detach()) * weight
-                    sums["loss/clipfrac"] += pm["clipfrac"] * weight
-                gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.max_grad_norm)
-                if not (math.isfinite(float(gn)) and math.isfinite(sums["loss/pg"])):
-                    # a NaN or infinite loss or gradient would poison every weight from here on
-                    raise ProasError(f"step {self.step + 1}: the loss or its gradient is not finite "
-                                     f"(policy loss {sums['loss/pg']:.4g}, gradient norm {float(gn):.4g}); "
-                                     "the run stops here and its last checkpoint is intact")
-                sums["loss/grad_norm"] += float(gn)
-                self.optimizer.step()
-                if self.critic is not None and returns is not None:
-                    self.critic_opt.zero_grad(set_to_none=True)
-                    v = self.critic([steps[i] for i in idx])
-                    vl = value_loss(v, returns[idx])
-                    vl.backward()
-                    self.critic_opt.step()
-                    sums["loss/critic"] += float(vl.detach())
-                updates += 1
-        out = {k: v / max(1, updates) for k, v in sums.items()}
-        out["loss/updates"] = float(updates)
-        if self.critic is not None and returns is not None:  # the critic's fit before this update
-            out.update(critic_metrics(res.values, res.returns))
-        return out
-
-    def train_step(self) -> dict[str, Any]:
-        """Run RL step ``self.step + 1``; return its metrics record."""
-        k = self.step + 1
-        t0 = time.perf_counter()
-        trajs, rec = self._collect(k)
-        t1 = time.perf_counter()
-        if trajs:
-            res = self._credit(trajs, k)
-            t2 = time.perf_counter()
-            every = self.cfg.train.rollout_log_every
-            if every and (k % every == 0 or k == self.cfg.train.steps):
-                write_rollouts(self.run_dir, k, trajs, res)
-            rec.update(self._update(trajs, res))
-            rec.update(_credit_metrics(trajs, res))
-        else:
-            t2 = time.perf_counter()
-        if self.scheduler is not None:
-            rec["optim/lr"] = float(self.scheduler.get_last_lr()[0])  # the rate of this step's updates
-            self.scheduler.step()
-        t3 = time.perf_counter()
-        rec.update({"graph/nodes": float(self.graph.num_nodes), "graph/edges": float(self.graph.num_edges)})
-        rec.update({"time/rollout": t1 - t0, "time/credit": t2 - t1, "time/update": t3 - t2})
-        self.step = k
-        return {"step": k, **rec}
 
     # ---- validation, checkpoints, run directory
     def run_validation(self, step: int) -> dict[str, float]:
@@ -556,6 +684,10 @@ class Trainer:
             self.console.print(msg)
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
 def _credit_metrics(trajs: list[Trajectory], res) -> dict[str, float]:
     """Shares of unreasonable (Rea = 0) and non-advancing (PA = 0) steps, overall and in wins."""
     rea = np.asarray(res.rea, dtype=np.float64)
@@ -574,24 +706,68 @@ def _credit_metrics(trajs: list[Trajectory], res) -> dict[str, float]:
     return {k: (v if math.isfinite(v) else None) for k, v in out.items()}  # type: ignore[misc]
 
 
-def load_run_config(run_dir: Path) -> Config:
-    path = run_dir / "config.yaml"
-    if not path.exists():
-        raise ProasError(f"{run_dir}: not a run directory (no config.yaml)")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); a run's config.yaml is UTF-8") from None
-    return config_from_yaml(text, where=str(path))
+def _pad(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(like)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
 
 
-def write_run_config(run_dir: Path, cfg: Config) -> None:
-    atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
+# ----------------------------------------------------------------------------- validation
+@dataclass
+class ValResult:
+    sr: float
+    ts: float
+    steps: float
+    by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # type -> (won, total)
+    #: share of the episodes' steps that the env rejected
+    errors: float = 0.0
+    #: mean entropy (nats) of the policy's own candidate distribution (temperature 1) over the
+    #: states visited; None for a policy that does not report it (the lm)
+    entropy: float | None = None
+
+    def metrics(self, prefix: str = "val/") -> dict[str, float]:
+        out = {f"{prefix}sr": self.sr, f"{prefix}ts": self.ts, f"{prefix}steps": self.steps}
+        for t, (won, total) in sorted(self.by_type.items()):
+            out[f"{prefix}sr/{t}"] = won / total if total else 0.0
+        out[f"{prefix}errors"] = self.errors
+        if self.entropy is not None:
+            out[f"{prefix}entropy"] = self.entropy
+        return out
 
 
-def metrics_line(rec: dict[str, Any]) -> str:
-    """One JSON line; a non-finite figure (a diverged loss) is written as null, never as NaN."""
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()}
-    return json.dumps(clean, separators=(",", ":"), allow_nan=False)
+def val_seed(seed: int, step: int) -> int:
+    """The RNG seed of a run's validation at ``step`` (SFT: at ``epoch``): distinct per step and
+    per run seed, so a later validation never replays an earlier one's samples."""
+    return seed * 7919 + step
+
+
+def validate(policy: Policy, envs: list[Env], task_ids: list[str], *, seed: int, temperature: float,
+             max_steps: int, env_name: str, success_reward: float) -> ValResult:
+    """One episode per validation task; SR overall and per task type, TS = mean score x 100."""
+    rng = np.random.default_rng(seed)
+    slots = [Slot(t, f"val-{i}", f"val-{i}") for i, t in enumerate(task_ids)]
+    trajs, _ = rollout(envs, slots, policy, rng, temperature=temperature, max_steps=max_steps,
+                       success_reward=success_reward, env_name=env_name)
+    return val_result(trajs)
+
+
+def val_result(trajs: Sequence[Trajectory]) -> ValResult:
+    """SR overall and per task type, TS = mean score x 100, mean length, of finished episodes."""
+    by_type: dict[str, list[int]] = {}
+    for t in trajs:
+        rec = by_type.setdefault(t.task_type or "unknown", [0, 0])
+        rec[0] += int(t.success)
+        rec[1] += 1
+    n = max(1, len(trajs))
+    steps = [s for t in trajs for s in t.steps]
+    ents = [s.extra["policy"]["entropy"] for s in steps
+            if isinstance(s.extra.get("policy"), dict) and "entropy" in s.extra["policy"]]
+    return ValResult(
+        sr=sum(t.success for t in trajs) / n,
+        ts=100.0 * sum(float(t.extra.get("score", 0.0)) for t in trajs) / n,
+        steps=sum(len(t) for t in trajs) / n,
+        by_type={k: (v[0], v[1]) for k, v in by_type.items()},
+        errors=sum(bool(s.error) for s in steps) / max(1, len(steps)),
+        entropy=float(np.mean(ents)) if ents and len(ents) == len(steps) else None,
+    )
