@@ -37,6 +37,7 @@ SMOKE = {
     "heldout_grids/eval_rest.sh": "bash",
     "heldout_grids/heldout_tune_ext.yaml": "study",
     "heldout_grids/tune_rest.sh": "bash",
+    "heldout_grids/tune_sft_rest.sh": "bash",
     "heldout_records_from_selection.py": "python",
     "heldout_train_means.py": "python",
     "repeat_schedule.py": "python",
