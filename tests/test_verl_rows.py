@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import verl_rows_oracle as oracle
 from proas.credit import SHAPINGS, CreditBatch, ReferenceGraph, compute_credit
 from proas.errors import ProasError
 from proas.integrations.verl import (
@@ -460,8 +461,9 @@ def test_corrupt_or_missing_checkpoints_are_clear_errors_and_leave_the_graph(tmp
 
 # ---------------------------------------------------------------------- the array path
 def _object_batch(rows, cols=None):
-    """The object path the hook used before ``rows_to_batch``: Step objects, then arrays."""
-    layout = rows_to_trajectories(rows, cols)
+    """The object path the hook used before ``rows_to_batch``: Step objects, then arrays (the
+    old loop converter, frozen in ``verl_rows_oracle``)."""
+    layout = oracle.rows_to_trajectories(rows, cols)
     return layout, CreditBatch.from_trajectories(layout.trajectories)
 
 
@@ -515,7 +517,7 @@ def test_hook_array_path_equals_compute_credit_on_padded_shuffled_batches(estima
         graph = ReferenceGraph.from_trajectories(trajs[:1])
         credit = ProASCredit(graph.copy(), estimator=estimator, evolve=evolve, shaping="random", seed=seed)
         got = credit.step_advantages(rows)
-        layout = rows_to_trajectories(rows)
+        layout = oracle.rows_to_trajectories(rows)
         step_valid = np.ones(layout.n_steps, dtype=bool)
         step_valid[layout.row_to_step] = rows["is_action_valid"].astype(bool)
         ref_graph = graph.copy()
@@ -527,7 +529,7 @@ def test_hook_array_path_equals_compute_credit_on_padded_shuffled_batches(estima
         assert credit.graph.to_json() == ref_graph.to_json()
 
 
-def test_rows_to_batch_takes_the_object_path_for_odd_types_and_bad_rows():
+def test_rows_to_batch_handles_odd_types_and_bad_rows_as_the_object_path_did():
     rows = trajectories_to_rows(hand_batch())
     cols = StepColumns(step=None, action=None, anchor=None)
     odd = dict(rows)
@@ -537,13 +539,13 @@ def test_rows_to_batch_takes_the_object_path_for_odd_types_and_bad_rows():
     odd["episode_rewards"] = np.array([str(v) for v in rows["episode_rewards"]], dtype=object)
     for case, c in [(rows, cols), (odd, None), (odd, cols)]:
         _assert_same_batch(rows_to_batch(case, c), _object_batch(case, c))
-    # the same errors, worded by the object path
+    # the same errors as the object path
     for column, value in [("uid", "h"), ("episode_rewards", 7.0), ("step_index", 9),
                           ("episode_rewards", np.nan), ("rewards", None), ("step_index", -1)]:
         bad = {k: v.copy() for k, v in rows.items()}
         bad[column][1] = value
         with pytest.raises(ProasError) as old:
-            rows_to_trajectories(bad)
+            oracle.rows_to_trajectories(bad)
         with pytest.raises(ProasError, match=re.escape(str(old.value))):
             rows_to_batch(bad)
     dup = {k: np.concatenate([v, v[:1]]) for k, v in rows.items()}

@@ -163,8 +163,8 @@ class _Columns:
 
 
 def _read_columns(non_tensor: Mapping[str, Any], cols: StepColumns) -> _Columns:
-    """Read every column ProAS uses, in one order for both the object and the array path, so a
-    column of the wrong length or a bad flag fails with the same error on either."""
+    """Read every column ProAS uses, checking each one's length (and converting the error flags)
+    before any row check."""
     n_rows = len(np.asarray(non_tensor[cols.trajectory], dtype=object))
 
     def get(name: str) -> np.ndarray:
@@ -214,6 +214,9 @@ def rows_to_trajectories(
 ) -> RowLayout:
     """Group verl step rows into proas trajectories.
 
+    The object view of :func:`rows_to_batch` (one conversion, the same checks and errors): its
+    ``CreditBatch`` and row -> step map, with the trajectories built from them.
+
     Args:
         non_tensor: ``DataProto.non_tensor_batch``: column name -> array with one entry per row.
         columns: the column names to read (verl-agent's by default).
@@ -226,96 +229,12 @@ def rows_to_trajectories(
             disagree on its outcome reward, its step numbers have gaps, or two copies of one
             step disagree on the state they record.
     """
-    cols = columns or StepColumns()
-    _check_required(non_tensor, cols)
-    c = _read_columns(non_tensor, cols)
-    n_rows = c.n_rows
-    group, traj, state, next_state, outcome = c.group, c.traj, c.state, c.next_state, c.outcome
-    action, step_no, anchor, step_reward, won = c.action, c.step, c.anchor, c.step_reward, c.won
-    error = c.error if c.error is not None else np.zeros(n_rows, dtype=bool)
-
-    # rows of each trajectory, trajectories in first-seen order
-    rows_of: dict[str, list[int]] = {}
-    for r in range(n_rows):
-        rows_of.setdefault(_as_text(traj[r]), []).append(r)
-
-    trajectories: list[Trajectory] = []
-    row_to_step = np.empty(n_rows, dtype=np.int64)
-    offsets = [0]
-    n_dup = 0
-    for tid, rows in rows_of.items():
-        groups = {_as_text(group[r]) for r in rows}
-        if len(groups) != 1:
-            raise ProasError(f"trajectory {tid!r} has rows in several groups {sorted(groups)}")
-        outcomes = {_as_float(outcome[r], f"{cols.episode_reward} of trajectory {tid!r}") for r in rows}
-        if len(outcomes) != 1:
-            raise ProasError(
-                f"trajectory {tid!r}: its rows disagree on {cols.episode_reward!r}: {sorted(outcomes)}"
-            )
-        if step_no is None:
-            order = {r: t for t, r in enumerate(rows)}
-            canonical = rows
-        else:
-            order = {}
-            first_row_of_step: dict[int, int] = {}
-            for r in rows:
-                t = int(step_no[r])
-                if t < 0:
-                    raise ProasError(f"trajectory {tid!r}: negative {cols.step} {t}")
-                order[r] = t
-                if t in first_row_of_step:
-                    first = first_row_of_step[t]
-                    if (_as_text(state[r]), _as_text(next_state[r])) != (
-                        _as_text(state[first]),
-                        _as_text(next_state[first]),
-                    ):
-                        raise ProasError(
-                            f"trajectory {tid!r}: two rows claim step {t} with different states"
-                        )
-                    n_dup += 1
-                else:
-                    first_row_of_step[t] = r
-            n_steps = len(first_row_of_step)
-            if sorted(first_row_of_step) != list(range(n_steps)):
-                raise ProasError(
-                    f"trajectory {tid!r}: {cols.step} values {sorted(first_row_of_step)} "
-                    f"are not 0..{n_steps - 1}"
-                )
-            canonical = [first_row_of_step[t] for t in range(n_steps)]
-        steps = []
-        for r in canonical:
-            steps.append(
-                Step(
-                    state=_as_text(state[r]),
-                    action=_as_text(action[r]) if action is not None else "",
-                    next_state=_as_text(next_state[r]),
-                    error=bool(error[r]),
-                    anchor=_as_text(anchor[r]) if anchor is not None else None,
-                    reward=(
-                        _as_float(step_reward[r], f"{cols.step_reward} of trajectory {tid!r}")
-                        if step_reward is not None
-                        else None
-                    ),
-                )
-            )
-        base = offsets[-1]
-        for r in rows:
-            row_to_step[r] = base + order[r]
-        trajectories.append(
-            Trajectory(
-                group=groups.pop(),
-                trajectory=tid,
-                reward=outcomes.pop(),
-                steps=steps,
-                won=_as_bool(won[rows[0]]) if won is not None else None,
-            )
-        )
-        offsets.append(base + len(steps))
+    layout = rows_to_batch(non_tensor, columns)
     return RowLayout(
-        trajectories=trajectories,
-        row_to_step=row_to_step,
-        offsets=np.asarray(offsets, dtype=np.int64),
-        n_duplicate_rows=n_dup,
+        trajectories=layout.trajectories,
+        row_to_step=layout.row_to_step,
+        offsets=layout.offsets,
+        n_duplicate_rows=layout.n_duplicate_rows,
     )
 
 
@@ -323,18 +242,18 @@ def rows_to_trajectories(
 class BatchLayout:
     """The step rows as a ``CreditBatch``, and where each row's step lives in it.
 
-    The array twin of :class:`RowLayout`: ``batch`` equals
-    ``CreditBatch.from_trajectories(rows_to_trajectories(...).trajectories)`` and
-    ``row_to_step`` / ``offsets`` / ``n_duplicate_rows`` equal the ``RowLayout``'s, without a
-    ``Step`` object per row. ``trajectories`` is built from the rows only when asked for
-    (inspection, logging, tests), never on the reshape path.
+    The array twin of :class:`RowLayout`: ``row_to_step`` / ``offsets`` / ``n_duplicate_rows``
+    are the ``RowLayout``'s, and ``batch`` equals ``CreditBatch.from_trajectories`` of its
+    trajectories, without a ``Step`` object per row. ``trajectories`` is built from the batch
+    only when asked for (inspection, logging, tests), never on the reshape path.
     """
 
     batch: CreditBatch
     row_to_step: np.ndarray  # (n_rows,) int64
     n_duplicate_rows: int
-    _rows: Mapping[str, Any]
-    _columns: StepColumns
+    _anchors: np.ndarray | None  # (n_steps,) anchor texts; None: no anchor column
+    _has_step_reward: bool
+    _has_won: bool
 
     @property
     def offsets(self) -> np.ndarray:
@@ -346,11 +265,35 @@ class BatchLayout:
 
     @cached_property
     def trajectories(self) -> list[Trajectory]:
-        return rows_to_trajectories(self._rows, self._columns).trajectories
-
-
-class _Irregular(Exception):
-    """The rows are malformed or of unusual types: the object path decides (and words the error)."""
+        b = self.batch
+        states, actions = b.states, b.actions
+        state, next_state, action = b.state.tolist(), b.next_state.tolist(), b.action.tolist()
+        error, step_reward = b.error.tolist(), b.step_reward.tolist()
+        anchors = self._anchors.tolist() if self._anchors is not None else None
+        out = []
+        for j in range(len(b.traj_ids)):
+            lo, hi = int(b.offsets[j]), int(b.offsets[j + 1])
+            steps = [
+                Step(
+                    state=states[state[i]],
+                    action=actions[action[i]],
+                    next_state=states[next_state[i]],
+                    error=bool(error[i]),
+                    anchor=anchors[i] if anchors is not None else None,
+                    reward=step_reward[i] if self._has_step_reward else None,
+                )
+                for i in range(lo, hi)
+            ]
+            out.append(
+                Trajectory(
+                    group=b.group_ids[int(b.group[j])],
+                    trajectory=b.traj_ids[j],
+                    reward=float(b.reward[j]),
+                    steps=steps,
+                    won=bool(b.success[j]) if self._has_won else None,
+                )
+            )
+        return out
 
 
 def _texts(col: np.ndarray) -> np.ndarray:
@@ -370,11 +313,40 @@ def _bools(col: np.ndarray) -> np.ndarray:
     return np.fromiter((_as_bool(v) for v in values), dtype=bool, count=len(values))
 
 
-def _floats(col: np.ndarray) -> np.ndarray:
+def _floats(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, bad)``: ``float`` of each entry (numpy's cast when it takes the whole column),
+    ``bad`` where that fails or is not finite (``_as_float`` words the error)."""
     try:
-        return np.asarray(col, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise _Irregular from None
+        out = np.asarray(col, dtype=np.float64)
+        if out.shape != (len(col),):
+            raise ValueError
+    except Exception:  # float() of each entry; what it raises, _as_float raises again in order
+        out = np.empty(len(col), dtype=np.float64)
+        for i, v in enumerate(col.tolist()):
+            try:
+                out[i] = float(v)
+            except Exception:
+                out[i] = np.nan
+    return out, ~np.isfinite(out)
+
+
+_INT_TYPES = (int, bool, np.integer, np.bool_)
+
+
+def _ints(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, bad)``: ``int`` of each entry, ``bad`` (value -1) where ``int`` fails."""
+    values = col.tolist()
+    bad = np.zeros(len(values), dtype=bool)
+    if all(isinstance(v, _INT_TYPES) for v in values):
+        return np.asarray(values, dtype=np.int64).reshape(len(values)), bad
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        try:
+            value = int(v)
+        except Exception:  # int() raises it again when this row is the first failure
+            value, bad[i] = -1, True
+        out[i] = value
+    return out, bad
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -392,49 +364,37 @@ def _first(codes: np.ndarray) -> np.ndarray:
 
 
 def rows_to_batch(non_tensor: Mapping[str, Any], columns: StepColumns | None = None) -> BatchLayout:
-    """Step rows -> ``CreditBatch`` arrays directly: what ``rows_to_trajectories`` followed by
-    ``CreditBatch.from_trajectories`` gives, in numpy instead of one ``Step`` per row.
+    """Step rows -> ``CreditBatch`` arrays, and each row's step.
 
-    Same trajectory and step order, the same codes, the same row -> step map and the same
-    errors: rows that fail a check here (or hold types the array path does not convert) go
-    through :func:`rows_to_trajectories`, which raises its own error or, for odd but valid
-    types, gives the batch.
+    Trajectories in first-seen row order, their steps in step order (row order without a step
+    column); copies of a step (batch padding) map to its first-seen row. Every check runs on
+    whole columns; when one fails, the error raised is the first in the order trajectory
+    (first seen), check (group, outcome reward, step numbers row by row, step-number gaps, step
+    rewards, won flag), row.
+
+    Raises:
+        ProasError: a required column is missing or has the wrong length, a trajectory spans two
+            groups, its rows disagree on its outcome reward, a reward is not a finite number, a
+            step number is negative, its step numbers have gaps, or two copies of one step
+            disagree on the state they record.
     """
     cols = columns or StepColumns()
     _check_required(non_tensor, cols)
-    try:
-        return _rows_to_batch(non_tensor, cols)
-    except _Irregular:
-        layout = rows_to_trajectories(non_tensor, cols)
-        return BatchLayout(
-            CreditBatch.from_trajectories(layout.trajectories), layout.row_to_step,
-            layout.n_duplicate_rows, dict(non_tensor), cols,
-        )
-
-
-def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLayout:
     c = _read_columns(non_tensor, cols)
     n_rows = c.n_rows
-    group_col, traj_col, state_col, next_col, outcome_col = c.group, c.traj, c.state, c.next_state, c.outcome
-    action_col, step_col, error_rows = c.action, c.step, c.error
-    anchor_col, reward_col, won_col = c.anchor, c.step_reward, c.won
-    traj_code, traj_ids = _codes(_texts(traj_col))
+    traj_code, traj_ids = _codes(_texts(c.traj))
     first_row = _first(traj_code)
     n_traj = len(traj_ids)
     rows = np.arange(n_rows, dtype=np.int64)
-    if step_col is None:  # row order within the trajectory
+    step_bad = np.zeros(n_rows, dtype=bool)
+    if c.step is None:  # row order within the trajectory
         by_traj = np.argsort(traj_code, kind="stable")
         starts = np.zeros(n_traj + 1, dtype=np.int64)
         np.cumsum(np.bincount(traj_code, minlength=n_traj), out=starts[1:])
         step_no = np.empty(n_rows, dtype=np.int64)
         step_no[by_traj] = rows - starts[traj_code[by_traj]]
     else:
-        try:
-            step_no = np.asarray(step_col.tolist(), dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
-            raise _Irregular from None
-        if step_no.shape != (n_rows,) or (step_no < 0).any():
-            raise _Irregular
+        step_no, step_bad = _ints(c.step)
     # rows by (trajectory, step, row): the first row of each run is the step's first-seen copy
     order = np.lexsort((rows, step_no, traj_code))
     ts, tt = traj_code[order], step_no[order]
@@ -450,49 +410,124 @@ def _rows_to_batch(non_tensor: Mapping[str, Any], cols: StepColumns) -> BatchLay
     offsets = np.zeros(n_traj + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     t = np.arange(n_steps, dtype=np.int64) - offsets[traj_of_step]
-    if not np.array_equal(t, step_no[canon]):  # step numbers with gaps
-        raise _Irregular
-    state, next_state = _texts(state_col), _texts(next_col)
-    dup, dup_of = order[~first_copy], canon[step_of_sorted[~first_copy]]
-    if (state[dup] != state[dup_of]).any() or (next_state[dup] != next_state[dup_of]).any():
-        raise _Irregular  # two copies of a step disagree
-    group = _texts(group_col)
-    if (group != group[first_row][traj_code]).any():
-        raise _Irregular  # a trajectory in several groups
-    outcome = _floats(outcome_col)
-    if not np.isfinite(outcome).all() or (outcome != outcome[first_row][traj_code]).any():
-        raise _Irregular
+    state, next_state = _texts(c.state), _texts(c.next_state)
+    group = _texts(c.group)
+    outcome, outcome_bad = _floats(c.outcome)
     reward = outcome[first_row]
+    if c.step_reward is not None:
+        step_reward, step_reward_bad = _floats(c.step_reward[canon])
+    else:
+        step_reward, step_reward_bad = None, np.zeros(n_steps, dtype=bool)
+    success, won_bad = None, np.zeros(n_traj, dtype=bool)
+    if c.won is not None:
+        success = np.zeros(n_traj, dtype=bool)
+        for j, v in enumerate(c.won[first_row].tolist()):
+            try:
+                success[j] = _as_bool(v)
+            except Exception:
+                won_bad[j] = True
+
+    # the checks, each a flag per row, per trajectory or per step
+    row_of = canon[step_of_sorted]  # (n_rows,) in sorted order: the step's first-seen row
+    mismatch_sorted = (state[order] != state[row_of]) | (next_state[order] != next_state[row_of])
+    step_row_bad = np.zeros(n_rows, dtype=bool)
+    step_row_bad[order] = mismatch_sorted
+    if c.step is not None:
+        step_row_bad |= step_bad | (step_no < 0)
+    group_bad = _per_traj(group != group[first_row][traj_code], traj_code, n_traj)
+    disagree = _per_traj(outcome != reward[traj_code], traj_code, n_traj)
+    gaps = _per_traj(t != step_no[canon], traj_of_step, n_traj)
+    if group_bad.any() or outcome_bad.any() or disagree.any() or step_row_bad.any() or gaps.any() \
+            or step_reward_bad.any() or won_bad.any():
+        _raise_first(
+            cols, c, traj_code, traj_ids, first_row, group, outcome, step_no, canon, t, traj_of_step,
+            group_bad, outcome_bad, disagree, step_row_bad, step_bad, gaps, step_reward_bad, won_bad,
+        )
+
     group_code, group_ids = _codes(group[first_row])
-    error = error_rows[canon] if error_rows is not None else np.zeros(n_steps, dtype=bool)
+    error = c.error[canon] if c.error is not None else np.zeros(n_steps, dtype=bool)
     state_code, states = _codes(np.concatenate([state[canon], next_state[canon]]))
-    if action_col is not None:
-        action, actions = _codes(_texts(action_col)[canon])
+    if c.action is not None:
+        action, actions = _codes(_texts(c.action)[canon])
     else:
         action, actions = np.zeros(n_steps, dtype=np.int64), ([""] if n_steps else [])
-    anchor = _codes(_texts(anchor_col)[canon] if anchor_col is not None else state[canon])[0]
-    if reward_col is not None:
-        step_reward = _floats(reward_col[canon])
-        if not np.isfinite(step_reward).all():
-            raise _Irregular
+    anchors = _texts(c.anchor)[canon] if c.anchor is not None else None
+    anchor = _codes(anchors if anchors is not None else state[canon])[0]
+    if step_reward is not None:
         reward_on_last = np.zeros(n_traj, dtype=bool)
     else:  # the credit layer's convention: the outcome on the last step
         step_reward = np.zeros(n_steps, dtype=np.float64)
         reward_on_last = lengths > 0
         step_reward[offsets[1:][reward_on_last] - 1] = reward[reward_on_last]
-    if won_col is not None:
-        won = won_col[first_row]
-        success = np.fromiter((_as_bool(v) for v in won.tolist()), dtype=bool, count=n_traj)
-    else:
-        success = reward > 0
     batch = CreditBatch(
         offsets=offsets, traj_of_step=traj_of_step, t=t, lengths=lengths, group=group_code,
-        group_ids=group_ids, traj_ids=traj_ids, reward=reward, success=success, states=states,
+        group_ids=group_ids, traj_ids=traj_ids, reward=reward,
+        success=success if success is not None else reward > 0, states=states,
         state=state_code[:n_steps], next_state=state_code[n_steps:], actions=actions, action=action,
         error=error, anchor=anchor, step_reward=step_reward, value=np.full(n_steps, np.nan),
         reward_on_last=reward_on_last, truncated=np.zeros(n_traj, dtype=bool),
     )
-    return BatchLayout(batch, row_to_step, n_rows - n_steps, dict(non_tensor), cols)
+    return BatchLayout(
+        batch, row_to_step, n_rows - n_steps, anchors, c.step_reward is not None, c.won is not None
+    )
+
+
+def _per_traj(flag: np.ndarray, traj: np.ndarray, n_traj: int) -> np.ndarray:
+    out = np.zeros(n_traj, dtype=bool)
+    out[traj[flag]] = True
+    return out
+
+
+def _raise_first(
+    cols: StepColumns, c: _Columns, traj_code: np.ndarray, traj_ids: list[str], first_row: np.ndarray,
+    group: np.ndarray, outcome: np.ndarray, step_no: np.ndarray, canon: np.ndarray, t: np.ndarray,
+    traj_of_step: np.ndarray, group_bad: np.ndarray, outcome_bad: np.ndarray, disagree: np.ndarray,
+    step_row_bad: np.ndarray, step_bad: np.ndarray, gaps: np.ndarray, step_reward_bad: np.ndarray,
+    won_bad: np.ndarray,
+) -> None:
+    """Raise the error of the first failed check: by trajectory (first seen), then check, then
+    row (step for the step rewards)."""
+    candidates: list[tuple[int, int, int]] = []  # (trajectory, check, row or step)
+    for check, flag in enumerate([group_bad, None, disagree, None, gaps, None, won_bad]):
+        if flag is not None and flag.any():
+            candidates.append((int(np.flatnonzero(flag)[0]), check, 0))
+    for check, flag in [(1, outcome_bad), (3, step_row_bad)]:
+        if flag.any():
+            r = np.flatnonzero(flag)
+            j = int(traj_code[r].min())
+            candidates.append((j, check, int(r[traj_code[r] == j][0])))
+    if step_reward_bad.any():
+        s = np.flatnonzero(step_reward_bad)
+        j = int(traj_of_step[s].min())
+        candidates.append((j, 5, int(s[traj_of_step[s] == j][0])))
+    j, check, pos = min(candidates)
+    tid = traj_ids[j]
+    in_traj = np.flatnonzero(traj_code == j)
+    if check == 0:
+        groups = sorted(set(group[in_traj].tolist()))
+        raise ProasError(f"trajectory {tid!r} has rows in several groups {groups}")
+    if check == 1:
+        _as_float(c.outcome[pos], f"{cols.episode_reward} of trajectory {tid!r}")
+    elif check == 2:
+        outcomes = sorted(set(outcome[in_traj].tolist()))
+        raise ProasError(f"trajectory {tid!r}: its rows disagree on {cols.episode_reward!r}: {outcomes}")
+    elif check == 3:
+        assert c.step is not None
+        if step_bad[pos]:
+            int(c.step[pos])  # raises what int() raises
+        if step_no[pos] < 0:
+            raise ProasError(f"trajectory {tid!r}: negative {cols.step} {int(step_no[pos])}")
+        raise ProasError(f"trajectory {tid!r}: two rows claim step {int(step_no[pos])} with different states")
+    elif check == 4:
+        seen = step_no[canon[traj_of_step == j]].tolist()
+        raise ProasError(f"trajectory {tid!r}: {cols.step} values {seen} are not 0..{len(seen) - 1}")
+    elif check == 5:
+        assert c.step_reward is not None
+        _as_float(c.step_reward[canon[pos]], f"{cols.step_reward} of trajectory {tid!r}")
+    else:
+        assert c.won is not None
+        _as_bool(c.won[first_row[j]])
+    raise AssertionError(f"check {check} of trajectory {tid!r} failed but raised nothing")  # pragma: no cover
 
 
 def trajectories_to_rows(
