@@ -197,6 +197,10 @@ def test_inconsistent_rows_are_refused():
     bad = dict(rows, step_index=np.array([0, 1, 3, 0, 1, 2], dtype=object))
     with pytest.raises(ProasError, match=r"are not 0\.\.2"):
         rows_to_trajectories(bad)
+    for huge in (2**63, 2**70, -(2**70)):  # beyond int64: the same one-line refusal, not an OverflowError
+        bad = dict(rows, step_index=np.array([0, 1, huge, 0, 1, 2], dtype=object))
+        with pytest.raises(ProasError, match=r"not 0\.\.2|negative"):
+            rows_to_batch(bad)
     pick = np.array([0, 1, 2, 3, 4, 5, 0])
     bad = {k: v[pick] for k, v in rows.items()}
     bad["next_abstract_state"] = bad["next_abstract_state"].copy()

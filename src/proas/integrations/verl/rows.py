@@ -338,14 +338,18 @@ def _ints(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values = col.tolist()
     bad = np.zeros(len(values), dtype=bool)
     if all(isinstance(v, _INT_TYPES) for v in values):
-        return np.asarray(values, dtype=np.int64).reshape(len(values)), bad
+        try:
+            return np.asarray(values, dtype=np.int64).reshape(len(values)), bad
+        except OverflowError:  # an integer beyond int64: entry by entry below
+            pass
     out = np.empty(len(values), dtype=np.int64)
+    big = np.iinfo(np.int64).max  # no step number: beyond any 0..n-1, as the step check says
     for i, v in enumerate(values):
         try:
             value = int(v)
         except Exception:  # int() raises it again when this row is the first failure
             value, bad[i] = -1, True
-        out[i] = value
+        out[i] = value if -big <= value <= big else big
     return out, bad
 
 
