@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import statistics
 import sys
 from pathlib import Path
 
+from proas.errors import ProasError
+from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 
 KEYS = ("train/sr", "train/unreasonable_in_success", "train/unreasonable", "train/na_in_failure",
@@ -27,21 +28,11 @@ KEYS = ("train/sr", "train/unreasonable_in_success", "train/unreasonable", "trai
 WINDOW = (51, 150)
 
 
-def run_means(metrics: Path, window: tuple[int, int] = WINDOW) -> dict[str, float | None]:
-    """Mean of each key over the training records whose step lies in the window."""
-    vals: dict[str, list[float]] = {k: [] for k in KEYS}
-    for n, line in enumerate(metrics.read_text(encoding="utf-8").split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            raise SystemExit(f"{metrics}: line {n} is not JSON") from None
-        if not isinstance(rec, dict) or not window[0] <= rec.get("step", -1) <= window[1]:
-            continue
-        for k in KEYS:
-            if isinstance(rec.get(k), (int, float)):
-                vals[k].append(float(rec[k]))
+def run_means(run_dir: Path, window: tuple[int, int] = WINDOW) -> dict[str, float | None]:
+    """Mean of each key over the run's training records whose step lies in the window (the
+    records as the held-out analysis reads them: a resumed run's repeated step counts once)."""
+    recs = [r for r in run_metrics(run_dir) if window[0] <= r["step"] <= window[1]]
+    vals = {k: [float(r[k]) for r in recs if isinstance(r.get(k), (int, float))] for k in KEYS}
     return {k: statistics.fmean(v) if v else None for k, v in vals.items()}
 
 
@@ -53,7 +44,7 @@ def collect(sources: list[Path]) -> list[dict]:
         for summary in sorted(src.glob("*/*/seed*/summary.json")):
             run = summary.parent
             env, row, seed = run.parent.parent.name, run.parent.name, int(run.name.removeprefix("seed"))
-            rows.append({"env": env, "row": row, "seed": seed, **run_means(run / "metrics.jsonl")})
+            rows.append({"env": env, "row": row, "seed": seed, **run_means(run)})
     return rows
 
 
@@ -62,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sources", nargs="+", type=Path, metavar="RES")
     ap.add_argument("--out", type=Path, required=True, metavar="CSV")
     args = ap.parse_args(argv)
-    rows = collect(args.sources)
+    try:
+        rows = collect(args.sources)
+    except ProasError as exc:  # a damaged metrics.jsonl: one line, nothing written
+        raise SystemExit(str(exc)) from None
     if not rows:
         raise SystemExit("no finished runs under " + " ".join(map(str, args.sources)))
     buf = io.StringIO()

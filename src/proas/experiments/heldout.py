@@ -220,7 +220,7 @@ def config_path(start: str = "random") -> Path:
 # --------------------------------------------------------------------------- reading runs
 
 
-def _records(run_dir: Path) -> list[dict[str, Any]]:
+def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """A run's metrics records by step (the trainer's reader; a resumed run repeats steps, the
     last record of each counts)."""
     from proas.train.checkpoint import read_metrics
@@ -252,7 +252,7 @@ RECORD_FIELDS = ("env", "row", "seed", "commit", "tuning_metric", *(f"val{k}" fo
 def run_record(run_dir: Path, env: str, row: str, seed: int) -> dict[str, Any] | None:
     """One finished run as a record: its validation SR at each of steps 0-150, the tuning
     metric (their mean over the window) and the commit; None while the window is incomplete."""
-    recs = _records(run_dir)
+    recs = run_metrics(run_dir)
     metric = mean_val(recs)
     if metric is None:
         return None
@@ -347,7 +347,7 @@ def _metric(records: Records | Path, arm: Arm, s: Setting, seed: int) -> float |
         rec = records.get((arm.env, row_id(arm, s), seed))
         return None if rec is None else rec["tuning_metric"]
     run = Path(records) / arm.env / row_id(arm, s) / f"seed{seed}"
-    return mean_val(_records(run)) if (run / "metrics.jsonl").exists() else None
+    return mean_val(run_metrics(run)) if (run / "metrics.jsonl").exists() else None
 
 
 def select(records: Records | Path, start: str = "random") -> list[Choice]:
@@ -520,7 +520,7 @@ def ablation_study(chosen: dict[str, Any], envs: Iterable[str] = ENVS) -> dict[s
 
 def run_figures(run_dir: Path) -> dict[str, Any] | None:
     """The per-seed figures of one finished run (None when its primary metric is incomplete)."""
-    recs = _records(run_dir)
+    recs = run_metrics(run_dir)
     primary = mean_val(recs)
     if primary is None:
         return None
