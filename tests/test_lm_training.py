@@ -243,7 +243,8 @@ def test_schedule_options_are_checked():
 #: a trainer on the toy env (tests/toy_env.py) with a tiny score-mode lm
 TOY_SCORE = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
              "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2", "train.progress=false",
-             "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score", "algo.kl_coef=0"]
+             "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score", "algo.kl_coef=0",
+             "policy.lm.device=cpu"]
 
 
 def test_rl_steps_the_schedule_once_a_step_and_reports_the_rate(tmp_path):

@@ -21,6 +21,8 @@ def ctx(step=3):
 
 
 def tiny(**over):
+    # CPU unless told, also on a GPU machine (device=auto would take cuda, with bf16 autocast)
+    over = {"device": "cpu", **over}
     cfg = build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=12",
                         *[f"policy.lm.{k}={v}" for k, v in over.items()]])
     return LMPolicy.from_config(cfg.policy.lm, seed=0)
@@ -127,7 +129,7 @@ def scored(**over):
 #: a trainer on the toy env (tests/toy_env.py) with a tiny score-mode lm
 TOY_SCORE = ["env.name=toy_env:make_env", "env.options.n_places=2", "env.options.max_steps=4", "env.options.n_train=8",
              "env.options.n_valid=2", "env.tasks_per_step=2", "env.group_size=2", "train.progress=false",
-             "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score"]
+             "policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score", "policy.lm.device=cpu"]
 
 
 def full_forward_logp(p, prompt, cand):
@@ -475,7 +477,8 @@ def test_cuda_packed_score_equals_expand_in_log_probs_and_gradients(attn):
     """The GPU's attention kernels take the packed 4D mask too (fp32, so rounding stays small)."""
     out = {}
     for impl in ("expand", "packed"):
-        p = scored(score_impl=impl, device="cuda", dtype="fp32")  # the same seed: the same weights
+        # fp32 compute (autocast off: the GPU default computes in bf16), the same seed: the same weights
+        p = scored(score_impl=impl, device="cuda", dtype="fp32", autocast="none")
         p.module.config._attn_implementation = attn
         items = packed_items(p)
         with torch.no_grad():

@@ -17,8 +17,9 @@ with ``top_p=1, top_k=0``) and the temperature-1 log-prob of each drawn token ru
 step's ``(rows, vocab)`` logits.
 
 The attention mask is built here, not by the model: left padding and the cache's unused slots are
-masked with an additive ``(rows, 1, query, length)`` mask passed as the model's per-layer-type
-mask mapping (``{"full_attention": mask}``), which Hugging Face models take as given. Positions
+masked with an additive ``(rows, 1, query, length)`` mask passed as the model's ``attention_mask``:
+Hugging Face models take a 4D mask as given. (A per-layer-type mapping ``{"full_attention": mask}``
+is not read by every version: Llama under transformers 5.17 refuses it.) Positions
 are explicit (a row's position counts its own tokens), as ``generate`` computes them. The
 one-token step of an sdpa model attends through ``step_attention``, which reads each key/value
 head once instead of copying it for every query head that shares it.
@@ -224,7 +225,7 @@ class StaticDecoder:
 
     # ---- the forward passes
     def _forward(self, cache: _SlotCache, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask={"full_attention": mask}, use_cache=True,
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
                          **{self._cache_kw: cache}, **self._keep)
         return out.logits[:, -1]
 
