@@ -212,3 +212,22 @@ def test_the_proas_step_equals_compute_credit_for_every_estimator_and_shaping(re
         assert r["pad"] > 0, r  # verl-agent's adjust_batch added copies
         assert r["max_abs_diff"] < 1e-5, r
         assert r["changed"] is (r["shaping"] != "none"), r
+
+
+def test_the_device_runs_model_calls_pass_the_cpu_preflight(patched, tmp_path):
+    """recipes/verl_agent/device/cpu_check.py: run.sh's overrides compose in verl-agent's config,
+    and its HF rollout, log-prob and update run on a from-scratch model of proas's, as run.sh makes it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(patched), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    proas = [sys.executable, "-m", "proas", "lm"]
+    tok, model = str(tmp_path / "tok"), str(tmp_path / "model")
+    for cmd in (["tokenizer", "--env", "household", "--vocab", "512", "--max-tasks", "20", "--out", tok],
+                ["new-model", "--tokenizer", tok, "--size", "tiny", "--out", model]):
+        made = subprocess.run(proas + cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert made.returncode == 0, made.stderr[-2000:]
+    check = REPO / "recipes" / "verl_agent" / "device" / "cpu_check.py"
+    proc = subprocess.run([sys.executable, str(check), "--model", model], cwd=patched, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "cpu_check: ok" and any(s.startswith("update: ") and " moved" in s for s in lines)

@@ -60,3 +60,16 @@ def test_prepare_data_writes_verl_agents_text_rows(tmp_path):
     assert train["data_source"].tolist() == ["text"] * 4
     assert [dict(m) for m in train["prompt"][0]] == [{"role": "user", "content": ""}]
     assert dict(test["extra_info"][7]) == {"split": "test", "index": 7}
+
+
+def test_the_cpu_preflight_reads_run_sh_overrides_with_its_variables_filled_in():
+    spec = importlib.util.spec_from_file_location("cpu_check", DEVICE / "cpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    over = mod.run_sh_overrides(work="/w", env="alfworld/AlfredTWEnv")
+    keys = [o.split("=", 1)[0] for o in over]
+    assert len(keys) == len(set(keys)) > 30 and not any("$" in o for o in over)
+    for want in ("proas.enable=True", "proas.graph=/w/arg.json.gz", "env.env_name=alfworld/AlfredTWEnv",
+                 "actor_rollout_ref.rollout.name=hf", "trainer.total_training_steps=10",
+                 "trainer.resume_mode=disable", "trainer.default_local_dir=/w/run", "trainer.logger=['console']"):
+        assert want in over, want
