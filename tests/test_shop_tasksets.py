@@ -10,6 +10,7 @@ from proas import tasksets
 from proas.envs.shop import catalog as synth
 from proas.envs.shop import make_shop_env
 from proas.envs.shop.catalog_spec import TYPES
+from taskset_helpers import shipped
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,7 @@ def test_shipped_val_set_is_the_envs_valid_split(env):
     assert val.task_ids == env.task_ids("valid")
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("ppo", [False, True])
+@pytest.mark.parametrize("seed, ppo", shipped("shop"))
 def test_shipped_schedules_verify_and_regenerate(env, tmp_path, seed, ppo):
     shipped = tasksets.load_schedule(tasksets.schedule_dir("shop", seed, ppo=ppo))
     assert len(shipped.steps) == 150 and shipped.per_step == (128 if ppo else 16)

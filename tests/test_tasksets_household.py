@@ -8,6 +8,7 @@ import pytest
 
 from proas import tasksets
 from proas.envs.household import fixed_valid_ids, parse_task_id, task_ids
+from taskset_helpers import shipped
 
 
 def test_shipped_validation_set_has_the_papers_per_type_counts():
@@ -19,9 +20,9 @@ def test_shipped_validation_set_has_the_papers_per_type_counts():
     assert val.task_ids == fixed_valid_ids() == task_ids("valid")
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("ppo, per_step", [(False, 16), (True, 128)])
-def test_shipped_schedules_verify_and_are_reproducible(seed, ppo, per_step):
+@pytest.mark.parametrize("seed, ppo", shipped("household"))
+def test_shipped_schedules_verify_and_are_reproducible(seed, ppo):
+    per_step = 128 if ppo else 16
     path = tasksets.schedule_dir("household", seed, ppo=ppo)
     sched = tasksets.load_schedule(path)
     assert len(sched.steps) == 150 and sched.per_step == per_step
