@@ -195,6 +195,18 @@ def atomic_write_all(files: Sequence[tuple[str | os.PathLike, bytes]]) -> None:
         _fsync_dir(directory)
 
 
+def read_utf8(path: str | os.PathLike, hint: str) -> str:
+    """The whole of a UTF-8 text file; unreadable or not UTF-8 is a one-line ``ProasError``.
+
+    ``hint`` ends the not-UTF-8 message: what the file should be (``"a run's config.yaml is UTF-8"``)."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); {hint}") from None
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_bytes, atomic_write_json, sha256_file
+from proas.fileio import atomic_write_bytes, atomic_write_json, read_utf8, sha256_file
 
 __all__ = [
     "CHECKPOINTS",
@@ -418,12 +418,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); not a metrics file") from None
+    text = read_utf8(path, "not a metrics file")
     lines = text.split("\n")
     while lines and not lines[-1].strip():
         lines.pop()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_bytes, atomic_write_text
+from proas.fileio import atomic_write_bytes, atomic_write_text, read_utf8
 from proas.train.config import Config, config_from_yaml, config_to_yaml
 
 __all__ = ["MetricsSink", "curve_figure", "curve_top", "default_run_name", "gc_paused", "load_run_config",
@@ -236,13 +236,7 @@ def load_run_config(run_dir: Path) -> Config:
     path = run_dir / "config.yaml"
     if not path.exists():
         raise ProasError(f"{run_dir}: not a run directory (no config.yaml)")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ProasError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); a run's config.yaml is UTF-8") from None
-    return config_from_yaml(text, where=str(path))
+    return config_from_yaml(read_utf8(path, "a run's config.yaml is UTF-8"), where=str(path))
 
 
 def write_run_config(run_dir: Path, cfg: Config) -> None:
