@@ -245,6 +245,28 @@ def test_the_evaluation_grid_runs_proas_at_its_own_and_at_its_bases_setting():
         heldout.evaluation_study(chosen)
 
 
+def test_the_other_baselines_evaluation_runs_ppo_as_it_was_tuned():
+    """start="other": PPO and MiGPO, unshaped, at their own settings on seeds 100-104; PPO keeps its
+    tuning grid's single-trajectory batches and the PPO schedules, MiGPO neither."""
+    chosen = {f"{a.env}/{a.name}": {"optimizer": "adamw", "lr": 0.003, "gigpo_mode": None}
+              for a in heldout.arms(start="other")}
+    study = parse_study(heldout.evaluation_study(chosen, "other"), "t")
+    assert [r.id for r in study.rows] == ["ppo_none_household", "migpo_none_household", "ppo_none_shop",
+                                          "migpo_none_shop"]
+    assert study.seeds == heldout.EVAL_SEEDS_SHORT and study.name == "heldout_other"
+    ppo, migpo = study.row("ppo_none_shop"), study.row("migpo_none_shop")
+    for over in heldout.OTHER_OVERRIDES["ppo"]:
+        assert over in ppo.overrides and over not in migpo.overrides
+    assert ppo.schedule == "ppo" and migpo.schedule != "ppo"
+    assert "policy.scorer.lr=0.003" in ppo.overrides and "algo.shaping=none" in migpo.overrides
+    # the tuning rows of the chosen setting are the evaluation rows, up to the validation set
+    tuned = {r["id"]: r for r in heldout.tuning_study("other")["rows"]}
+    assert set(tuned["ppo_none_adamw0.003"]["overrides"]) == set(ppo.overrides)
+    del chosen["shop/migpo_none"]
+    with pytest.raises(ProasError, match="shop/migpo_none"):
+        heldout.evaluation_study(chosen, "other")
+
+
 def test_analyse_pairs_by_seed_and_writes_every_figure(tmp_path):
     """An evaluation grid of fake runs: the per-seed CSV holds a row per finished run, the pairs
     are matched by seed (an unpaired seed is left out), and the verdict follows the interval."""

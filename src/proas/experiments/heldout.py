@@ -49,6 +49,8 @@ OTHER_ESTIMATORS = ("ppo", "migpo")
 OTHER_OVERRIDES = {"ppo": ("env.group_size=1", "env.tasks_per_step=128", "algo.gamma=1.0"), "migpo": ()}
 OTHER_SCHEDULES = {"ppo": "ppo"}
 STARTS = ("random", "sft", "other")
+#: what each start's grids are, in their titles and selections
+START_TITLES = {"random": "random weights", "sft": "SFT start", "other": "the other baselines, random weights"}
 #: the SFT start of the SFT-start grids (the ``sft_start`` row of ``main_warm``)
 SFT_START_ROW = {"id": "sft_start", "label": "SFT start (1 epoch, 80 tasks)", "hidden": True,
                  "sft": ["--epochs", "1", "--max-tasks", "80"]}
@@ -182,7 +184,7 @@ def tuning_study(start: str = "random") -> dict[str, Any]:
     if start == "sft":
         rows.insert(0, dict(SFT_START_ROW))
     name = config_path(start).stem
-    what = {"random": "random weights", "sft": "SFT start", "other": "the other baselines, random weights"}[start]
+    what = START_TITLES[start]
     description = ("docs/study-protocol.md: every arm (env x estimator x shaping) over its optimiser grid, "
                    "on the tuning seeds, validated on the tuning tasks")
     if start == "other":
@@ -404,7 +406,7 @@ def extensions_needed(choices: list[Choice]) -> list[tuple[Arm, Setting]]:
 
 
 def render_selection(choices: list[Choice], start: str = "random") -> str:
-    what = {"random": "random weights", "sft": "SFT start", "other": "the other baselines, random weights"}[start]
+    what = START_TITLES[start]
     lines = [f"# Tuning ({what}): mean validation SR on the "
              f"tuning tasks, steps {WINDOW[0]}-{WINDOW[1]}, seeds {', '.join(map(str, TUNING_SEEDS))}", ""]
     for c in choices:
@@ -439,13 +441,14 @@ def _setting(d: dict[str, Any]) -> Setting:
 def evaluation_study(chosen: dict[str, Any], start: str = "random", envs: Iterable[str] = ENVS) -> dict[str, Any]:
     """The evaluation grid from the tuned settings (protocol, "What is run"): every arm at its
     own setting, and each ProAS arm also at its base's setting where the two differ; the final
-    policy validated again at temperature 1.0 and greedily. ``envs`` limits it to some envs (one
-    whose tuning is done can start before the other's): its rows are the same as in the full grid."""
+    policy validated again at temperature 1.0 and greedily. ``start="other"``: the other baselines
+    (PPO on its schedules, MiGPO), unshaped, each at its own setting. ``envs`` limits it to some envs
+    (one whose tuning is done can start before the other's): its rows are the same as in the full grid."""
     envs = list(envs)
     if not envs or any(e not in ENVS for e in envs):
         raise ProasError(f"envs must be some of {', '.join(ENVS)}, got {envs}")
     rows: list[dict[str, Any]] = []
-    for arm in arms([e for e in ENVS if e in envs]):
+    for arm in arms([e for e in ENVS if e in envs], start):
         own = chosen.get(f"{arm.env}/{arm.name}")
         if own is None:
             raise ProasError(f"no tuned setting for {arm.env}/{arm.name}; run the tuning grid and select first")
@@ -457,21 +460,25 @@ def evaluation_study(chosen: dict[str, Any], start: str = "random", envs: Iterab
             if _setting(base) != _setting(own):
                 variants.append((f"{arm.name}_at_base_{arm.env}", _setting(base)))
         for rid, s in variants:
-            over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}", *s.overrides()]
+            over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}",
+                    *OTHER_OVERRIDES.get(arm.estimator, ()), *s.overrides()]
             if start == "sft":
                 over.append("policy.scorer.init_from={out}/{env}/sft_start/seed{seed}")
             row: dict[str, Any] = {"id": rid, "label": f"{arm.name} {s.tag}", "overrides": over, "envs": [arm.env]}
+            if arm.estimator in OTHER_SCHEDULES:
+                row["schedule"] = OTHER_SCHEDULES[arm.estimator]
             if start == "sft":
                 row["needs"] = ["sft_start"]
             rows.append(row)
     if start == "sft":
         rows.insert(0, dict(SFT_START_ROW))
     temps = "[" + ",".join(f"{t:g}" for t in FINAL_TEMPERATURES) + "]"
+    what = START_TITLES[start]
     return {
-        "study": "heldout_main" if start == "random" else "heldout_sft",
-        "title": f"Held-out study: evaluation ({'random weights' if start == 'random' else 'SFT start'})",
+        "study": {"random": "heldout_main", "sft": "heldout_sft", "other": "heldout_other"}[start],
+        "title": f"Held-out study: evaluation ({what})",
         "kind": "ablation",
-        "reference": rows[0]["id"] if start == "random" else rows[1]["id"],
+        "reference": rows[1]["id"] if start == "sft" else rows[0]["id"],
         "description": "docs/study-protocol.md: each arm at its tuned setting, evaluation seeds, fixed validation set",
         "envs": [e for e in ENVS if e in envs],
         "seeds": list(EVAL_SEEDS if start == "random" else EVAL_SEEDS_SHORT),
