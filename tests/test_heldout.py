@@ -357,6 +357,35 @@ def test_the_ablations_run_at_grpo_proas_setting_and_are_read_against_the_main_g
     assert all("p_holm" not in p for p in pairs)
 
 
+def test_the_other_baselines_are_read_against_each_proas_arm_of_the_main_grid(tmp_path):
+    """Δ = ProAS arm − other baseline, paired by seed, the ProAS runs read from the main grid's results;
+    an arm the sources lack is "not run"; no Holm (not a primary pair)."""
+    import yaml
+
+    chosen = {f"{a.env}/{a.name}": {"optimizer": "sgd", "lr": 0.3, "gigpo_mode": None}
+              for a in heldout.arms(start="other")}
+    other = yaml.safe_load(yaml.safe_dump(heldout.evaluation_study(chosen, "other")))
+    res, main = tmp_path / "other", tmp_path / "main"
+    for seed in heldout.EVAL_SEEDS_SHORT:
+        for root, row, v in ((res, "migpo_none_shop", 0.50), (res, "ppo_none_shop", 0.10 + 0.01 * (seed % 2)),
+                             (main, "grpo_proas_shop", 0.30), (main, "grpo_none_shop", 0.05)):
+            _fake_run(root, "shop", row, seed, {s: v for s in range(0, 151, 10)})
+            (root / "shop" / row / f"seed{seed}" / "summary.json").write_text("{}")
+    rows, pairs = heldout.analyse([res, main], other)
+    # the main grid's base rows are not part of this comparison
+    assert sorted({r["row"] for r in rows}) == ["grpo_proas_shop", "migpo_none_shop", "ppo_none_shop"]
+    by = {(p["env"], p["pair"]): p for p in pairs}
+    assert len(by) == 2 * 2 * 3
+    vs_migpo = by[("shop", "grpo_proas vs migpo")]
+    assert vs_migpo["n"] == 5 and vs_migpo["mean"] == pytest.approx(-0.20) and vs_migpo["verdict"] == "hurts"
+    assert vs_migpo["base"] == "migpo_none_shop" and vs_migpo["proas"] == "grpo_proas_shop"
+    vs_ppo = by[("shop", "grpo_proas vs ppo")]
+    assert vs_ppo["mean"] == pytest.approx(0.196) and vs_ppo["up"] == 5 and vs_ppo["verdict"] == "helps"
+    assert by[("shop", "dapo_proas vs ppo")]["verdict"] == "not run"
+    assert by[("household", "gigpo_proas vs migpo")]["n"] == 0
+    assert all("p_holm" not in p for p in pairs)
+
+
 def test_speed_at_k_follows_the_protocol():
     steps = len(heldout.VAL_STEPS)
     base = [min(0.5, 0.05 * i) for i in range(steps)]  # 0, .05, ..., max 0.5 from step 100
@@ -385,3 +414,16 @@ def test_holm_is_applied_once_every_primary_pair_has_all_its_seeds(tmp_path):
     primary = [p for p in pairs if p["pair"].endswith("(own setting)")]
     assert len(primary) == 3 and all(p["n"] == 10 for p in primary)
     assert [p["p_holm"] for p in primary] == pytest.approx(heldout.holm([p["p"] for p in primary]))
+
+
+@pytest.mark.parametrize("start", heldout.STARTS)
+def test_every_edge_of_every_grid_has_a_rate_beyond_it(start):
+    """A best setting on an edge waits on the rate past it: every grid's four edges have one, about a
+    factor of 3 outwards (the SFT grid's AdamW top edge, 0.003, was missing and stopped the selection)."""
+    sgd, adamw = heldout._rates(start)
+    for opt, grid in (("sgd", sgd), ("adamw", adamw)):
+        for edge, outward in ((grid[0], -1), (grid[-1], +1)):
+            past = heldout.beyond_edge(heldout.Setting(opt, edge), start)
+            assert past is not None and past.optimizer == opt
+            assert 2.5 < (past.lr / edge) ** outward < 3.5
+        assert heldout.beyond_edge(heldout.Setting(opt, grid[1]), start) is None

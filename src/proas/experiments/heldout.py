@@ -131,7 +131,7 @@ def row_id(arm: Arm, setting: Setting) -> str:
 
 
 #: the grid's edges and the one rate beyond each (protocol, "Ties and edges": a factor of about 3)
-BEYOND = {0.1: 0.03, 3.0: 10.0, 0.001: 0.0003, 0.01: 0.03, 0.03: 0.01, 1.0: 3.0, 0.0003: 0.0001}
+BEYOND = {0.1: 0.03, 3.0: 10.0, 0.001: 0.0003, 0.01: 0.03, 0.03: 0.01, 1.0: 3.0, 0.0003: 0.0001, 0.003: 0.01}
 
 
 def beyond_edge(s: Setting, start: str = "random") -> Setting | None:
@@ -642,10 +642,10 @@ def per_seed_rows(sources: Path | Iterable[Path], study: dict[str, Any]) -> list
     sources = [Path(sources)] if isinstance(sources, (str, Path)) else [Path(x) for x in sources]
     wanted = [(row["id"], env, seed) for row in study["rows"] if row.get("sft") is None
               for env in row.get("envs", study["envs"]) for seed in study["seeds"]]
-    # an ablation is read against the evaluation grid's GRPO rows of the same seeds
-    # (several ablations share a reference: each (row, env, seed) is wanted once)
-    wanted = list(dict.fromkeys(wanted + [(ref, env, seed) for _, ref, env in _ablation_refs(study)
-                                          for seed in study["seeds"]]))
+    # an ablation or another baseline is read against the evaluation grid's rows of the same seeds
+    # (several share a reference: each (row, env, seed) is wanted once)
+    wanted = list(dict.fromkeys(wanted + [(row, env, seed) for env, _, ref, cmp in _external_pairs(study)
+                                          for row in (ref, cmp) for seed in study["seeds"]]))
     found: EvalRecords = {}
     for src in sources:
         if src.is_file():
@@ -663,25 +663,29 @@ def per_seed_rows(sources: Path | Iterable[Path], study: dict[str, Any]) -> list
     return [found[k] for k in wanted if k in found]
 
 
-def _ablation_refs(study: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(ablation row, reference row, env) of an ablation study's rows: each against full ProAS
-    and against the base, both from the evaluation grid."""
+def _external_pairs(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(env, label, reference row, compared row) of the comparisons with the evaluation grid's rows
+    (run in another study, read from its per-seed CSV or directory): each ablation against full
+    GRPO+ProAS and against GRPO (Δ = ablation − reference); each other baseline against each ProAS
+    arm at its own setting (Δ = ProAS arm − other baseline)."""
     out = []
     for row in study["rows"]:
-        for name, _ in ABLATIONS:
-            for env in ENVS:
+        for env in ENVS:
+            for name, _ in ABLATIONS:
                 if row["id"] == f"grpo_{name}_{env}":
-                    out += [(row["id"], f"grpo_proas_{env}", env), (row["id"], f"grpo_none_{env}", env)]
+                    out += [(env, f"{name} vs {ref}", f"{ref}_{env}", row["id"]) for ref in ("grpo_proas", "grpo_none")]
+            for other in OTHER_ESTIMATORS:
+                if row["id"] == f"{other}_none_{env}":
+                    out += [(env, f"{est}_proas vs {other}", row["id"], f"{est}_proas_{env}") for est in ESTIMATORS]
     return out
 
 
 def pairs_of(study: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(env, label, reference row, compared row) of the comparisons: each ProAS arm at its own
     setting against its base (primary), and at its base's setting where that was run; in an
-    ablation study, each ablation against full GRPO+ProAS and against GRPO (Δ = ablation − reference)."""
+    ablation or other-baselines study, the comparisons with the evaluation grid (``_external_pairs``)."""
     ids = {r["id"] for r in study["rows"]}
-    out = [(env, f"{abl.removeprefix('grpo_').removesuffix('_' + env)} vs {ref.removesuffix('_' + env)}", ref, abl)
-           for abl, ref, env in _ablation_refs(study)]
+    out = _external_pairs(study)
     for env in ENVS:
         for est in ESTIMATORS:
             base = f"{est}_none_{env}"
