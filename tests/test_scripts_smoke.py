@@ -34,6 +34,7 @@ SMOKE = {
     "analyse_lm.py": "python",
     "analyse_study.py": "python",
     "heldout_device.sh": "bash",
+    "heldout_grids/eval_other_household.sh": "bash",
     "heldout_grids/eval_rest.sh": "bash",
     "heldout_grids/heldout_tune_ext.yaml": "study",
     "heldout_grids/tune_rest.sh": "bash",
