@@ -384,6 +384,11 @@ def test_the_other_baselines_are_read_against_each_proas_arm_of_the_main_grid(tm
     assert by[("shop", "dapo_proas vs ppo")]["verdict"] == "not run"
     assert by[("household", "gigpo_proas vs migpo")]["n"] == 0
     assert all("p_holm" not in p for p in pairs)
+    # the CLI finds the study config the runner saved under studies/
+    (res / "studies").mkdir()
+    (res / "studies" / "heldout_other.yaml").write_text(yaml.safe_dump(other))
+    assert proas_main(["heldout", "analyse", str(res), str(main), "--out", str(tmp_path / "out")]) == 0
+    assert "| shop | grpo_proas vs migpo | 5 | -20.0 |" in (tmp_path / "out" / "heldout_other_pairs.md").read_text()
 
 
 def test_speed_at_k_follows_the_protocol():

@@ -77,7 +77,7 @@ def register(sub) -> None:
                     help="evaluation results directories (the --out of `proas experiment run heldout_main`) and/or "
                          "per-seed CSVs written by an earlier analyse; a later source's run replaces an earlier one's")
     ha.add_argument("--study", nargs="+", metavar="YAML", help="the evaluation study config(s) (default: the "
-                    "heldout_main*/heldout_sft* configs saved under the results directories' studies/)")
+                    "heldout_main*/heldout_sft*/heldout_other* configs saved under the results directories' studies/)")
     ha.add_argument("--out", required=True, metavar="DIR", help="directory for STUDY_per_seed.csv and STUDY_pairs.md")
     ha.set_defaults(func=_heldout_analyse)
 
@@ -185,10 +185,10 @@ def _heldout_analyse(args) -> int:
         saved = []
         for src in sources:
             if src.is_dir():
-                saved += sorted((src / "studies").glob("heldout_main*.yaml")) + sorted(
-                    (src / "studies").glob("heldout_sft*.yaml"))
+                saved += [p for kind in ("main", "sft", "other")
+                          for p in sorted((src / "studies").glob(f"heldout_{kind}*.yaml"))]
         if not saved:
-            raise ProasError("no heldout_main or heldout_sft study config under the sources' studies/ "
+            raise ProasError("no heldout_main, heldout_sft or heldout_other study config under the sources' studies/ "
                              "(run the grid first, or name it with --study)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
