@@ -459,17 +459,8 @@ def evaluation_study(chosen: dict[str, Any], start: str = "random", envs: Iterab
                 raise ProasError(f"no tuned setting for {arm.env}/{arm.estimator}_none")
             if _setting(base) != _setting(own):
                 variants.append((f"{arm.name}_at_base_{arm.env}", _setting(base)))
-        for rid, s in variants:
-            over = [f"algo.estimator={arm.estimator}", f"algo.shaping={arm.shaping}",
-                    *OTHER_OVERRIDES.get(arm.estimator, ()), *s.overrides()]
-            if start == "sft":
-                over.append("policy.scorer.init_from={out}/{env}/sft_start/seed{seed}")
-            row: dict[str, Any] = {"id": rid, "label": f"{arm.name} {s.tag}", "overrides": over, "envs": [arm.env]}
-            if arm.estimator in OTHER_SCHEDULES:
-                row["schedule"] = OTHER_SCHEDULES[arm.estimator]
-            if start == "sft":
-                row["needs"] = ["sft_start"]
-            rows.append(row)
+        for rid, s in variants:  # the tuning grid's row of that setting, renamed, on its env
+            rows.append({**_row(arm, s, start), "id": rid, "label": f"{arm.name} {s.tag}", "envs": [arm.env]})
     if start == "sft":
         rows.insert(0, dict(SFT_START_ROW))
     temps = "[" + ",".join(f"{t:g}" for t in FINAL_TEMPERATURES) + "]"
