@@ -251,7 +251,7 @@ def test_the_patch_touches_the_five_places_and_calls_proas():
     main = [ln.strip() for ln in added["verl/trainer/main_ppo.py"]]
     assert main[-1] == "check_config(config)"
     trainer = "\n".join(added["verl/trainer/ppo/ray_trainer.py"])
-    for needed in ("trainer_credit(config)", "self.proas.reshape(batch)", "self.proas.save_checkpoint(",
+    for needed in ("trainer_credit(config, envs=(envs, val_envs))", "self.proas.reshape(batch)", "self.proas.save_checkpoint(",
                    "self.proas.load_checkpoint(global_step_folder)"):
         assert needed in trainer
     assert "rollout_columns(infos)" in "\n".join(added["agent_system/multi_turn_rollout/rollout_loop.py"])
@@ -316,6 +316,32 @@ def test_the_config_loads_the_graph_it_names(tmp_path):
     g.save(tmp_path / "arg.json.gz")
     credit = trainer_credit(verl_agent_config(enable=True, graph=str(tmp_path / "arg.json.gz")))
     assert credit.graph.num_edges == g.num_edges > 0
+
+
+def test_checkpoints_keep_the_envs_task_draws_so_a_resume_draws_what_the_run_would_have(tmp_path):
+    cfg = verl_agent_config(enable=True)
+    envs, val_envs = make_envs(cfg)
+    credit = trainer_credit(cfg, envs=(envs, val_envs))
+    assert credit.envs == [envs, val_envs]
+    envs.reset()
+    val_envs.reset()
+    credit.save_checkpoint(tmp_path / "global_step_1")
+    after = [envs.reset()[0]["text"] for _ in range(2)], val_envs.reset()[0]["text"]
+    # a fresh trainer (same seeds, so it would redraw the first batch) resumes from the checkpoint
+    envs2, val_envs2 = make_envs(cfg)
+    fresh = trainer_credit(cfg, envs=(envs2, val_envs2))
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("1")
+    assert fresh.resume(tmp_path) == 1
+    assert ([envs2.reset()[0]["text"] for _ in range(2)], val_envs2.reset()[0]["text"]) == after
+    # without the restore the same seeds give the first batch again, not the next one
+    envs3, _ = make_envs(cfg)
+    assert envs3.reset()[0]["text"] != after[0][0]
+    # a checkpoint with another number of envs, or a bad generator state, is refused
+    other = trainer_credit(cfg, envs=(envs2,))
+    with pytest.raises(ProasError, match="2 env draw states for 1 attached envs"):
+        other.load_checkpoint(tmp_path / "global_step_1")
+    with pytest.raises(ProasError, match="expected the 'rng' of a PCG64"):
+        envs2.load_state_dict({"rng": {"bit_generator": "MT19937"}})
 
 
 # ---------------------------------------------------------------------- envs and columns

@@ -123,6 +123,24 @@ def test_the_device_runs_sdpa_patch_applies_and_reads_the_switch(tmp_path):
     assert text.count('os.environ.get("PROAS_ATTN_IMPLEMENTATION", "flash_attention_2")') == 3
 
 
+def test_the_device_runs_resume_check_patch_applies_where_the_checkpoint_is_loaded(tmp_path):
+    """recipes/verl_agent/device/resume_check.patch: with PROAS_RESUME_CHECK set, verl-agent's FSDP
+    checkpoint manager compares the model's state with the loaded file right after loading it."""
+    rel = "verl/utils/checkpoint/fsdp_checkpoint_manager.py"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    shutil.copy(CHECKOUT / rel, tmp_path / rel)
+    if "PROAS_RESUME_CHECK" in (tmp_path / rel).read_text(encoding="utf-8"):
+        pytest.skip("the checkout's copy already carries the resume check")
+    patch = REPO / "recipes" / "verl_agent" / "device" / "resume_check.patch"
+    done = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / rel).read_text(encoding="utf-8")
+    py_compile.compile(str(tmp_path / rel), doraise=True)
+    load = text.index("self.model.load_state_dict(model_state_dict)")
+    check = text.index("check_loaded(self.model.state_dict(), model_state_dict, self.rank)")
+    assert load < check < text.index("self.optimizer.load_state_dict(optimizer_state_dict)")
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory) -> Path:
     """A verl-agent tree with the recipe applied: the checkout itself when it is patched already,

@@ -1,9 +1,11 @@
 """What recipes/verl_agent/device/ ships for the one-GPU run (docs/verl.md section 10): the
 stand-in ``flash_attn.bert_padding`` against hand-worked answers, and the placeholder parquet
-files. (The sdpa patch is checked against verl-agent's own file in tests/test_verl_agent.py.)"""
+files, the resume check and the checkpoint comparison. (The sdpa and resume-check patches are
+checked against verl-agent's own files in tests/test_verl_agent.py.)"""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import subprocess
 import sys
@@ -73,3 +75,41 @@ def test_the_cpu_preflight_reads_run_sh_overrides_with_its_variables_filled_in()
                  "actor_rollout_ref.rollout.name=hf", "trainer.total_training_steps=10",
                  "trainer.resume_mode=disable", "trainer.default_local_dir=/w/run", "trainer.logger=['console']"):
         assert want in over, want
+
+
+def load_device_module(name: str):
+    sys.path.insert(0, str(DEVICE))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(DEVICE))
+
+
+def test_the_resume_check_passes_equal_weights_and_stops_on_any_difference(capsys):
+    check = load_device_module("proas_resume_check")
+    gen = torch.Generator().manual_seed(0)
+    saved = {"w": torch.randn(3, 4, generator=gen), "b": torch.randn(4, generator=gen), "step": 5}
+    model = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in saved.items()}
+    check.check_loaded(model, saved, 0)
+    assert "2 tensors loaded, 0 differ" in capsys.readouterr().out
+    model["w"][1, 2] = torch.nextafter(model["w"][1, 2], torch.tensor(10.0))  # one ulp
+    with pytest.raises(RuntimeError, match="1 tensors differ"):
+        check.check_loaded(model, saved, 0)
+    assert check.compare({"w": saved["w"].double()}, {"w": saved["w"]}) == ["w"]  # dtype counts
+    assert check.compare({}, {"w": saved["w"]}) == ["w"]
+
+
+def test_compare_ckpt_counts_identical_tensors_and_the_largest_difference(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    w = torch.zeros(2, 2)
+    torch.save({"w": w, "v": torch.ones(3)}, a / "model_world_size_1_rank_0.pt")
+    torch.save({"w": w + torch.tensor([[0.0, 0.25], [0.0, 0.0]]), "v": torch.ones(3)}, b / "model_world_size_1_rank_0.pt")
+    cmd = [sys.executable, str(DEVICE / "compare_ckpt.py"), str(a), str(b)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 tensors, 1 bit-identical, max |diff| 0.25 (w)" in proc.stdout
+    proc = subprocess.run([sys.executable, str(DEVICE / "compare_ckpt.py"), str(a), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "no model_world_size_*_rank_*.pt" in proc.stderr

@@ -10,6 +10,7 @@
 #   WHEELS=/tmp/proas-wheels VERL_AGENT_DIR=.verl-agent ENV=proas/household PHASES="full" bash recipes/verl_agent/device/run.sh
 #   ... PHASES="cut" ...; ... PHASES="resume" ...   (then ENV=alfworld/AlfredTWEnv)
 set -euo pipefail
+export PYTHONUNBUFFERED=1
 REPO=$(pwd)
 : "${VERL_AGENT_DIR:?the patched verl-agent copy}"
 ENV=${ENV:-proas/household}
@@ -21,7 +22,7 @@ WHEELS=${WHEELS:-/tmp/proas-wheels}
 PHASES=${PHASES:-full cut resume}
 VERL_AGENT_DIR=$(cd "$VERL_AGENT_DIR" && pwd)
 python3 -m pip install -q --no-index --no-deps "$WHEELS"/*.whl
-python3 -m pip install -q --no-deps -e "$REPO"
+python3 -m pip install -q --no-deps --no-build-isolation -e "$REPO"
 # no flash-attn wheel: the sdpa switch (sdpa.patch, applied to the copy before it travels, with
 # verl-agent.patch) and the stand-in flash_attn module verl-agent imports whenever CUDA is
 # present (device/flash_attn on PYTHONPATH)
@@ -29,6 +30,10 @@ grep -q PROAS_ATTN_IMPLEMENTATION "$VERL_AGENT_DIR/verl/workers/fsdp_workers.py"
     echo "run.sh: apply recipes/verl_agent/device/sdpa.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
 grep -q with_proas_envs "$VERL_AGENT_DIR/agent_system/environments/env_manager.py" || {
     echo "run.sh: apply recipes/verl_agent/verl-agent.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
+grep -q PROAS_RESUME_CHECK "$VERL_AGENT_DIR/verl/utils/checkpoint/fsdp_checkpoint_manager.py" || {
+    echo "run.sh: apply recipes/verl_agent/device/resume_check.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
+# on every resume, verl-agent's checkpoint manager checks that the loaded weights equal the file's
+export PROAS_RESUME_CHECK=1
 export PROAS_ATTN_IMPLEMENTATION=sdpa
 export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:-}"
 # the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
@@ -56,7 +61,7 @@ run() {  # $1: run dir, $2: total steps, $3: resume mode
         trainer.logger="['console']" trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.val_before_train=False \
         trainer.test_freq=-1 trainer.save_freq=5 trainer.total_training_steps="$2" trainer.total_epochs=1000 \
         trainer.resume_mode="$3" trainer.default_local_dir="$1" trainer.project_name=proas trainer.experiment_name=run) \
-        2>&1 | tee -a "$1.log"
+        2>&1 | tee -a "$OUTDIR/$(basename "$1").log"
 }
 tag=${ENV//\//_}
 for phase in $PHASES; do
@@ -67,4 +72,12 @@ for phase in $PHASES; do
         *) echo "unknown phase $phase (full, cut, resume)" >&2; exit 2 ;;
     esac
 done
-cp "$WORK"/*.log "$OUTDIR/" 2>/dev/null || true
+# the resumed run's checkpoints against the uninterrupted run's, tensor by tensor (step STEPS/2:
+# the same first steps twice, i.e. the GPU's own nondeterminism; step STEPS: after the resume)
+if [[ " $PHASES " == *" resume "* ]]; then
+    for step in $(( STEPS / 2 )) "$STEPS"; do
+        python3 "$REPO/recipes/verl_agent/device/compare_ckpt.py" "$WORK/$tag-full/global_step_$step/actor" \
+            "$WORK/$tag-cut/global_step_$step/actor" | tee -a "$OUTDIR/$tag-compare.txt"
+    done
+fi
+exit 0

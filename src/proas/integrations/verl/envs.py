@@ -84,7 +84,29 @@ def default_prompt(obs: str, info: Mapping[str, Any], history: Sequence[tuple[st
     return "\n\n".join(parts)
 
 
-class ProasEnvManager:
+class _TaskDraws:
+    """The seeded task draws of a batch of envs, as state a checkpoint keeps: a run resumed from
+    a checkpoint draws the tasks the uninterrupted run would have drawn next."""
+
+    rng: np.random.Generator
+
+    def state_dict(self) -> dict[str, Any]:
+        """The draws' generator state (JSON-serialisable)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned; a state of another generator is refused."""
+        rng = state.get("rng") if isinstance(state, Mapping) else None
+        if not isinstance(rng, Mapping) or rng.get("bit_generator") != self.rng.bit_generator.state["bit_generator"]:
+            raise ProasError("env draw state: expected the 'rng' of a "
+                             f"{self.rng.bit_generator.state['bit_generator']} generator")
+        try:
+            self.rng.bit_generator.state = dict(rng)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ProasError(f"env draw state: bad generator state ({exc})") from None
+
+
+class ProasEnvManager(_TaskDraws):
     """verl-agent's environment-manager contract over proas environments.
 
     Args:
@@ -226,7 +248,7 @@ class ProasEnvManager:
 VEC_LAYOUTS = ("alfworld", "webshop")
 
 
-class ProasVecEnv:
+class ProasVecEnv(_TaskDraws):
     """proas environments behind the *vectorised env* contract of verl-agent's own env managers,
     so that verl-agent's ``AlfWorldEnvironmentManager`` (household) or ``WebshopEnvironmentManager``
     (shop) drives them: its prompt templates (the task at every step), its history, its action

@@ -169,6 +169,20 @@ class ProASCredit:
         #: the last batch's layout and credit, for inspection and logging
         self.last_layout: BatchLayout | None = None
         self.last_result: CreditResult | None = None
+        #: envs whose task draws the checkpoints keep (``attach_envs``)
+        self.envs: list[Any] = []
+
+    def attach_envs(self, *managers: Any) -> None:
+        """Keep the task draws of these envs in the checkpoints, so that a resumed run draws the
+        tasks the uninterrupted one would have: each manager, or the vectorised env on its
+        ``envs`` (verl-agent's managers), that has ``state_dict``/``load_state_dict`` (proas's
+        ``ProasEnvManager`` and ``ProasVecEnv``). Others, e.g. verl-agent's own ALFWorld and
+        WebShop envs, draw afresh from their seed after a resume."""
+        for manager in managers:
+            for candidate in (manager, getattr(manager, "envs", None)):
+                if hasattr(candidate, "state_dict") and hasattr(candidate, "load_state_dict"):
+                    self.envs.append(candidate)
+                    break
 
     # ------------------------------------------------------------------ config
     @classmethod
@@ -352,6 +366,7 @@ class ProASCredit:
                 "evolve": self.evolve,
                 "seed": self.seed,
                 "invalid_action_penalty": self.invalid_action_penalty,
+                "envs": [env.state_dict() for env in self.envs],
             },
         )
         return out
@@ -373,7 +388,13 @@ class ProASCredit:
         seen = state.get("batches_seen")
         if not isinstance(seen, int) or seen < 0:
             raise ProasError(f"{state_path}: bad batches_seen {seen!r}")
+        envs = state.get("envs", [])
+        if self.envs and envs and len(envs) != len(self.envs):
+            raise ProasError(f"{state_path}: {len(envs)} env draw states for {len(self.envs)} attached envs")
         graph = ReferenceGraph.load(folder / "graph.json.gz")
+        if self.envs and envs:
+            for env, env_state in zip(self.envs, envs):
+                env.load_state_dict(env_state)
         self.graph, self.batches_seen = graph, seen
 
     def resume(self, default_local_dir: str | os.PathLike) -> int | None:

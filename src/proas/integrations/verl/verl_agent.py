@@ -271,16 +271,20 @@ def rollout_columns(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return step_columns(infos)
 
 
-def trainer_credit(config: Any) -> ProASCredit | None:
+def trainer_credit(config: Any, envs: Sequence[Any] = ()) -> ProASCredit | None:
     """The run's ``ProASCredit`` from the config's ``proas:`` section, or ``None`` when the section
     is missing or ``proas.enable`` is false (the trainer then runs verl-agent's advantage only).
 
-    What the section leaves unset follows verl-agent's own config (``proas_settings``).
+    What the section leaves unset follows verl-agent's own config (``proas_settings``). ``envs``:
+    the trainer's (train, validation) env managers, whose task draws its checkpoints then keep
+    (``ProASCredit.attach_envs``).
     """
     section = _get(config, "proas")
     if section is None or not bool(_get(section, "enable", False)):
         return None
-    return ProASCredit.from_config(proas_settings(config))
+    credit = ProASCredit.from_config(proas_settings(config))
+    credit.attach_envs(*envs)
+    return credit
 
 
 def _plain(node: Any) -> Any:
