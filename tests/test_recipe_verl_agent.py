@@ -251,8 +251,8 @@ def test_the_patch_touches_the_five_places_and_calls_proas():
     main = [ln.strip() for ln in added["verl/trainer/main_ppo.py"]]
     assert main[-1] == "check_config(config)"
     trainer = "\n".join(added["verl/trainer/ppo/ray_trainer.py"])
-    for needed in ("trainer_credit(config, envs=(envs, val_envs))", "self.proas.reshape(batch)", "self.proas.save_checkpoint(",
-                   "self.proas.load_checkpoint(global_step_folder)"):
+    for needed in ("trainer_credit(config, envs=(envs, val_envs))", "self.proas.reshape(batch)",
+                   "self.proas.save_checkpoint(", "self.proas.load_checkpoint(global_step_folder)"):
         assert needed in trainer
     assert "rollout_columns(infos)" in "\n".join(added["agent_system/multi_turn_rollout/rollout_loop.py"])
     # verl-agent's make_envs rebound, wrapped: the last added line of env_manager.py

@@ -105,7 +105,8 @@ def test_compare_ckpt_counts_identical_tensors_and_the_largest_difference(tmp_pa
     b.mkdir()
     w = torch.zeros(2, 2)
     torch.save({"w": w, "v": torch.ones(3)}, a / "model_world_size_1_rank_0.pt")
-    torch.save({"w": w + torch.tensor([[0.0, 0.25], [0.0, 0.0]]), "v": torch.ones(3)}, b / "model_world_size_1_rank_0.pt")
+    moved = w + torch.tensor([[0.0, 0.25], [0.0, 0.0]])
+    torch.save({"w": moved, "v": torch.ones(3)}, b / "model_world_size_1_rank_0.pt")
     cmd = [sys.executable, str(DEVICE / "compare_ckpt.py"), str(a), str(b)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import torch
-
 from proas_resume_check import _local
 
 

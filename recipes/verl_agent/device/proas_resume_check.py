@@ -37,6 +37,7 @@ def compare(now: dict, loaded: dict) -> list[str]:
 def check_loaded(now: dict, loaded: dict, rank: int) -> None:
     bad = compare(now, loaded)
     n = sum(1 for v in loaded.values() if isinstance(v, torch.Tensor) or hasattr(v, "local_tensor"))
-    print(f"[proas resume check] rank {rank}: {n} tensors loaded, {len(bad)} differ from the checkpoint file", flush=True)
+    print(f"[proas resume check] rank {rank}: {n} tensors loaded, {len(bad)} differ from the checkpoint file",
+          flush=True)
     if bad:
         raise RuntimeError(f"proas resume check: {len(bad)} tensors differ after loading, e.g. {bad[:3]}")
