@@ -45,6 +45,29 @@ def test_export_bad_limit_is_an_error(tmp_path, capsys):
 
 @pytest.mark.alfworld
 @pytest.mark.skipif(not HAS_ALFWORLD, reason="alfworld is not installed")
+def test_export_writes_the_logic_alfredtwenv_reads_from_alfworld_data(tmp_path, capsys):
+    from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+    from proas.envs.household.generator import domain_and_grammar
+
+    out = tmp_path / "json_2.1.1"
+    args = ["household", "export", "--out", str(out), "--task", "train-pick-0000", "--logic", str(tmp_path / "logic")]
+    assert cli.main(args) == 0
+    assert "wrote alfred.pddl and alfred.twl2" in capsys.readouterr().out
+    domain, grammar = domain_and_grammar()
+    assert "(define (domain alfred)" in domain and grammar
+    assert (tmp_path / "logic" / "alfred.pddl").read_text() == domain
+    assert (tmp_path / "logic" / "alfred.twl2").read_text() == grammar
+    # what verl-agent's config_tw.yaml names, read the way AlfredTWEnv reads it
+    alf = AlfredTWEnv.__new__(AlfredTWEnv)
+    alf.config = {"logic": {"domain": str(tmp_path / "logic" / "alfred.pddl"),
+                            "grammar": str(tmp_path / "logic" / "alfred.twl2")}}
+    alf.get_game_logic()
+    assert alf.game_logic == {"pddl_domain": domain, "grammar": grammar}
+
+
+@pytest.mark.alfworld
+@pytest.mark.skipif(not HAS_ALFWORLD, reason="alfworld is not installed")
 def test_alfredtwenv_collects_and_wins_exported_games(tmp_path):
     from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 

@@ -41,7 +41,8 @@ export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:
 [[ -d "$WORK/model" ]] || proas lm new-model --tokenizer "$WORK/tok" --size small --out "$WORK/model"
 # ALFWorld's own env reads games from $ALFWORLD_DATA: proas's exported ones
 export ALFWORLD_DATA=$WORK/alfworld
-[[ -d "$ALFWORLD_DATA/json_2.1.1/train" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split train --limit 64
+[[ -d "$ALFWORLD_DATA/json_2.1.1/train" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split train --limit 64 \
+    --logic "$ALFWORLD_DATA/logic"
 [[ -d "$ALFWORLD_DATA/json_2.1.1/valid_seen" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split valid_seen --limit 8
 python3 recipes/verl_agent/device/prepare_data.py "$WORK/data" --train 4 --val 8
 [[ -f "$WORK/arg.json.gz" ]] || proas verl build-graph --env household --variant oracle --tasks 400 --out "$WORK/arg.json.gz"

@@ -3,16 +3,20 @@
 The output is laid out as ALFWorld's data (``<out>/<split>/<task_type>/<task_id>/`` with
 ``traj_data.json`` and ``game.tw-pddl``, ``solvable: true`` and the oracle walkthrough), so
 ALFWorld's own tools (``AlfredTWEnv`` with ``dataset.data_path`` pointing there,
-``alfworld-play-tw``) play them unchanged.
+``alfworld-play-tw``) play them unchanged. ``--logic DIR`` also writes the PDDL domain and the
+grammar those tools read from ``$ALFWORLD_DATA/logic`` (``alfred.pddl``, ``alfred.twl2``, as the
+``alfworld`` package ships them), so ``$ALFWORLD_DATA`` needs nothing from ``alfworld-download``.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from proas.envs.household.env import game_file, task_ids
 from proas.errors import ProasError
+from proas.fileio import atomic_write_text
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -24,6 +28,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     for task_id in ids:
         game_file(task_id, args.out)
     print(f"wrote {len(ids)} ALFWorld game directories under {args.out}")
+    if args.logic is not None:
+        from proas.envs.household.generator import domain_and_grammar
+
+        domain, grammar = domain_and_grammar()
+        atomic_write_text(Path(args.logic) / "alfred.pddl", domain)
+        atomic_write_text(Path(args.logic) / "alfred.twl2", grammar)
+        print(f"wrote alfred.pddl and alfred.twl2 under {args.logic}")
     return 0
 
 
@@ -37,4 +48,7 @@ def register(sub: Any) -> None:
                     help="the split to export (default valid, the fixed 128)")
     ex.add_argument("--task", action="append", metavar="TASK_ID", help="a task id (repeatable); overrides --split")
     ex.add_argument("--limit", type=int, default=None, help="export only the first N tasks")
+    ex.add_argument("--logic", metavar="DIR", default=None,
+                    help="also write ALFWorld's domain and grammar (alfred.pddl, alfred.twl2) here: "
+                         "$ALFWORLD_DATA/logic, where AlfredTWEnv's config reads them")
     ex.set_defaults(func=cmd_export)
