@@ -34,12 +34,13 @@ from __future__ import annotations
 import re
 import zlib
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from proas.policies.base import Context
 
-__all__ = ["Featurizer", "words", "shown_admissible"]
+__all__ = ["Featurizer", "Turn", "words", "shown_admissible"]
 
 _WORD_RE = re.compile(r"[a-z]+|\d+")
 # words that glue ALFWorld / WebShop commands together and say nothing about the target
@@ -75,6 +76,21 @@ def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
     return ids[keep]
 
 
+class Turn(NamedTuple):
+    """A turn's features flat, in context order (``Featurizer.turn``): the context ids
+    (context ``i``'s are ``ctx_ids[ctx_bounds[i]:ctx_bounds[i + 1]]``), the number of candidates
+    of each context, each candidate's action key and pair key, and the featurizer's tables
+    from key to ids (read only)."""
+
+    ctx_ids: np.ndarray
+    ctx_bounds: np.ndarray
+    counts: np.ndarray
+    act_keys: np.ndarray
+    pair_keys: np.ndarray
+    act_table: list[np.ndarray]
+    pair_table: list[np.ndarray]
+
+
 class Featurizer:
     """Maps contexts and actions to hashed feature ids in ``[0, 2**bits)``.
 
@@ -99,6 +115,7 @@ class Featurizer:
         self._act_keys: dict[bytes, int] = {}
         self._pair_keys: dict[bytes, int] = {}
         self._pair_table: list[np.ndarray] = []  # pair key -> its ids
+        self._act_table: list[np.ndarray] = []  # action key -> its ids
         # the turn-at-a-time path (``batch``)
         self._wids: dict[str, int] = {}
         self._wset_cache: dict[str, np.ndarray] = {}
@@ -228,7 +245,7 @@ class Featurizer:
         if not feats:
             feats.add("a:<empty>")
         ids = self._ids(feats)
-        entry = (ids, self._row_key(self._act_keys, ids))
+        entry = (ids, self._row_key(self._act_keys, ids, self._act_table))
         if len(self._action_cache) < 1 << 18:
             self._action_cache[action] = entry
         return entry
@@ -387,8 +404,13 @@ class Featurizer:
         """Per context: (candidates, context ids, action arrays, action keys, pair arrays, pair
         keys), exactly what ``candidate_actions``, ``context_ids``, ``action_rows`` and
         ``pair_ids`` give it."""
+        return self.turn(contexts)[0]
+
+    def turn(self, contexts: list[Context]) -> tuple[list[tuple], Turn | None]:
+        """``batch``, and the same arrays for the whole turn, flat in context order (``Turn``;
+        None without contexts): what the scorer packs into one forward pass."""
         if not contexts:
-            return []
+            return [], None
         H = self.history_length
         blocks, ctx_parts, recents = [], [], []
         for ctx in contexts:
@@ -478,5 +500,6 @@ class Featurizer:
             pk = pair_keys[c_off[i]:c_off[i + 1]]
             out.append((list(blk[0]), ctx_ids[bounds[i]:bounds[i + 1]], blk[1], blk[2],
                         [table[k] for k in pk.tolist()], pk))
-        return out
+        act_keys = np.concatenate([b[2] for b in blocks])
+        return out, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_table, self._pair_table)
 
