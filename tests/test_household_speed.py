@@ -89,3 +89,40 @@ def test_compiled_goals_agree_with_holds_in_played_games():
                     break
                 _, _, _, _, info = env.step(action)
                 assert check(sim.facts) == holds(goal, sim.facts) == sim.won
+
+
+def test_states_kept_per_game_give_what_the_state_gives():
+    """An episode that reaches a state its game has seen reuses what was derived there (its
+    ``sim.State``): the key names the dynamic facts, and the admissible commands, goal, abstract
+    state and invalid candidates are what the facts give when derived anew."""
+    from proas.envs.household import TASK_TYPES, make_household_env
+    from proas.envs.household.abstraction import abstract_state
+    from proas.envs.household.sim import DYNAMIC, State
+
+    rng = random.Random(2)
+    reached_again = 0
+    seen: set[int] = set()  # the states met (kept by their games meanwhile)
+    for short in TASK_TYPES:
+        for i in range(3):
+            task = f"train-{short}-{i:04d}"
+            envs = [make_household_env("fast") for _ in range(4)]  # a group: one game, four episodes
+            for env in envs:
+                _, info = env.reset(task)
+                for _ in range(30):
+                    sim = env._sim
+                    assert sim.key == tuple(frozenset(sim.facts[p]) for p in DYNAMIC)
+                    fresh = sim.clone()
+                    fresh.state = State(fresh._goal_holds())
+                    assert sim.won == fresh.won
+                    assert sim.admissible_map() == fresh.admissible_map()
+                    assert sim.admissible() == fresh.admissible()
+                    assert info["abstract_state"] == abstract_state(fresh, env.roles)
+                    env._sim = fresh
+                    assert info["invalid_candidates"] == env._invalid_candidates()
+                    env._sim = sim
+                    reached_again += id(sim.state) in seen
+                    seen.add(id(sim.state))
+                    if env.won:
+                        break
+                    _, _, _, _, info = env.step(rng.choice(info["admissible"] + info["invalid_candidates"]))
+    assert reached_again > 0

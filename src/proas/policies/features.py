@@ -34,12 +34,13 @@ from __future__ import annotations
 import re
 import zlib
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from proas.policies.base import Context
 
-__all__ = ["Featurizer", "words", "shown_admissible"]
+__all__ = ["Featurizer", "Turn", "words", "shown_admissible"]
 
 _WORD_RE = re.compile(r"[a-z]+|\d+")
 # words that glue ALFWorld / WebShop commands together and say nothing about the target
@@ -61,6 +62,33 @@ def shown_admissible(ctx: Context) -> tuple[str, ...]:
     if ctx.admissible is None:
         return ()
     return tuple(a for a in ctx.admissible if a != "help")
+
+
+def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
+    """``np.unique(ids)`` of an integer array, by one sort: numpy 2's ``np.unique`` hashes
+    first, which is several times slower on these arrays; the result is the same."""
+    if len(ids) < 2:
+        return ids.copy()
+    ids = np.sort(ids)
+    keep = np.empty(len(ids), dtype=bool)
+    keep[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
+    return ids[keep]
+
+
+class Turn(NamedTuple):
+    """A turn's features flat, in context order (``Featurizer.turn``): the context ids
+    (context ``i``'s are ``ctx_ids[ctx_bounds[i]:ctx_bounds[i + 1]]``), the number of candidates
+    of each context, each candidate's action key and pair key, and the featurizer's tables
+    from key to ids (read only)."""
+
+    ctx_ids: np.ndarray
+    ctx_bounds: np.ndarray
+    counts: np.ndarray
+    act_keys: np.ndarray
+    pair_keys: np.ndarray
+    act_table: list[np.ndarray]
+    pair_table: list[np.ndarray]
 
 
 class Featurizer:
@@ -87,6 +115,7 @@ class Featurizer:
         self._act_keys: dict[bytes, int] = {}
         self._pair_keys: dict[bytes, int] = {}
         self._pair_table: list[np.ndarray] = []  # pair key -> its ids
+        self._act_table: list[np.ndarray] = []  # action key -> its ids
         # the turn-at-a-time path (``batch``)
         self._wids: dict[str, int] = {}
         self._wset_cache: dict[str, np.ndarray] = {}
@@ -133,7 +162,7 @@ class Featurizer:
             # the list's ids as a set: each command's ids are cached, and the context ids are
             # made distinct and sorted downstream (np.unique), so only the set matters here
             parts = [self._command_list_ids(a) for a in shown]
-            ids = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+            ids = _sorted_distinct(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
             if len(self._list_cache) < _LIST_CACHE:
                 self._list_cache[shown] = ids
         return ids
@@ -180,8 +209,8 @@ class Featurizer:
         """Feature ids of a context (the state the policy acts in), sorted and distinct."""
         # sorted and distinct: the parts carry distinct prefixes, so a repeated id is a hash
         # collision, and one row per context keeps the embedding sum a sum over a set as before
-        return np.unique(np.concatenate(self._context_parts(ctx, self._recent(ctx),
-                                                            self._list_ids(shown_admissible(ctx)))))
+        return _sorted_distinct(np.concatenate(self._context_parts(ctx, self._recent(ctx),
+                                                                    self._list_ids(shown_admissible(ctx)))))
 
     def _row_key(self, table: dict[bytes, int], ids: np.ndarray, arrays: list[np.ndarray] | None = None) -> int:
         """A small integer naming the content of ``ids`` (equal arrays, equal keys): lets a batch
@@ -216,7 +245,7 @@ class Featurizer:
         if not feats:
             feats.add("a:<empty>")
         ids = self._ids(feats)
-        entry = (ids, self._row_key(self._act_keys, ids))
+        entry = (ids, self._row_key(self._act_keys, ids, self._act_table))
         if len(self._action_cache) < 1 << 18:
             self._action_cache[action] = entry
         return entry
@@ -307,7 +336,7 @@ class Featurizer:
         """Sorted distinct word ids of ``text`` (all its words: the pair features' sets)."""
         ids = self._wset_cache.get(text)
         if ids is None:
-            ids = np.unique(np.fromiter((self._word_id(w) for w in words(text)), dtype=np.int64))
+            ids = _sorted_distinct(np.fromiter((self._word_id(w) for w in words(text)), dtype=np.int64))
             if len(self._wset_cache) < _TEXT_CACHE:
                 self._wset_cache[text] = ids
         return ids
@@ -315,7 +344,7 @@ class Featurizer:
     def _recent_set(self, obs: tuple[str, ...]) -> np.ndarray:
         ids = self._rset_cache.get(obs)
         if ids is None:
-            ids = np.unique(np.concatenate([self._word_set(o) for o in obs])) if obs else np.zeros(0, np.int64)
+            ids = _sorted_distinct(np.concatenate([self._word_set(o) for o in obs])) if obs else np.zeros(0, np.int64)
             if len(self._rset_cache) < _TEXT_CACHE:
                 self._rset_cache[obs] = ids
         return ids
@@ -375,8 +404,13 @@ class Featurizer:
         """Per context: (candidates, context ids, action arrays, action keys, pair arrays, pair
         keys), exactly what ``candidate_actions``, ``context_ids``, ``action_rows`` and
         ``pair_ids`` give it."""
+        return self.turn(contexts)[0]
+
+    def turn(self, contexts: list[Context]) -> tuple[list[tuple], Turn | None]:
+        """``batch``, and the same arrays for the whole turn, flat in context order (``Turn``;
+        None without contexts): what the scorer packs into one forward pass."""
         if not contexts:
-            return []
+            return [], None
         H = self.history_length
         blocks, ctx_parts, recents = [], [], []
         for ctx in contexts:
@@ -395,12 +429,12 @@ class Featurizer:
             parts = self._context_parts(ctx, recent, blk[10])
             ctx_parts.append(parts)
         B = len(contexts)
-        # context ids: one np.unique over (context, id) for the whole turn
+        # context ids: one sort over (context, id) for the whole turn
         flat_parts = [p for parts in ctx_parts for p in parts]
         part_lens = np.fromiter((len(p) for p in flat_parts), dtype=np.int64, count=len(flat_parts))
         n_parts = np.fromiter((len(parts) for parts in ctx_parts), dtype=np.int64, count=B)
         owner = np.repeat(np.repeat(np.arange(B, dtype=np.int64), n_parts), part_lens)
-        uniq = np.unique((owner << 32) | np.concatenate(flat_parts))
+        uniq = _sorted_distinct((owner << 32) | np.concatenate(flat_parts))
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
         # candidates of the turn, flattened
@@ -466,5 +500,6 @@ class Featurizer:
             pk = pair_keys[c_off[i]:c_off[i + 1]]
             out.append((list(blk[0]), ctx_ids[bounds[i]:bounds[i + 1]], blk[1], blk[2],
                         [table[k] for k in pk.tolist()], pk))
-        return out
+        act_keys = np.concatenate([b[2] for b in blocks])
+        return out, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_table, self._pair_table)
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
-from proas.policies.features import Featurizer
+from proas.policies.features import Featurizer, Turn
 
 __all__ = ["ScorerModule", "ScorerPolicy"]
 
@@ -73,15 +73,41 @@ def _content_keys(arrays: list[np.ndarray]) -> np.ndarray:
                        count=len(arrays))
 
 
-def _distinct(arrays: list[np.ndarray], keys: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """The distinct arrays in order of first occurrence, and the row of each input in them."""
+def _first_occurrence(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The position of each distinct key's first occurrence, in order of first occurrence, and
+    each key's row among them."""
     if len(keys) == 0:
-        return [], np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # distinct keys by first occurrence
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    return [arrays[i] for i in first[order]], rank[inverse.reshape(-1)]
+    return first[order], rank[inverse.reshape(-1)]
+
+
+def _distinct(arrays: list[np.ndarray], keys: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct arrays in order of first occurrence, and the row of each input in them."""
+    firsts, rows = _first_occurrence(keys)
+    return [arrays[i] for i in firsts.tolist()], rows
+
+
+def _pack(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act_parts: list[np.ndarray],
+          act_of: np.ndarray, pair_parts: list[np.ndarray], pair_of: np.ndarray) -> dict[str, Any]:
+    total = int(counts.sum())
+    n = len(counts)
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    starts = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        np.cumsum(counts[:-1], out=starts[1:])
+    slot = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+    a, a_off = _offsets(act_parts)
+    p, p_off = _offsets(pair_parts)
+    return {
+        "ctx": ctx, "ctx_off": ctx_off, "act": a, "act_off": a_off, "pair": p, "pair_off": p_off,
+        "act_of": torch.from_numpy(act_of), "pair_of": torch.from_numpy(pair_of),
+        "owner": torch.from_numpy(owner), "slot": torch.from_numpy(slot),
+        "shape": (n, max(int(counts.max()) if n else 0, 1)),
+    }
 
 
 def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -107,21 +133,48 @@ def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         act_keys, pair_keys = _content_keys(acts), _content_keys(pairs)
     act_parts, act_of = _distinct(acts, act_keys)
     pair_parts, pair_of = _distinct(pairs, pair_keys)
-    total = int(counts.sum())
-    owner = np.repeat(np.arange(len(items), dtype=np.int64), counts)
-    starts = np.zeros(len(items), dtype=np.int64)
-    if len(items) > 1:
-        np.cumsum(counts[:-1], out=starts[1:])
-    slot = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
     c, c_off = _offsets(ctx)
-    a, a_off = _offsets(act_parts)
-    p, p_off = _offsets(pair_parts)
-    return {
-        "ctx": c, "ctx_off": c_off, "act": a, "act_off": a_off, "pair": p, "pair_off": p_off,
-        "act_of": torch.from_numpy(act_of), "pair_of": torch.from_numpy(pair_of),
-        "owner": torch.from_numpy(owner), "slot": torch.from_numpy(slot),
-        "shape": (len(items), max(int(counts.max()) if len(items) else 0, 1)),
-    }
+    return _pack(c, c_off, counts, act_parts, act_of, pair_parts, pair_of)
+
+
+def _collate_turn(turn: Turn) -> dict[str, Any]:
+    """``_collate`` of the items ``featurize_batch`` makes of a turn, from the turn's flat
+    arrays (``Featurizer.turn``): the same tensors, without splitting the turn per context and
+    joining it again. A key's row in the featurizer's table is the array of that content."""
+    act_first, act_of = _first_occurrence(turn.act_keys)
+    pair_first, pair_of = _first_occurrence(turn.pair_keys)
+    act_table, pair_table = turn.act_table, turn.pair_table
+    return _pack(torch.from_numpy(turn.ctx_ids), torch.from_numpy(turn.ctx_bounds[:-1]), turn.counts,
+                 [act_table[k] for k in turn.act_keys[act_first].tolist()], act_of,
+                 [pair_table[k] for k in turn.pair_keys[pair_first].tolist()], pair_of)
+
+
+def _draw(sample_logp: np.ndarray, counts: list[int], rng: np.random.Generator) -> list[int]:
+    """One candidate per row of ``sample_logp`` (padded with ``-inf`` after each row's
+    ``counts[i]`` candidates) by an inverse-CDF draw: one uniform per decision, in row order,
+    keeps the rng stream simple.
+
+    Row ``i`` draws ``k = searchsorted(cumsum(p), u * p.sum(), side="right")`` (at most the
+    last candidate) with ``p = exp(sample_logp[i, :n])``; the exponentials, running sums and
+    uniforms are made for the whole turn at once (elementwise and along each row, so each value
+    is the one-row computation's), each row's total by its own ``sum`` (numpy's pairwise order
+    depends on the length summed).
+    """
+    p = np.exp(sample_logp)  # padding: exp(-inf) = 0
+    cum = np.cumsum(p, axis=1)
+    u = rng.random(len(counts))  # the same stream as one rng.random() per row
+    total = np.fromiter((p[i, :n].sum() for i, n in enumerate(counts)), dtype=np.float64, count=len(counts))
+    x = u * total
+    n_arr = np.asarray(counts, dtype=np.int64)
+    if not (np.isfinite(cum).all() and np.isfinite(x).all()):
+        # a row that is not a distribution: searchsorted's own answer, row by row
+        ks = [int(np.searchsorted(cum[i, :n], x[i], side="right")) for i, n in enumerate(counts)]
+    else:
+        # cumsum of non-negative numbers never decreases: searchsorted(side="right") counts
+        # the running sums <= x among the row's candidates
+        valid = np.arange(cum.shape[1])[None, :] < n_arr[:, None]
+        ks = ((cum <= x[:, None]) & valid).sum(axis=1).tolist()
+    return [min(k, n - 1) for k, n in zip(ks, counts)]
 
 
 class ScorerPolicy(Policy):
@@ -159,32 +212,33 @@ class ScorerPolicy(Policy):
     def featurize_batch(self, contexts: Sequence[Context]) -> list[tuple[list[str], dict[str, Any]]]:
         """``featurize`` for a turn's contexts at once (``Featurizer.batch``). The arrays are
         shared with the featurizer's tables and never written to."""
+        return self._featurize_turn(contexts)[0]
+
+    def _featurize_turn(self, contexts: Sequence[Context]) -> tuple[list[tuple[list[str], dict[str, Any]]],
+                                                                    Turn | None]:
+        """``featurize_batch``, and the turn's flat arrays (``Featurizer.turn``)."""
+        per_context, turn = self.features.turn(list(contexts))
         return [(cands, {"ctx": ctx_ids, "act": act, "pair": pair, "act_key": act_key, "pair_key": pair_key})
-                for cands, ctx_ids, act, act_key, pair, pair_key in self.features.batch(list(contexts))]
+                for cands, ctx_ids, act, act_key, pair, pair_key in per_context], turn
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
         if not contexts:
             return []
-        featurized = self.featurize_batch(contexts)
-        scores = self.module.scores(_collate([d for _, d in featurized])).double()
+        featurized, turn = self._featurize_turn(contexts)
+        scores = self.module.scores(_collate_turn(turn)).double()
         logp_t = torch.log_softmax(scores, dim=-1)
         # the entropy of the policy's own candidate distribution (temperature 1), whatever the
         # sampling temperature: how sharp the policy is (validation reports its mean)
         entropy = (-(logp_t.exp() * torch.where(torch.isfinite(logp_t), logp_t, 0.0)).sum(-1)).tolist()
         logp = logp_t.numpy()
+        counts = [len(cands) for cands, _ in featurized]
         if temperature > 0:
-            sample_logp = torch.log_softmax(scores / temperature, dim=-1).numpy()
+            choices = _draw(torch.log_softmax(scores / temperature, dim=-1).numpy(), counts, rng)
+        else:
+            choices = [int(np.argmax(logp[i, :n])) for i, n in enumerate(counts)]
         out = []
-        for i, (cands, data) in enumerate(featurized):
-            n = len(cands)
-            if temperature > 0:
-                p = np.exp(sample_logp[i, :n])
-                # inverse-CDF draw: one uniform per decision keeps the rng stream simple
-                k = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
-                k = min(k, n - 1)
-            else:
-                k = int(np.argmax(logp[i, :n]))
+        for i, ((cands, data), k) in enumerate(zip(featurized, choices)):
             data = dict(data, choice=k, entropy=entropy[i])
             out.append(Decision(action=cands[k], response=cands[k], malformed=False,
                                 logp=float(logp[i, k]), data=data))

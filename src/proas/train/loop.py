@@ -32,6 +32,7 @@ the metrics an uninterrupted run writes (the ``time/*`` keys excepted).
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 import time
@@ -134,9 +135,14 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
     if resume is not None:
         console.print(f"resuming run: {escape(str(run_dir))}", soft_wrap=True)
     t_start = time.perf_counter()
+    # what the run keeps is frozen out of the collector's passes until the run ends (gc_paused),
+    # unless this process froze objects itself: those are not the run's to give back
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        held.callback(gc.unfreeze)
     # the trainer resolves the env, task sets, policy and graph before the run directory exists,
     # so a run that cannot start leaves no config-only directory that blocks the next attempt
-    with gc_paused():
+    with gc_paused(freeze):
         trainer = Trainer(cfg, run_dir, resume=point, console=console)
     if resume is not None and cfg != recorded:
         write_run_config(run_dir, cfg)  # a new step budget, or this checkout's task sets
@@ -176,7 +182,8 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
                 rec: dict[str, Any] = {"step": 0}
                 if cfg.train.val_before_train and cfg.train.val_every and trainer.val_ids:
                     console.print(f"validating the untrained policy on {len(trainer.val_ids)} tasks ...")
-                    rec.update(trainer.run_validation(0))
+                    with gc_paused(freeze):
+                        rec.update(trainer.run_validation(0))
                 rec["time/wall"] = wall()
                 sink.write(rec)
                 history.append(rec)
@@ -185,7 +192,7 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
                 if stop_after is not None and done_this_call >= stop_after:
                     break
                 t0 = time.perf_counter()
-                with gc_paused():
+                with gc_paused(freeze):
                     rec = trainer.train_step()
                     k = trainer.step
                     if cfg.train.val_every and (k % cfg.train.val_every == 0 or k == total):

@@ -352,10 +352,19 @@ class HouseholdEnv:
                     yield g.command(verb, held[0] if held else g.objects[0], r)[0]
 
     def _info(self, error: bool, kind: str | None) -> dict[str, Any]:
-        assert self._sim is not None
-        key = (self._sim, self._sim.version)
-        if self._derived_key != key:  # the state changed: recompute what depends on it
-            self._derived = (abstract_state(self._sim, self.roles), self._invalid_candidates())
+        sim = self._sim
+        assert sim is not None
+        key = (sim, sim.version)
+        if self._derived_key != key:  # the state changed: what depends on it
+            if self.backend == "fast":
+                # a function of the state and the task's roles: kept with the state (``sim.State``)
+                derived = sim.state.memo.get(self.roles)
+                if derived is None:
+                    derived = sim.state.memo[self.roles] = (abstract_state(sim, self.roles),
+                                                            self._invalid_candidates())
+                self._derived = derived
+            else:  # the real engine's admissible commands decide the invalid candidates
+                self._derived = (abstract_state(sim, self.roles), self._invalid_candidates())
             self._derived_key = key
         return {
             "won": bool(self.won),

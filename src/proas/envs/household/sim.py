@@ -24,6 +24,7 @@ Conformance with the real engine on generated games is checked by
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -79,6 +80,10 @@ CHANGES = {
 }
 
 
+#: per action kind, the positions in ``DYNAMIC`` of the predicates it changes (``Sim.key``)
+_CHANGED_AT = {kind: tuple(i for i, pred in enumerate(DYNAMIC) if pred in preds) for kind, preds in CHANGES.items()}
+
+
 def goal_predicates(formula) -> frozenset[str]:
     out: set[str] = set()
 
@@ -120,7 +125,7 @@ class Game:
     goal_preds: frozenset[str] = frozenset()
     #: ``holds(problem.goal, facts)``, compiled by the first reset (``pddl.compile_goal``)
     goal_check: Callable[[dict], bool] | None = field(default=None, repr=False, compare=False)
-    #: the start of every episode, made by the first reset: (facts, won, text, admissible map, sorted)
+    #: the start of every episode, made by the first reset: (facts, text, key, ``State``)
     start: tuple | None = field(default=None, repr=False, compare=False)
     #: what other code derives from the game once and keeps (the abstraction's tables per roles)
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -130,6 +135,9 @@ class Game:
     rec_info: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
     #: (location, "go to" command) of every receptacle that has a location, in id order
     gotos: list[tuple[str, tuple[str, tuple]]] = field(default_factory=list, repr=False, compare=False)
+    #: what episodes derived from each state they reached (``State``), by the state's dynamic
+    #: facts (``Sim``'s key); at most ``STATES_PER_GAME`` states
+    states: dict[tuple, "State"] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> "Game":
@@ -221,8 +229,51 @@ def _task_line(grammar: str) -> str:
     return grammar[i:j]
 
 
+#: the most states a game keeps what was derived from (``Game.states``); later states derive anew
+STATES_PER_GAME = 4096
+#: the games that keep their states, the most recently started last (``Sim.reset``): beyond
+#: ``GAMES_WITH_STATES`` of them, the least recently started game's table is emptied, which
+#: bounds the memory (a run's step plays 16 tasks, its validation 128)
+GAMES_WITH_STATES = 256
+_games_with_states: OrderedDict[int, Game] = OrderedDict()
+
+
+def _started(game: Game) -> None:
+    recent = _games_with_states
+    key = id(game)  # held below, so no other game takes this id meanwhile
+    if key in recent:
+        recent.move_to_end(key)
+        return
+    recent[key] = game
+    if len(recent) > GAMES_WITH_STATES:
+        recent.popitem(last=False)[1].states.clear()
+
+
+class State:
+    """What one state of a game determines, derived on first need and kept for every episode
+    that reaches the state again (the G episodes of a task revisit many): whether the goal
+    holds, the admissible commands (map and sorted list), the objects per receptacle, and what
+    other code derives from the state (``memo``: the env's abstract state and invalid
+    candidates). Shared by episodes and never modified after being set."""
+
+    __slots__ = ("won", "admissible", "sorted_admissible", "by_rec", "memo")
+
+    def __init__(self, won: bool) -> None:
+        self.won = won
+        self.admissible: dict[str, tuple] | None = None
+        self.sorted_admissible: list[str] | None = None
+        self.by_rec: dict[str, list[str]] | None = None
+        self.memo: dict[Any, Any] = {}
+
+
 class Sim:
-    """One episode of a ``Game``; ``reset`` / ``step`` mirror TextWorld's PddlEnv."""
+    """One episode of a ``Game``; ``reset`` / ``step`` mirror TextWorld's PddlEnv.
+
+    A state is named by its dynamic facts (``key``: one frozenset per ``DYNAMIC`` predicate,
+    rebuilt for the predicates an action changes); what is derived from a state is kept in the
+    game's ``State`` of that key, so an episode that reaches a state the game has seen derives
+    nothing again.
+    """
 
     def __init__(self, game: Game) -> None:
         self.game = game
@@ -235,9 +286,9 @@ class Sim:
         other.facts = dict(self.facts)  # the fixed facts are shared: nothing modifies them
         for pred in DYNAMIC:
             other.facts[pred] = set(self.facts[pred])
-        # the caches are shared: they are replaced on a change of state, never modified
-        other.won, other.moves, other._admissible, other._by_rec = self.won, self.moves, self._admissible, self._by_rec
-        other._sorted_admissible, other.version = self._sorted_admissible, self.version
+        # the state's derived facts are shared: a change of state moves to another ``State``
+        other.won, other.moves, other.state, other.key, other.version = (self.won, self.moves, self.state, self.key,
+                                                                          self.version)
         return other
 
     # ------------------------------------------------------------------ state
@@ -246,14 +297,14 @@ class Sim:
         g = self.game
         if g.start is None:
             g.start = self._first_start()
-        facts, self.won, text, self._admissible, adm = g.start
+        facts, text, self.key, self.state = g.start
+        _started(g)
+        self.won = self.state.won
         self.facts = dict(facts)  # the fixed facts are shared: nothing modifies them
         for pred in DYNAMIC:
             self.facts[pred] = set(facts[pred])
         self.moves = 0
-        self._by_rec = None
         self.version = 0
-        self._sorted_admissible = (0, adm)
         return text
 
     def _first_start(self) -> tuple:
@@ -272,13 +323,14 @@ class Sim:
         g.goal_check = compile_goal(g.problem.goal, {k: v for k, v in facts.items() if k not in DYNAMIC})
         self.won = self._goal_holds()
         self.moves = 0
-        self._admissible: dict[str, tuple] | None = None
-        self._by_rec: dict[str, list[str]] | None = None
-        self._sorted_admissible: tuple[int, list[str]] | None = None
+        #: the state's key and derived facts (class docstring)
+        self.key: tuple[frozenset, ...] = tuple(facts[pred] for pred in DYNAMIC)
+        self.state = g.states[self.key] = State(self.won)
         #: bumped on every change of state (looking, examining and failed commands change nothing)
         self.version = 0
         text = "-= Welcome to TextWorld, ALFRED! =-\n\n" + self._look() + "\n\n" + g.intro_task
-        return (facts, self.won, text, self.admissible_map(), sorted(self.admissible_map()))
+        self.admissible()
+        return (facts, text, self.key, self.state)
 
     def _goal_holds(self) -> bool:
         check = self.game.goal_check
@@ -297,12 +349,13 @@ class Sim:
         return sorted(o for a, o in self.facts["holds"] if a == self.game.agent)
 
     def contents(self, r: str) -> list[str]:
-        if self._by_rec is None:
-            by: dict[str, list[str]] = {}
+        by = self.state.by_rec
+        if by is None:
+            by = {}
             for o, rr in sorted(self.facts["inreceptacle"]):
                 by.setdefault(rr, []).append(o)
-            self._by_rec = by
-        return self._by_rec.get(r, [])
+            self.state.by_rec = by
+        return by.get(r, [])
 
     def where(self, o: str) -> list[str]:
         return sorted(r for oo, r in self.facts["inreceptacle"] if oo == o)
@@ -314,8 +367,9 @@ class Sim:
 
     def admissible_map(self) -> dict[str, tuple]:
         """Command text -> (action name, arguments), for every applicable grounded operator."""
-        if self._admissible is not None:
-            return self._admissible
+        out = self.state.admissible
+        if out is not None:
+            return out
         g, f = self.game, self.facts
         out: dict[str, tuple] = {}
         add = out.setdefault
@@ -372,13 +426,14 @@ class Sim:
                             add(*command("slice", co, o))
         for cmd in ("help", "inventory", "look"):
             out[cmd] = (cmd,)
-        self._admissible = out
+        self.state.admissible = out
         return out
 
     def admissible(self) -> list[str]:
-        if self._sorted_admissible is None or self._sorted_admissible[0] != self.version:
-            self._sorted_admissible = (self.version, sorted(self.admissible_map()))
-        return list(self._sorted_admissible[1])
+        adm = self.state.sorted_admissible
+        if adm is None:
+            adm = self.state.sorted_admissible = sorted(self.admissible_map())
+        return list(adm)
 
     def step(self, command: str) -> str:
         """Apply a command; returns the feedback ("Nothing happens." if not admissible)."""
@@ -389,12 +444,21 @@ class Sim:
         self.moves += 1
         changed = CHANGES.get(act[0], frozenset())
         if changed:
-            self._admissible = None
             self.version += 1
-        if "inreceptacle" in changed:
-            self._by_rec = None
-        if changed & self.game.goal_preds:
-            self.won = self._goal_holds()
+            f = self.facts
+            key = list(self.key)
+            for i in _CHANGED_AT[act[0]]:
+                key[i] = frozenset(f[DYNAMIC[i]])
+            self.key = key = tuple(key)
+            states = self.game.states
+            state = states.get(key)
+            if state is None:
+                # the goal reads none of the changed predicates: it holds as before
+                state = State(self._goal_holds() if changed & self.game.goal_preds else self.won)
+                if len(states) < STATES_PER_GAME:
+                    states[key] = state
+            self.state = state
+            self.won = state.won
         return text
 
     # ------------------------------------------------------------------ effects and text
