@@ -141,6 +141,25 @@ def test_the_device_runs_resume_check_patch_applies_where_the_checkpoint_is_load
     assert load < check < text.index("self.optimizer.load_state_dict(optimizer_state_dict)")
 
 
+def test_the_device_runs_patches_apply_in_order_and_leave_no_auto_model_for_vision2seq(tmp_path):
+    """copy_verl_agent.sh's order: sdpa.patch, resume_check.patch, then transformers5.patch, which
+    swaps the AutoModelForVision2Seq that transformers 5 removed for AutoModelForImageTextToText."""
+    rels = ["verl/workers/fsdp_workers.py", "verl/utils/checkpoint/fsdp_checkpoint_manager.py"]
+    if "PROAS_ATTN_IMPLEMENTATION" in (CHECKOUT / rels[0]).read_text(encoding="utf-8"):
+        pytest.skip("the checkout is the device copy already")
+    for rel in rels:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(CHECKOUT / rel, tmp_path / rel)
+    for name in ("sdpa.patch", "resume_check.patch", "transformers5.patch"):
+        done = subprocess.run(["git", "apply", str(REPO / "recipes" / "verl_agent" / "device" / name)],
+                              cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, (name, done.stderr)
+    for rel in rels:
+        text = (tmp_path / rel).read_text(encoding="utf-8")
+        py_compile.compile(str(tmp_path / rel), doraise=True)
+        assert "AutoModelForVision2Seq" not in text and "AutoModelForImageTextToText" in text
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory) -> Path:
     """A verl-agent tree with the recipe applied: the checkout itself when it is patched already,

@@ -21,6 +21,7 @@ git --git-dir="$GIT_DIR_IN" ls-tree -r "$COMMIT" verl agent_system gigpo \
     done
 (cd .verl-agent.tmp && patch -p1 -s < ../recipes/verl_agent/verl-agent.patch \
    && patch -p1 -s < ../recipes/verl_agent/device/sdpa.patch \
-   && patch -p1 -s < ../recipes/verl_agent/device/resume_check.patch)
+   && patch -p1 -s < ../recipes/verl_agent/device/resume_check.patch \
+   && patch -p1 -s < ../recipes/verl_agent/device/transformers5.patch)
 rm -rf .verl-agent && mv .verl-agent.tmp .verl-agent
 echo "wrote .verl-agent ($(find .verl-agent -type f | wc -l) files, $(du -sh .verl-agent | cut -f1))"

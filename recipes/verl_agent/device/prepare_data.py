@@ -2,7 +2,7 @@
 """Placeholder parquet files for verl-agent's trainer, written with pandas: what verl-agent's
 ``examples/data_preprocess/prepare.py --mode text`` writes, without downloading the dataset it
 only uses for the row count (verl-agent's prompts come from its env managers, not from these
-rows). Prepared for the one-H200 run (docs/verl.md section 10), not yet run there.
+rows), for the one-H200 run (docs/verl.md section 10).
 
     python recipes/verl_agent/device/prepare_data.py OUT_DIR --train 4 --val 8
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ProAS in verl-agent's trainer on one H200, end to end (issue #26, item 5): PREPARED, NOT YET
-# RUN. docs/verl.md section 10 says what each step is for and what is still to do.
+# ProAS in verl-agent's trainer on one H200, end to end (issue #26, item 5). docs/verl.md section
+# 10 says what each step is for; results/verl_agent/ holds what it gave on proas/household.
 #
 # On the device, in the repo root. The wheels (fetch_wheels.sh) travel over two calls in a row
 # into $WHEELS (a warm machine keeps /tmp); the patched verl-agent copy (its verl/, agent_system/
@@ -34,11 +34,15 @@ grep -q PROAS_RESUME_CHECK "$VERL_AGENT_DIR/verl/utils/checkpoint/fsdp_checkpoin
     echo "run.sh: apply recipes/verl_agent/device/resume_check.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
 # on every resume, verl-agent's checkpoint manager checks that the loaded weights equal the file's
 export PROAS_RESUME_CHECK=1
-export PROAS_ATTN_IMPLEMENTATION=sdpa
+# eager: on the H200, the gradient under sdpa was NaN in every update of a first run (verl skips
+# such updates, so nothing trained); under eager every update was finite. attn_check.py below
+# prints both on a small left-padded batch (there both were finite: the cause is not pinned down)
+export PROAS_ATTN_IMPLEMENTATION=${PROAS_ATTN_IMPLEMENTATION:-eager}
 export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:-}"
 # the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
 [[ -d "$WORK/tok" ]] || proas lm tokenizer --env household --vocab 4096 --max-tasks 200 --out "$WORK/tok"
 [[ -d "$WORK/model" ]] || proas lm new-model --tokenizer "$WORK/tok" --size small --out "$WORK/model"
+python3 "$REPO/recipes/verl_agent/device/attn_check.py" "$WORK/model" --device cuda --require "$PROAS_ATTN_IMPLEMENTATION" | tee -a "$OUTDIR/attn_check.txt"
 # ALFWorld's own env reads games from $ALFWORLD_DATA: proas's exported ones
 export ALFWORLD_DATA=$WORK/alfworld
 [[ -d "$ALFWORLD_DATA/json_2.1.1/train" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split train --limit 64 \
@@ -53,7 +57,7 @@ run() {  # $1: run dir, $2: total steps, $3: resume mode
         data.train_batch_size=4 data.val_batch_size=8 data.max_prompt_length=2048 data.max_response_length=64 \
         data.truncation=left data.return_raw_chat=True \
         actor_rollout_ref.model.path="$WORK/model" actor_rollout_ref.rollout.name=hf \
-        actor_rollout_ref.rollout.n=1 actor_rollout_ref.model.use_remove_padding=False \
+        actor_rollout_ref.rollout.n=1 actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.model.use_remove_padding=False \
         actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
         actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 \
         actor_rollout_ref.actor.optim.lr=1e-5 actor_rollout_ref.actor.use_kl_loss=False \
