@@ -4,7 +4,9 @@ how many are bit-identical, and the largest absolute difference.
 
     python3 compare_ckpt.py RUN_A/global_step_N/actor RUN_B/global_step_N/actor
 
-Reads each folder's ``model_world_size_*_rank_*.pt`` (verl's sharded state dict, one per rank).
+Reads each folder's ``model_world_size_*_rank_*.pt`` (verl's sharded state dict, one per rank)
+with ``weights_only=False``, as verl itself loads them (its sharded tensors are pickled objects):
+point it only at checkpoints your own runs wrote.
 """
 
 from __future__ import annotations
