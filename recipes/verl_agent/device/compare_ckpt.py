@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import torch
-from proas_resume_check import _local
+from proas_resume_check import local_part
 
 
 def shards(folder: Path) -> list[Path]:
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         if sa.keys() != sb.keys():
             sys.exit(f"compare_ckpt: {pa.name} holds different tensors in the two checkpoints")
         for key in sa:
-            ta, tb = _local(sa[key]).float(), _local(sb[key]).float()
+            ta, tb = local_part(sa[key]).float(), local_part(sb[key]).float()
             n += 1
             if torch.equal(ta, tb):
                 equal += 1

@@ -10,7 +10,12 @@ from __future__ import annotations
 import torch
 
 
-def _local(t) -> torch.Tensor:
+def is_tensor(value) -> bool:
+    """A state-dict entry that holds weights: a tensor (DTensor included) or a ShardedTensor."""
+    return isinstance(value, torch.Tensor) or hasattr(value, "local_tensor")
+
+
+def local_part(t) -> torch.Tensor:
     """The rank's own part of a sharded state-dict entry (DTensor, ShardedTensor or plain)."""
     if hasattr(t, "to_local"):  # DTensor
         t = t.to_local()
@@ -23,12 +28,12 @@ def compare(now: dict, loaded: dict) -> list[str]:
     """The keys whose tensors differ (or are missing) between the model's state and the file's."""
     bad = []
     for key, value in loaded.items():
-        if not isinstance(value, torch.Tensor) and not hasattr(value, "local_tensor"):
+        if not is_tensor(value):
             continue
         if key not in now:
             bad.append(key)
             continue
-        a, b = _local(now[key]), _local(value)
+        a, b = local_part(now[key]), local_part(value)
         if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
             bad.append(key)
     return bad
@@ -36,7 +41,7 @@ def compare(now: dict, loaded: dict) -> list[str]:
 
 def check_loaded(now: dict, loaded: dict, rank: int) -> None:
     bad = compare(now, loaded)
-    n = sum(1 for v in loaded.values() if isinstance(v, torch.Tensor) or hasattr(v, "local_tensor"))
+    n = sum(1 for v in loaded.values() if is_tensor(v))
     print(f"[proas resume check] rank {rank}: {n} tensors loaded, {len(bad)} differ from the checkpoint file",
           flush=True)
     if bad:

@@ -42,7 +42,13 @@ export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:
 # the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
 [[ -d "$WORK/tok" ]] || proas lm tokenizer --env household --vocab 4096 --max-tasks 200 --out "$WORK/tok"
 [[ -d "$WORK/model" ]] || proas lm new-model --tokenizer "$WORK/tok" --size small --out "$WORK/model"
-python3 "$REPO/recipes/verl_agent/device/attn_check.py" "$WORK/model" --device cuda --require "$PROAS_ATTN_IMPLEMENTATION" | tee -a "$OUTDIR/attn_check.txt"
+# once per machine, as the model: the check's verdict does not change between calls
+if [[ ! -f "$WORK/attn_check.txt" ]]; then
+    python3 "$REPO/recipes/verl_agent/device/attn_check.py" "$WORK/model" --device cuda \
+        --require "$PROAS_ATTN_IMPLEMENTATION" > "$WORK/attn_check.tmp" || { cat "$WORK/attn_check.tmp" >&2; exit 1; }
+    mv "$WORK/attn_check.tmp" "$WORK/attn_check.txt"
+fi
+cp "$WORK/attn_check.txt" "$OUTDIR/"
 # ALFWorld's own env reads games from $ALFWORLD_DATA: proas's exported ones
 export ALFWORLD_DATA=$WORK/alfworld
 [[ -d "$ALFWORLD_DATA/json_2.1.1/train" ]] || proas household export --out "$ALFWORLD_DATA/json_2.1.1" --split train --limit 64 \
