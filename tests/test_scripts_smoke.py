@@ -43,6 +43,7 @@ SMOKE = {
     "heldout_records_from_selection.py": "python",
     "heldout_train_means.py": "python",
     "repeat_schedule.py": "python",
+    "lm_sft_sweep.sh": "bash",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
     "start_temperature.py": "python",

@@ -9,6 +9,7 @@
 #
 #   WHEELS=/tmp/proas-wheels VERL_AGENT_DIR=.verl-agent ENV=proas/household PHASES="full" bash recipes/verl_agent/device/run.sh
 #   ... PHASES="cut" ...; ... PHASES="resume" ...   (then ENV=alfworld/AlfredTWEnv)
+#   ... PHASES="resume-full" ...   (a copy of the full run's step-STEPS/2 checkpoint, resumed)
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(pwd)
@@ -80,7 +81,14 @@ for phase in $PHASES; do
         full) run "$WORK/$tag-full" "$STEPS" disable ;;             # uninterrupted: STEPS steps, a checkpoint every 5
         cut) run "$WORK/$tag-cut" $(( STEPS / 2 )) disable ;;       # stopped at the first checkpoint...
         resume) run "$WORK/$tag-cut" "$STEPS" auto ;;               # ...and resumed from it
-        *) echo "unknown phase $phase (full, cut, resume)" >&2; exit 2 ;;
+        resume-full)  # the full run's first checkpoint, copied to a new dir and resumed: the resumed
+                      # steps share the full run's history, so they compare with its own steps
+            half=$(( STEPS / 2 ))
+            rm -rf "$WORK/$tag-resumed" && mkdir -p "$WORK/$tag-resumed"
+            cp -r "$WORK/$tag-full/global_step_$half" "$WORK/$tag-resumed/"
+            echo "$half" > "$WORK/$tag-resumed/latest_checkpointed_iteration.txt"
+            run "$WORK/$tag-resumed" "$STEPS" auto ;;
+        *) echo "unknown phase $phase (full, cut, resume, resume-full)" >&2; exit 2 ;;
     esac
 done
 # the resumed run's checkpoints against the uninterrupted run's, tensor by tensor (step STEPS/2:
@@ -90,5 +98,9 @@ if [[ " $PHASES " == *" resume "* ]]; then
         python3 "$REPO/recipes/verl_agent/device/compare_ckpt.py" "$WORK/$tag-full/global_step_$step/actor" \
             "$WORK/$tag-cut/global_step_$step/actor" | tee -a "$OUTDIR/$tag-compare.txt"
     done
+fi
+if [[ " $PHASES " == *" resume-full "* ]]; then
+    python3 "$REPO/recipes/verl_agent/device/compare_ckpt.py" "$WORK/$tag-full/global_step_$STEPS/actor" \
+        "$WORK/$tag-resumed/global_step_$STEPS/actor" | tee -a "$OUTDIR/$tag-compare.txt"
 fi
 exit 0
