@@ -31,8 +31,31 @@ sh_word_small_sum|shop|word|small|sum|1e-3|4|32
 sh_word_small_mean|shop|word|small|mean|1e-3|4|32
 sh_word_small_mean_lr3e-3|shop|word|small|mean|3e-3|4|32
 sh_word_base_mean|shop|word|base|mean|5e-4|3|32
+hh_line_base_sum_e2|household|line|base|sum|5e-4|2|32
+hh_line_small_mean_e2|household|line|small|mean|1e-3|2|32
+sh_line_base_sum_e2|shop|line|base|sum|5e-4|2|32
+sh_line_small_mean_e2|shop|line|small|mean|1e-3|2|32
 "
-ROWS=${ROWS:-$(echo "$ALL_ROWS" | cut -d'|' -f1 | xargs)}
+ROWS=${ROWS:-$(echo "$ALL_ROWS" | cut -d'|' -f1 | grep -v _e2 | xargs)}
+
+# one row: $1 id, $2 env, $3 span, $4 size, $5 score norm, $6 lr, $7 epochs, $8 batch
+ROW_SCRIPT='
+id=$1 env=$2 span=$3 size=$4 norm=$5 lr=$6 epochs=$7 batch=$8
+cd "$WORK" || exit 1
+tok=models/tok_${env}_$span model=models/${env}_${span}_$size
+# the tokenizer and model of an (env, span, size) are written once; rows sharing them wait
+exec 9> "models/.lock_${env}_${span}_$size"; flock 9
+[ -d "$tok" ] || python3 -m proas lm tokenizer --env "$env" --vocab 4096 --max-tasks 200 --span "$span" --out "$tok"
+[ -d "$model" ] || python3 -m proas lm new-model --tokenizer "$tok" --size "$size" --out "$model"
+flock -u 9
+left=$(( $(cat deadline) - $(date +%s) ))
+nice -n 10 timeout "$left" python3 -m proas sft --run-dir "runs/$id" --epochs "$epochs" --lr "$lr" \
+  --batch-size "$batch" --val-every 1 env="$env" policy=lm policy.lm.mode=score \
+  policy.lm.model_path="$model" policy.lm.score_norm="$norm" policy.lm.lr_schedule=cosine \
+  policy.lm.warmup_ratio=0.05 "env.fixed_train_set.path=$WORK/code/src/proas/data/fixed_train_set/seed0/$env" \
+  train.progress=false
+echo "rc $?"
+'
 
 if [ "$MODE" = start ]; then
   mkdir -p "$WORK/code" "$WORK/runs" "$WORK/models"
@@ -43,24 +66,10 @@ if [ "$MODE" = start ]; then
   for id in $ROWS; do
     line=$(echo "$ALL_ROWS" | grep "^$id|") || { echo "unknown row $id" >&2; exit 2; }
     IFS='|' read -r _ env span size norm lr epochs batch <<< "$line"
-    (
-      cd "$WORK" || exit 1
-      tok=models/tok_${env}_$span model=models/${env}_${span}_$size
-      # the tokenizer and model of a (env, span, size) are written once; rows sharing one wait
-      exec 9> "models/.lock_${env}_${span}_$size"; flock 9
-      [ -d "$tok" ] || python3 -m proas lm tokenizer --env "$env" --vocab 4096 --max-tasks 200 --span "$span" --out "$tok"
-      [ -d "$model" ] || python3 -m proas lm new-model --tokenizer "$tok" --size "$size" --out "$model"
-      flock -u 9
-      left=$(( $(cat deadline) - $(date +%s) ))
-      nice -n 10 timeout "$left" python3 -m proas sft --run-dir "runs/$id" --epochs "$epochs" --lr "$lr" \
-        --batch-size "$batch" --val-every 1 env="$env" policy=lm policy.lm.mode=score \
-        policy.lm.model_path="$model" policy.lm.score_norm="$norm" policy.lm.lr_schedule=cosine \
-        policy.lm.warmup_ratio=0.05 "env.fixed_train_set.path=$WORK/code/src/proas/data/fixed_train_set/seed0/$env" \
-        train.progress=false
-      echo "rc $?" >> "runs/$id.log"
-    ) > "$WORK/runs/$id.log" 2>&1 < /dev/null &
+    # setsid: the rows outlive the call that starts them (the device kills the call's process group)
+    WORK=$WORK setsid bash -c "$ROW_SCRIPT" _ "$id" "$env" "$span" "$size" "$norm" "$lr" "$epochs" "$batch" \
+      > "$WORK/runs/$id.log" 2>&1 < /dev/null &
   done
-  disown -a
   echo "started: $ROWS"
 elif [ "$MODE" = pack ]; then
   mkdir -p "$OUT"

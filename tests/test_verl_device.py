@@ -114,3 +114,24 @@ def test_compare_ckpt_counts_identical_tensors_and_the_largest_difference(tmp_pa
     proc = subprocess.run([sys.executable, str(DEVICE / "compare_ckpt.py"), str(a), str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "no model_world_size_*_rank_*.pt" in proc.stderr
+
+
+def test_steps_csv_keeps_each_runs_console_metrics_in_order(tmp_path):
+    a = tmp_path / "full.log"
+    a.write_text("\x1b[36m(TaskRunner pid=1)\x1b[0m step:1 - actor/grad_norm:0.062 - timing_s/step:12.5 - x:1\n"
+                 "noise: global_step_1 saved\n"
+                 "\x1b[36m(TaskRunner pid=1)\x1b[0m step:2 - actor/grad_norm:0.000 - episode/success_rate:0.250\n")
+    b = tmp_path / "resumed.log"
+    b.write_text("step:2 - actor/grad_norm:0.001\n")
+    out = subprocess.run([sys.executable, str(DEVICE / "steps_csv.py"), f"full={a}", f"resumed={b}"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    head = out[0].split(",")
+    rows = [dict(zip(head, line.split(","))) for line in out[1:]]
+    assert [(r["run"], r["step"]) for r in rows] == [("full", "1"), ("full", "2"), ("resumed", "2")]
+    assert [r["actor/grad_norm"] for r in rows] == ["0.062", "0.000", "0.001"]
+    assert rows[0]["timing_s/step"] == "12.5" and rows[0]["episode/success_rate"] == ""
+    assert rows[1]["episode/success_rate"] == "0.250"
+    empty = tmp_path / "empty.log"
+    empty.write_text("no metrics here\n")
+    bad = subprocess.run([sys.executable, str(DEVICE / "steps_csv.py"), f"x={empty}"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "no 'step:N - key:value' lines" in bad.stderr

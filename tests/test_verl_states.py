@@ -12,6 +12,8 @@ are WebShop's text mode.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 pytest.importorskip("alfworld")
@@ -213,6 +215,99 @@ def test_lockstep_leaves_finished_envs_without_rows_and_passes_the_rest_through(
     *_, infos = vec.step(["look"])  # verl-agent steps finished envs too
     assert "proas" not in infos[0]
     assert step_columns(infos)["abstract_state"].tolist() == [None]
+
+
+class ActorHandle:
+    """A Ray actor handle's ``__ray_call__`` without Ray: ``remote(fn, *args)`` runs ``fn`` on the
+    worker (what Ray does inside the actor) and returns the value."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.__ray_call__ = types.SimpleNamespace(remote=lambda fn, *args: fn(self.worker, *args))
+
+
+class GymVec:
+    """verl-agent's ``AlfworldEnvs`` in one process: one worker per env, each holding TextWorld's
+    batch gym env of ALFWorld's registration (``AlfredTWEnv.init_env``: seeded once, the next game
+    of its seeded shuffle at every reset), reached through ``workers`` as Ray actor handles."""
+
+    def __init__(self, gamefiles, seeds):
+        import textworld
+        import textworld.gym
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+        self.workers = []
+        for seed in seeds:
+            env_id = textworld.gym.register_games([str(g) for g in gamefiles], infos, batch_size=1,
+                                                  asynchronous=False, max_episode_steps=50,
+                                                  wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+            env = textworld.gym.make(env_id)
+            env.seed(seed)
+            self.workers.append(ActorHandle(types.SimpleNamespace(env=env)))
+
+    def reset(self):
+        import sys
+
+        obs, infos = [], []
+        for w in self.workers:
+            argv = list(sys.argv)  # fast-downward's translator overwrites sys.argv
+            o, info = w.worker.env.reset()
+            sys.argv[:] = argv
+            obs.append(o[0])
+            infos.append({k: v[0] for k, v in info.items()})
+        return obs, None, infos
+
+
+def test_lockstep_keeps_the_game_draws_so_a_resume_plays_the_next_games(games):
+    files = [games[t] for t in TASKS]
+    run = AlfworldLockstep(GymVec(files, seeds=[3, 4]))
+    drawn = []
+    for _ in range(3):
+        _, _, infos = run.reset()
+        drawn.append([info["extra.gamefile"] for info in infos])
+    assert run.state_dict() == {"resets": 3}
+    # the third draw is a game the first two were not (one pass of a 3-game shuffle), so a fresh
+    # worker that did not skip would play another game
+    assert all(drawn[2][w] not in (drawn[0][w], drawn[1][w]) for w in range(2))
+    resumed = AlfworldLockstep(GymVec(files, seeds=[3, 4]))
+    resumed.load_state_dict({"resets": 2})
+    _, _, infos = resumed.reset()  # the lockstep check: the engine's game matches the simulator's
+    assert [info["extra.gamefile"] for info in infos] == drawn[2]
+    assert resumed.state_dict() == {"resets": 3}
+    fresh = AlfworldLockstep(GymVec(files, seeds=[3, 4]))
+    assert [info["extra.gamefile"] for info in fresh.reset()[2]] == drawn[0]
+    # a bad count, a restore after the envs drew, or an env without workers is refused
+    with pytest.raises(ProasError, match="expected a count 'resets' >= 0"):
+        fresh.load_state_dict({"resets": -1})
+    with pytest.raises(ProasError, match="drawn 1 games a worker already"):
+        fresh.load_state_dict({"resets": 0})
+    with pytest.raises(ProasError, match="has no 'workers'"):
+        AlfworldLockstep(EngineVec(files)).load_state_dict({"resets": 1})
+
+
+def test_game_skips_run_inside_ray_actors():
+    ray = pytest.importorskip("ray")
+    from proas.integrations.verl import states
+
+    @ray.remote(num_cpus=0)
+    class Worker:  # verl-agent's AlfworldWorker holds its TextWorld env as ``env``
+        def __init__(self):
+            self.env = types.SimpleNamespace(skipped=0)
+            self.env.skip = lambda n: setattr(self.env, "skipped", self.env.skipped + n)
+
+        def skipped(self):
+            return self.env.skipped
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        workers = [Worker.remote() for _ in range(2)]
+        vec = AlfworldLockstep(types.SimpleNamespace(workers=workers))
+        vec.load_state_dict({"resets": 5})
+        assert ray.get([w.skipped.remote() for w in workers]) == [5, 5]
+        assert states._ray_get([7]) == [7]
+    finally:
+        ray.shutdown()
 
 
 # ---------------------------------------------------------------------- WebShop pages

@@ -70,6 +70,34 @@ class AlfworldLockstep:
         self.gamefiles: list[str] = []
         self.done: list[bool] = []
         self.states: list[str] = []
+        #: resets so far: each draws one game per worker from its seeded shuffle
+        self.resets = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """How many games each worker has drawn (one a reset), as a checkpoint keeps it."""
+        return {"resets": self.resets}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Fast-forward fresh workers past the games an earlier run drew (``state_dict``), so a
+        resumed run plays the games the uninterrupted run would have played next.
+
+        verl-agent's ``AlfworldEnvs`` seeds each Ray worker's TextWorld env at construction, and
+        each reset takes the next game of that env's seeded shuffle. Loading skips as many
+        games in every worker (TextWorld's ``skip``, run inside the actor), without loading them.
+        """
+        n = state.get("resets") if isinstance(state, Mapping) else None
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ProasError(f"ALFWorld env state: expected a count 'resets' >= 0, got {n!r}")
+        if n > self.resets:
+            workers = getattr(self.envs, "workers", None)
+            if workers is None:
+                raise ProasError("ALFWorld env state: the vectorised env has no 'workers' (verl-agent's AlfworldEnvs "
+                                 "Ray actors) to fast-forward")
+            _ray_get([w.__ray_call__.remote(_skip_games, n - self.resets) for w in workers])
+        elif n < self.resets:
+            raise ProasError(f"ALFWorld env state: the envs have drawn {self.resets} games a worker already, "
+                             f"more than the checkpoint's {n}; load the state before the first reset")
+        self.resets = n
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["envs"], name)
@@ -79,6 +107,7 @@ class AlfworldLockstep:
         from proas.envs.household.env import OFFICIAL_PREFIX
 
         text_obs, image_obs, infos = self.envs.reset(*args, **kwargs)
+        self.resets += 1
         while len(self.trackers) < len(text_obs):
             self.trackers.append(HouseholdEnv(backend="fast", max_steps=_MAX_STEPS))
         self.gamefiles, self.done, self.states = [], [], []
@@ -121,6 +150,20 @@ class AlfworldLockstep:
                 f"ALFWorld states: the engine's observation differs from proas's simulator on {gamefile} {what}: "
                 f"{engine[:80]!r} vs {mine[:80]!r}; the lockstep states would be wrong (domain_randomization must "
                 f"be off)")
+
+
+def _skip_games(worker: Any, n: int) -> None:
+    """Inside a verl-agent ``AlfworldWorker`` actor: skip the next ``n`` games of its env."""
+    worker.env.skip(n)
+
+
+def _ray_get(refs: Sequence[Any]) -> list[Any]:
+    """Wait for Ray futures (values that are not futures pass through)."""
+    try:
+        import ray
+    except ImportError:
+        return list(refs)
+    return [ray.get(r) if isinstance(r, ray.ObjectRef) else r for r in refs]
 
 
 def _scalar(x: Any) -> Any:
