@@ -4,6 +4,7 @@
 #
 #   bash scripts/lm_sft_sweep.sh start LIMIT   # install .whl, write tokenizers/models, launch every row
 #   bash scripts/lm_sft_sweep.sh pack          # $OUT/lm_sft_sweep.tgz: each run's metrics and log, no weights
+#   python scripts/analyse_sft_sweep.py RUNS   # here, on the unpacked runs/: the table of results/lm/sft_sweep/
 #   ROWS="hh_word_small_mean ..." ... start    # a subset of the rows below
 #
 # Every row is `proas sft` on seed 0's training schedule (the tasks the main study's SFT row
@@ -43,8 +44,9 @@ ROW_SCRIPT='
 id=$1 env=$2 span=$3 size=$4 norm=$5 lr=$6 epochs=$7 batch=$8
 cd "$WORK" || exit 1
 tok=models/tok_${env}_$span model=models/${env}_${span}_$size
-# the tokenizer and model of an (env, span, size) are written once; rows sharing them wait
-exec 9> "models/.lock_${env}_${span}_$size"; flock 9
+# the tokenizer of an (env, span) and its models are written once; rows sharing them wait (one
+# lock for both: rows of two sizes share the tokenizer)
+exec 9> "models/.lock_${env}_$span"; flock 9
 [ -d "$tok" ] || python3 -m proas lm tokenizer --env "$env" --vocab 4096 --max-tasks 200 --span "$span" --out "$tok"
 [ -d "$model" ] || python3 -m proas lm new-model --tokenizer "$tok" --size "$size" --out "$model"
 flock -u 9
@@ -66,6 +68,7 @@ if [ "$MODE" = start ]; then
   for id in $ROWS; do
     line=$(echo "$ALL_ROWS" | grep "^$id|") || { echo "unknown row $id" >&2; exit 2; }
     IFS='|' read -r _ env span size norm lr epochs batch <<< "$line"
+    echo "$line" > "$WORK/runs/$id.row"  # what the row is, for scripts/analyse_sft_sweep.py
     # setsid: the rows outlive the call that starts them (the device kills the call's process group)
     WORK=$WORK setsid bash -c "$ROW_SCRIPT" _ "$id" "$env" "$span" "$size" "$norm" "$lr" "$epochs" "$batch" \
       > "$WORK/runs/$id.log" 2>&1 < /dev/null &
@@ -73,7 +76,7 @@ if [ "$MODE" = start ]; then
   echo "started: $ROWS"
 elif [ "$MODE" = pack ]; then
   mkdir -p "$OUT"
-  (cd "$WORK" && find runs -name metrics.jsonl -o -name config.yaml -o -name '*.log' -o -name summary.json \
+  (cd "$WORK" && find runs -name metrics.jsonl -o -name config.yaml -o -name '*.log' -o -name '*.row' -o -name summary.json \
       | grep -v /best/ | tar czf "$OUT/lm_sft_sweep.tgz" -T -) && echo "packed $OUT/lm_sft_sweep.tgz"
   for f in "$WORK"/runs/*.log; do echo "== $f"; grep -E "epoch|oracle steps|rc |Error|error" "$f" | tail -n 8; done
 else

@@ -80,6 +80,10 @@ def test_sft_raises_validation_sr_above_the_untrained_policy(tmp_path):
     assert nll[-1] < 0.7 * nll[0]
     assert summary["first_val_sr"] == rows[0]["val/sr"]
     assert summary["best_val_sr"] >= summary["first_val_sr"] + 0.25
+    # the run records SFT's own knobs and what each epoch and validation took
+    assert summary["options"] == {"epochs": 20, "lr": 0.05, "batch_size": 8, "val_every": 5, "max_tasks": 8}
+    assert all(r["time/train_s"] > 0 for r in rows[1:])
+    assert [r["step"] for r in rows if "time/val_s" in r] == [0, 5, 10, 15, 20]
     # the best checkpoint is where proas eval looks, and reproduces its recorded figure
     epoch = summary["best_val_epoch"]
     res, info = evaluate_checkpoint(tmp_path / "sft", seed=c.seed * 7919 + epoch)
@@ -124,7 +128,9 @@ def test_teacher_data_of_the_scorer_and_the_lm():
 def test_sft_trains_the_lm_policy(tmp_path):
     c = build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.max_new_tokens=8",
                             "env.fixed_val_set.size=2"])
-    train_sft(c, tmp_path / "lm", SFTOptions(epochs=3, max_tasks=4, lr=3e-3, batch_size=8, val_every=3))
+    summary = train_sft(c, tmp_path / "lm", SFTOptions(epochs=3, max_tasks=4, lr=3e-3, batch_size=8, val_every=3))
+    # the rate as given (the schedule's peak: a warmup starts the optimiser at 0)
+    assert summary["options"]["lr"] == 3e-3
     rows = [json.loads(x) for x in (tmp_path / "lm" / "metrics.jsonl").read_text().splitlines()]
     nll = [r["sft/nll"] for r in rows[1:]]
     assert nll[-1] < nll[0]

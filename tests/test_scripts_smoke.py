@@ -32,6 +32,7 @@ SCRIPTS = ROOT / "scripts"
 #: "bash" (bash -n), "study" (proas experiment run --dry-run)
 SMOKE = {
     "analyse_lm.py": "python",
+    "analyse_sft_sweep.py": "python",
     "analyse_study.py": "python",
     "heldout_device.sh": "bash",
     "heldout_grids/eval_other_household.sh": "bash",
@@ -136,6 +137,27 @@ def test_analyse_lm_remakes_results_lm_analysis():
 def test_analyse_lm_refuses_a_missing_directory(tmp_path):
     res = _run(sys.executable, str(SCRIPTS / "analyse_lm.py"), str(tmp_path / "nothing"))
     assert res.returncode == 2 and "no such directory" in res.stderr
+
+
+def test_analyse_sft_sweep_remakes_the_table_of_results_lm_sft_sweep():
+    sweep = ROOT / "results" / "lm" / "sft_sweep"
+    res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(sweep / "runs"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 + 14  # header, rule, a line per row
+    assert res.stdout.strip() in (sweep / "README.md").read_text(encoding="utf-8")
+    # each env's rows by best validation SR: household's best first; the diverged rows say so
+    assert lines[2].startswith("| household | word | base 30.85M | mean | 5e-4 | 3 (3) |")
+    assert "**24.2** (3)" in lines[2]
+    assert sum(line.endswith("| diverged |") for line in lines) == 2
+
+
+def test_analyse_sft_sweep_refuses_a_directory_without_rows_or_with_a_bad_row(tmp_path):
+    res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
+    assert res.returncode == 1 and "no *.row files" in res.stderr
+    (tmp_path / "x.row").write_text("x|household|word\n")
+    res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
+    assert res.returncode == 1 and "expected 8 '|'-separated fields, got 3" in res.stderr
 
 
 def test_analyse_study_tables_a_made_up_results_directory(tmp_path):

@@ -203,6 +203,10 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_config(run_dir, cfg)
+    # what config.yaml does not hold: SFT's own knobs, the rate as the optimiser got it
+    group = optimizer.param_groups[0]
+    options = {"epochs": opts.epochs, "lr": float(group.get("initial_lr", group["lr"])),
+               "batch_size": opts.batch_size, "val_every": opts.val_every, "max_tasks": opts.max_tasks}
     metrics_path = run_dir / "metrics.jsonl"
     history: list[dict[str, Any]] = []
 
@@ -212,7 +216,9 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
             fh.write(json.dumps(rec, allow_nan=False) + "\n")
 
     best = -1.0
+    t_val = time.perf_counter()
     rec0 = {"step": 0, "sft/examples": len(data), **run_val(0)}
+    rec0["time/val_s"] = time.perf_counter() - t_val
     if "val/sr" in rec0:
         best = rec0["val/sr"]
         _save_best(run_dir, cfg, policy, 0, rec0, init_source)
@@ -220,6 +226,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     for epoch in range(1, opts.epochs + 1):
         order = rng.permutation(len(data))
         losses, norms, rates = [], [], []
+        t_epoch = time.perf_counter()
         for start in range(0, len(order), opts.batch_size):
             idx = order[start: start + opts.batch_size]
             batch = policy.prepare([data[i] for i in idx])
@@ -242,13 +249,16 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
             if scheduler is not None:
                 scheduler.step()
             losses.append(float(loss.detach()))
-        rec: dict[str, Any] = {"step": epoch, "sft/nll": float(np.mean(losses))}
+        rec: dict[str, Any] = {"step": epoch, "sft/nll": float(np.mean(losses)),
+                               "time/train_s": time.perf_counter() - t_epoch}
         if norms:
             rec["sft/grad_norm"] = float(np.mean(norms))  # before clipping
         if rates:
             rec["sft/lr"] = rates[-1]  # the epoch's last batch's
         if epoch % opts.val_every == 0 or epoch == opts.epochs:
+            t_val = time.perf_counter()
             rec.update(run_val(epoch))
+            rec["time/val_s"] = time.perf_counter() - t_val
             if "val/sr" in rec and rec["val/sr"] > best:
                 best = rec["val/sr"]
                 _save_best(run_dir, cfg, policy, epoch, rec, init_source)
@@ -261,7 +271,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     vals = [(r["step"], r["val/sr"]) for r in history if "val/sr" in r]
     top = max(vals, key=lambda x: (x[1], -x[0])) if vals else (None, None)
     summary = {
-        "run_dir": str(run_dir), "baseline": "sft", "epochs": opts.epochs, "examples": len(data),
+        "run_dir": str(run_dir), "baseline": "sft", "options": options, "epochs": opts.epochs, "examples": len(data),
         "train_tasks": len(train_ids), "oracle_failed": failed, "wall_s": time.perf_counter() - t_start,
         "first_val_sr": vals[0][1] if vals else None, "best_val_sr": top[1], "best_val_epoch": top[0],
         "last_val_sr": vals[-1][1] if vals else None,
