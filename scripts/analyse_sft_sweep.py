@@ -2,7 +2,7 @@
 
 Each row of the sweep is a run directory ``RUNS/ID`` (``proas sft``: metrics.jsonl, summary.json
 when it finished) with ``RUNS/ID.row`` (the sweep's row: env, tokenizer span, model size, score
-norm, peak rate, epochs, batch) and ``RUNS/ID.log.txt`` or ``RUNS/ID.log`` (its output)::
+norm, peak rate, epochs, batch, optionally the seed) and ``RUNS/ID.log.txt`` or ``RUNS/ID.log`` (its output)::
 
     python scripts/analyse_sft_sweep.py results/lm/sft_sweep/runs
 """
@@ -22,9 +22,12 @@ FIELDS = ("id", "env", "span", "size", "norm", "lr", "epochs", "batch")
 def read_run(runs: Path, row_file: Path) -> dict:
     """One row: its spec, per-epoch validation SR and training NLL, wall time and how it ended."""
     parts = row_file.read_text(encoding="utf-8").strip().split("|")
-    if len(parts) != len(FIELDS):
-        raise ValueError(f"{row_file}: expected {len(FIELDS)} '|'-separated fields, got {len(parts)}")
-    spec = dict(zip(FIELDS, parts))
+    if len(parts) == len(FIELDS):
+        parts.append("0")  # rows without a seed ran seed 0
+    if len(parts) != len(FIELDS) + 1:
+        raise ValueError(f"{row_file}: expected {len(FIELDS)} or {len(FIELDS) + 1} '|'-separated fields, "
+                         f"got {len(parts)}")
+    spec = dict(zip((*FIELDS, "seed"), parts))
     run = runs / spec["id"]
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()] \
         if (run / "metrics.jsonl").exists() else []

@@ -7,9 +7,10 @@
 #   python scripts/analyse_sft_sweep.py RUNS   # here, on the unpacked runs/: the table of results/lm/sft_sweep/
 #   ROWS="hh_word_small_mean ..." ... start    # a subset of the rows below
 #
-# Every row is `proas sft` on seed 0's training schedule (the tasks the main study's SFT row
-# imitates), validated after each epoch on the shipped 128-task validation set at temperature
-# 0.4 (the lm's defaults: fp32 weights, bf16 autocast, AdamW, gradients clipped at 1). LIMIT
+# Every row is `proas sft` on its seed's training schedule (the tasks the main study's SFT row
+# imitates; seed 0 unless the row names one), validated after each epoch on the shipped 128-task
+# validation set at temperature 0.4 (the lm's defaults: fp32 weights, bf16 autocast, AdamW,
+# gradients clipped at 1). LIMIT
 # seconds after start every row still running is stopped (`timeout`): the epochs it finished
 # are in its metrics.jsonl. Carry .whl (scripts/run_device_study.sh says what it holds).
 set -u
@@ -20,7 +21,9 @@ OUT=${OUT:-/tmp/out}
 export PYTHONPATH=$WORK/site:$WORK/code/pkgs:$WORK/code/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 
-# id | env | tokenizer span | model size | score norm | lr | epochs | batch
+# id | env | tokenizer span | model size | score norm | peak lr | epochs | batch [| seed, default 0]
+# (rounds 1 and 2 ran on 2026-12-03, results/lm/sft_sweep/; the *_e10/_e12 rows are the next round:
+# the best settings of rounds 1-2, whose validation SR was still rising, with longer schedules)
 ALL_ROWS="
 hh_line_small_sum|household|line|small|sum|1e-3|4|32
 hh_word_small_sum|household|word|small|sum|1e-3|4|32
@@ -36,12 +39,18 @@ hh_line_base_sum_e2|household|line|base|sum|5e-4|2|32
 hh_line_small_mean_e2|household|line|small|mean|1e-3|2|32
 sh_line_base_sum_e2|shop|line|base|sum|5e-4|2|32
 sh_line_small_mean_e2|shop|line|small|mean|1e-3|2|32
+hh_word_base_mean_e10|household|word|base|mean|5e-4|10|32
+hh_word_base_sum_e10|household|word|base|sum|5e-4|10|32
+hh_word_small_sum_e12|household|word|small|sum|1e-3|12|32
+sh_line_small_sum_e12|shop|line|small|sum|1e-3|12|32
+sh_line_base_sum_e10|shop|line|base|sum|5e-4|10|32
+sh_word_base_mean_e10|shop|word|base|mean|5e-4|10|32
 "
-ROWS=${ROWS:-$(echo "$ALL_ROWS" | cut -d'|' -f1 | grep -v _e2 | xargs)}
+ROWS=${ROWS:-$(echo "$ALL_ROWS" | cut -d'|' -f1 | grep -v '_e[0-9]' | xargs)}
 
-# one row: $1 id, $2 env, $3 span, $4 size, $5 score norm, $6 lr, $7 epochs, $8 batch
+# one row: $1 id, $2 env, $3 span, $4 size, $5 score norm, $6 lr, $7 epochs, $8 batch, $9 seed
 ROW_SCRIPT='
-id=$1 env=$2 span=$3 size=$4 norm=$5 lr=$6 epochs=$7 batch=$8
+id=$1 env=$2 span=$3 size=$4 norm=$5 lr=$6 epochs=$7 batch=$8 seed=$9
 cd "$WORK" || exit 1
 tok=models/tok_${env}_$span model=models/${env}_${span}_$size
 # the tokenizer of an (env, span) and its models are written once; rows sharing them wait (one
@@ -54,7 +63,7 @@ left=$(( $(cat deadline) - $(date +%s) ))
 nice -n 10 timeout "$left" python3 -m proas sft --run-dir "runs/$id" --epochs "$epochs" --lr "$lr" \
   --batch-size "$batch" --val-every 1 env="$env" policy=lm policy.lm.mode=score \
   policy.lm.model_path="$model" policy.lm.score_norm="$norm" policy.lm.lr_schedule=cosine \
-  policy.lm.warmup_ratio=0.05 "env.fixed_train_set.path=$WORK/code/src/proas/data/fixed_train_set/seed0/$env" \
+  policy.lm.warmup_ratio=0.05 seed="$seed" "env.fixed_train_set.path=$WORK/code/src/proas/data/fixed_train_set/seed$seed/$env" \
   train.progress=false
 echo "rc $?"
 '
@@ -67,10 +76,10 @@ if [ "$MODE" = start ]; then
   echo $(( $(date +%s) + LIMIT )) > "$WORK/deadline"
   for id in $ROWS; do
     line=$(echo "$ALL_ROWS" | grep "^$id|") || { echo "unknown row $id" >&2; exit 2; }
-    IFS='|' read -r _ env span size norm lr epochs batch <<< "$line"
+    IFS='|' read -r _ env span size norm lr epochs batch seed <<< "$line"
     echo "$line" > "$WORK/runs/$id.row"  # what the row is, for scripts/analyse_sft_sweep.py
     # setsid: the rows outlive the call that starts them (the device kills the call's process group)
-    WORK=$WORK setsid bash -c "$ROW_SCRIPT" _ "$id" "$env" "$span" "$size" "$norm" "$lr" "$epochs" "$batch" \
+    WORK=$WORK setsid bash -c "$ROW_SCRIPT" _ "$id" "$env" "$span" "$size" "$norm" "$lr" "$epochs" "$batch" "${seed:-0}" \
       > "$WORK/runs/$id.log" 2>&1 < /dev/null &
   done
   echo "started: $ROWS"
