@@ -12,6 +12,7 @@ are WebShop's text mode.
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
@@ -358,6 +359,44 @@ def play_pages(tasks, plans):
                 states[i].append(info["proas"]["next_abstract_state"])
                 errors[i].append(info["proas"]["env_error"])
     return states, errors
+
+
+class DrawingShop(ShopAsWebshop):
+    """``ShopAsWebshop`` drawing each reset's goals as verl-agent's ``WebshopMultiProcessEnv``
+    does: ``env_num`` distinct goals from a ``numpy.random.RandomState`` seeded once (``_rng``)."""
+
+    def __init__(self, seed, pool, env_num):
+        self._rng = np.random.RandomState(seed)
+        super().__init__(make_shop_env, layout="webshop",
+                         tasks=lambda: [pool[i] for i in self._rng.choice(len(pool), size=env_num, replace=False)])
+
+
+def test_webshop_pages_keep_the_goal_draws_so_a_resume_draws_the_next_goals():
+    pool = make_shop_env().task_ids("train")[:40]
+    run = WebshopPages(DrawingShop(7, pool, env_num=2))
+    drawn = [run.reset()[0] for _ in range(3)]
+    saved = json.loads(json.dumps(WebshopPages(DrawingShop(7, pool, env_num=2)).state_dict()))  # fresh
+    assert set(saved) == {"rng"} and saved["rng"]["bit_generator"] == "MT19937"
+    # the state after two resets, through JSON as state.json keeps it
+    again = WebshopPages(DrawingShop(7, pool, env_num=2))
+    again.reset()
+    again.reset()
+    state = json.loads(json.dumps(again.state_dict()))
+    resumed = WebshopPages(DrawingShop(7, pool, env_num=2))
+    resumed.load_state_dict(state)
+    assert resumed.reset()[0] == drawn[2]
+    fresh = WebshopPages(DrawingShop(7, pool, env_num=2))
+    assert fresh.reset()[0] == drawn[0] != drawn[2]
+    # an env without the generator has nothing to keep; bad states are refused in one line
+    plain = WebshopPages(ShopAsWebshop(make_shop_env, layout="webshop", tasks=lambda: pool[:2]))
+    assert plain.state_dict() == {}
+    plain.load_state_dict({})
+    with pytest.raises(ProasError, match="no numpy RandomState '_rng'"):
+        plain.load_state_dict(state)
+    with pytest.raises(ProasError, match="bad goal-draw generator state"):
+        resumed.load_state_dict({"rng": {**state["rng"], "key": [1, 2, 3]}})
+    with pytest.raises(ProasError, match="bad goal-draw generator state"):
+        resumed.load_state_dict({"rng": {"bit_generator": "MT19937"}})
 
 
 def test_webshop_pages_follow_an_oracle_purchase_and_recur_across_tasks():

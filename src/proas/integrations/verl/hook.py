@@ -176,9 +176,9 @@ class ProASCredit:
         """Keep the task draws of these envs in the checkpoints, so that a resumed run draws the
         tasks the uninterrupted one would have: each manager, or the vectorised env on its
         ``envs`` (verl-agent's managers), that has ``state_dict``/``load_state_dict`` (proas's
-        ``ProasEnvManager`` and ``ProasVecEnv``, and ``AlfworldLockstep`` around verl-agent's
-        ALFWorld env, which keeps its game draws). Others, e.g. verl-agent's WebShop env, draw
-        afresh from their seed after a resume."""
+        ``ProasEnvManager`` and ``ProasVecEnv``; ``AlfworldLockstep`` and ``WebshopPages`` around
+        verl-agent's ALFWorld and WebShop envs, which keep their game and goal draws). Other
+        envs draw afresh from their seed after a resume."""
         for manager in managers:
             for candidate in (manager, getattr(manager, "envs", None)):
                 if hasattr(candidate, "state_dict") and hasattr(candidate, "load_state_dict"):

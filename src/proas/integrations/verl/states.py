@@ -40,6 +40,8 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from proas.errors import ProasError
 from proas.integrations.verl.envs import ERROR_COLUMN
 
@@ -260,6 +262,40 @@ class WebshopPages:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["envs"], name)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The goal draws' generator state, as a checkpoint keeps it: verl-agent's
+        ``WebshopMultiProcessEnv`` draws each reset's goals in the trainer's process, from one
+        ``numpy.random.RandomState`` seeded at construction (``_rng``). ``{}`` for an env
+        without one."""
+        rng = getattr(self.envs, "_rng", None)
+        if not isinstance(rng, np.random.RandomState):
+            return {}
+        state = rng.get_state(legacy=False)
+        return {"rng": {"bit_generator": state["bit_generator"], "key": state["state"]["key"].tolist(),
+                        "pos": int(state["state"]["pos"]), "has_gauss": int(state["has_gauss"]),
+                        "gauss": float(state["gauss"])}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned: a resumed run draws the goals the uninterrupted
+        run would have drawn next."""
+        if not isinstance(state, Mapping):
+            raise ProasError(f"WebShop env state: expected a mapping, got {type(state).__name__}")
+        saved = state.get("rng")
+        if saved is None:
+            return
+        rng = getattr(self.envs, "_rng", None)
+        if not isinstance(rng, np.random.RandomState):
+            raise ProasError("WebShop env state: the checkpoint holds goal draws, but the vectorised env has no "
+                             "numpy RandomState '_rng' to restore them into")
+        try:
+            key = np.asarray(saved["key"], dtype=np.uint32)
+            if saved["bit_generator"] != "MT19937" or key.shape != (624,):
+                raise ValueError("not an MT19937 state")
+            rng.set_state({"bit_generator": "MT19937", "state": {"key": key, "pos": int(saved["pos"])},
+                           "has_gauss": int(saved["has_gauss"]), "gauss": float(saved["gauss"])})
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise ProasError(f"WebShop env state: bad goal-draw generator state ({exc})") from None
 
     def reset(self, *args: Any, **kwargs: Any) -> tuple:
         obs, infos = self.envs.reset(*args, **kwargs)
