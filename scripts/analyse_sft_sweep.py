@@ -1,15 +1,20 @@
 """The table of results/lm/sft_sweep/ from the runs of scripts/lm_sft_sweep.sh.
 
-Each row of the sweep is a run directory ``RUNS/ID`` (``proas sft``: metrics.jsonl, summary.json
-when it finished) with ``RUNS/ID.row`` (the sweep's row: env, tokenizer span, model size, score
-norm, peak rate, epochs, batch, optionally the seed) and ``RUNS/ID.log.txt`` or ``RUNS/ID.log`` (its output)::
+Each row of the sweep is a run directory ``RUNS/ID`` (``proas sft``: ``metrics.jsonl``) with its
+output ``RUNS/ID.log.txt`` or ``RUNS/ID.log``. What the row is (env, tokenizer span, model size,
+score norm, peak rate, epochs, batch, seed) and how it ended come, in a pack fresh from the
+device, from ``RUNS/ID.row`` (the sweep's row line) and ``RUNS/ID/summary.json``; ``--csv``
+writes them as ``rows.csv``, one line per row, which is what results/ keeps (its rule holds no
+JSON summaries) and what this script reads when it is there::
 
-    python scripts/analyse_sft_sweep.py results/lm/sft_sweep/runs
+    python scripts/analyse_sft_sweep.py RUNS --csv RUNS/rows.csv    # on the unpacked pack
+    python scripts/analyse_sft_sweep.py results/lm/sft_sweep/runs    # the kept copy: the same table
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import re
@@ -17,24 +22,26 @@ import sys
 from pathlib import Path
 
 FIELDS = ("id", "env", "span", "size", "norm", "lr", "epochs", "batch")
+CSV_FIELDS = (*FIELDS, "seed", "params", "ended", "wall_s")
 
 
-def read_run(runs: Path, row_file: Path) -> dict:
-    """One row: its spec, per-epoch validation SR and training NLL, wall time and how it ended."""
+def _row_spec(row_file: Path) -> dict:
     parts = row_file.read_text(encoding="utf-8").strip().split("|")
     if len(parts) == len(FIELDS):
         parts.append("0")  # rows without a seed ran seed 0
     if len(parts) != len(FIELDS) + 1:
         raise ValueError(f"{row_file}: expected {len(FIELDS)} or {len(FIELDS) + 1} '|'-separated fields, "
                          f"got {len(parts)}")
-    spec = dict(zip((*FIELDS, "seed"), parts))
-    run = runs / spec["id"]
-    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()] \
-        if (run / "metrics.jsonl").exists() else []
-    log = next((p for p in (runs / f"{spec['id']}.log.txt", runs / f"{spec['id']}.log") if p.exists()), None)
+    return dict(zip((*FIELDS, "seed"), parts))
+
+
+def _from_pack(runs: Path, row_file: Path) -> dict:
+    """A row's spec, model size, end and wall time from the device's pack."""
+    spec = _row_spec(row_file)
+    log = _log(runs, spec["id"])
     text = log.read_text(encoding="utf-8", errors="replace") if log else ""
     params = re.search(r"model: ([\d.]+M) parameters", text)
-    done = run / "summary.json"
+    done = runs / spec["id"] / "summary.json"
     summary = json.loads(done.read_text(encoding="utf-8")) if done.exists() else None
     if summary is not None:
         ended = "done"
@@ -44,11 +51,41 @@ def read_run(runs: Path, row_file: Path) -> dict:
         ended = "time limit"
     else:
         ended = "unknown"
-    val = [(r["step"], r["val/sr"]) for r in recs if "val/sr" in r]
-    best = max(val, key=lambda v: (v[1], -v[0])) if val else None
     return {**spec, "params": params.group(1) if params else "", "ended": ended,
-            "val": val, "nll": [r["sft/nll"] for r in recs if "sft/nll" in r], "best": best,
-            "wall_s": summary["wall_s"] if summary else None}
+            "wall_s": f"{summary['wall_s']:.1f}" if summary else ""}
+
+
+def _log(runs: Path, rid: str) -> Path | None:
+    return next((p for p in (runs / f"{rid}.log.txt", runs / f"{rid}.log") if p.exists()), None)
+
+
+def read_rows(runs: Path) -> list[dict]:
+    """Every row's spec and end: from ``rows.csv`` when there, else from the pack."""
+    kept = runs / "rows.csv"
+    if kept.exists():
+        with open(kept, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        if not rows or set(CSV_FIELDS) - set(rows[0]):
+            raise ValueError(f"{kept}: expected the columns {', '.join(CSV_FIELDS)}")
+        return rows
+    row_files = sorted(runs.glob("*.row"))
+    if not row_files:
+        raise ValueError(f"no rows.csv and no *.row files in {runs}")
+    rows = [_from_pack(runs, f) for f in row_files]
+    # the model's size is logged by the row that wrote it; rows sharing the model take it from there
+    params = {(r["env"], r["span"], r["size"]): r["params"] for r in rows if r["params"]}
+    for r in rows:
+        r["params"] = r["params"] or params.get((r["env"], r["span"], r["size"]), "")
+    return rows
+
+
+def with_metrics(runs: Path, row: dict) -> dict:
+    """The row with its per-epoch validation SR and training NLL (``metrics.jsonl``)."""
+    path = runs / row["id"] / "metrics.jsonl"
+    recs = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
+    val = [(r["step"], r["val/sr"]) for r in recs if "val/sr" in r]
+    return {**row, "val": val, "nll": [r["sft/nll"] for r in recs if "sft/nll" in r],
+            "best": max(val, key=lambda v: (v[1], -v[0])) if val else None}
 
 
 def table(rows: list[dict]) -> str:
@@ -60,30 +97,33 @@ def table(rows: list[dict]) -> str:
         vals = " / ".join(f"{100 * v:.1f}" for _, v in r["val"])
         nll = " / ".join(f"{x:.3f}" for x in r["nll"]) or "–"
         best = f"**{100 * r['best'][1]:.1f}** ({r['best'][0]})" if r["best"] else "–"
-        wall = f"{r['wall_s'] / 60:.1f}" if r["wall_s"] is not None and math.isfinite(r["wall_s"]) else "–"
-        out.append(f"| {r['env']} | {r['span']} | {r['size']} {r['params']} | {r['norm']} | {r['lr']} "
-                   f"| {len(r['nll'])} ({r['epochs']}) | {vals} | {best} | {nll} | {wall} | {r['ended']} |")
+        wall = float(r["wall_s"]) if r["wall_s"] else math.nan
+        wall_min = f"{wall / 60:.1f}" if math.isfinite(wall) else "–"
+        seed = f", seed {r['seed']}" if r["seed"] not in ("", "0") else ""
+        out.append(f"| {r['env']}{seed} | {r['span']} | {r['size']} {r['params']} | {r['norm']} | {r['lr']} "
+                   f"| {len(r['nll'])} ({r['epochs']}) | {vals} | {best} | {nll} | {wall_min} | {r['ended']} |")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", type=Path, help="the sweep's runs directory (RUNS/ID, RUNS/ID.row)")
+    ap.add_argument("runs", type=Path, help="the sweep's runs directory (RUNS/ID, and RUNS/rows.csv or RUNS/ID.row)")
+    ap.add_argument("--csv", type=Path, help="also write each row's spec and end here (rows.csv)")
     args = ap.parse_args(argv)
-    rows_files = sorted(args.runs.glob("*.row"))
-    if not rows_files:
-        print(f"analyse_sft_sweep: no *.row files in {args.runs}", file=sys.stderr)
-        return 1
     try:
-        rows = [read_run(args.runs, f) for f in rows_files]
-        # the model's size is logged by the row that wrote it; rows sharing the model take it from there
-        params = {(r["env"], r["span"], r["size"]): r["params"] for r in rows if r["params"]}
-        for r in rows:
-            r["params"] = r["params"] or params.get((r["env"], r["span"], r["size"]), "")
+        rows = read_rows(args.runs)
+        full = [with_metrics(args.runs, r) for r in rows]
     except (OSError, ValueError, KeyError) as e:
         print(f"analyse_sft_sweep: {e}", file=sys.stderr)
         return 1
-    print(table(rows))
+    if args.csv:
+        tmp = args.csv.with_name(args.csv.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(args.csv)
+    print(table(full))
     return 0
 
 

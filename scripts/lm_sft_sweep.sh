@@ -4,7 +4,7 @@
 #
 #   bash scripts/lm_sft_sweep.sh start LIMIT   # install .whl, write tokenizers/models, launch every row
 #   bash scripts/lm_sft_sweep.sh pack          # $OUT/lm_sft_sweep.tgz: each run's metrics and log, no weights
-#   python scripts/analyse_sft_sweep.py RUNS   # here, on the unpacked runs/: the table of results/lm/sft_sweep/
+#   python scripts/analyse_sft_sweep.py RUNS --csv RUNS/rows.csv   # here, on the unpacked runs/: the table
 #   ROWS="hh_word_small_mean ..." ... start    # a subset of the rows below
 #
 # Every row is `proas sft` on its seed's training schedule (the tasks the main study's SFT row

@@ -154,10 +154,40 @@ def test_analyse_sft_sweep_remakes_the_table_of_results_lm_sft_sweep():
 
 def test_analyse_sft_sweep_refuses_a_directory_without_rows_or_with_a_bad_row(tmp_path):
     res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
-    assert res.returncode == 1 and "no *.row files" in res.stderr
+    assert res.returncode == 1 and "no rows.csv and no *.row files" in res.stderr
     (tmp_path / "x.row").write_text("x|household|word\n")
     res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
     assert res.returncode == 1 and "expected 8 or 9 '|'-separated fields, got 3" in res.stderr
+    (tmp_path / "rows.csv").write_text("id,env\nx,household\n")
+    res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
+    assert res.returncode == 1 and "rows.csv: expected the columns" in res.stderr
+
+
+def test_analyse_sft_sweep_reads_a_fresh_pack_and_writes_the_rows_kept(tmp_path):
+    # a pack as the device returns it: row lines, a summary for the finished row, the logs
+    runs = tmp_path / "runs"
+    for rid, line, summary, log in [
+            ("a", "a|shop|word|small|sum|1e-3|2|32", {"wall_s": 90.0}, "model: 4.99M parameters, m\nrc 0\n"),
+            ("b", "b|shop|word|small|mean|3e-3|2|32|1", None, "proas: error: sft: the gradient diverged\nrc 2\n")]:
+        (runs / rid).mkdir(parents=True)
+        (runs / f"{rid}.row").write_text(line + "\n")
+        (runs / f"{rid}.log").write_text(log)
+        recs = [{"step": 0, "val/sr": 0.0}, {"step": 1, "sft/nll": 1.5, "val/sr": 0.125}]
+        (runs / rid / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[: 2 if summary else 1]))
+        if summary:
+            (runs / rid / "summary.json").write_text(json.dumps(summary))
+    res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(runs), "--csv", str(runs / "rows.csv"))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[2] == ("| shop | word | small 4.99M | sum | 1e-3 | 1 (2) | 0.0 / 12.5 | **12.5** (1) | 1.500 | 1.5 "
+                        "| done |")
+    assert lines[3].startswith("| shop, seed 1 | word | small 4.99M | mean | 3e-3 | 0 (2) | 0.0 |")
+    assert lines[3].endswith("| – | diverged |")
+    # the kept copy (rows.csv, no row lines or summaries) gives the same table
+    for p in [*runs.glob("*.row"), *runs.glob("*/summary.json")]:
+        p.unlink()
+    again = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(runs))
+    assert again.returncode == 0 and again.stdout == res.stdout
 
 
 def test_analyse_study_tables_a_made_up_results_directory(tmp_path):
