@@ -22,17 +22,18 @@ import sys
 from pathlib import Path
 
 FIELDS = ("id", "env", "span", "size", "norm", "lr", "epochs", "batch")
-CSV_FIELDS = (*FIELDS, "seed", "params", "ended", "wall_s")
+#: optional trailing fields of a row line, with the value a row without them ran
+OPTIONAL = (("seed", "0"), ("seq_loss", "0"))
+CSV_FIELDS = (*FIELDS, "seed", "seq_loss", "params", "ended", "wall_s")
 
 
 def _row_spec(row_file: Path) -> dict:
     parts = row_file.read_text(encoding="utf-8").strip().split("|")
-    if len(parts) == len(FIELDS):
-        parts.append("0")  # rows without a seed ran seed 0
-    if len(parts) != len(FIELDS) + 1:
-        raise ValueError(f"{row_file}: expected {len(FIELDS)} or {len(FIELDS) + 1} '|'-separated fields, "
-                         f"got {len(parts)}")
-    return dict(zip((*FIELDS, "seed"), parts))
+    if not len(FIELDS) <= len(parts) <= len(FIELDS) + len(OPTIONAL):
+        raise ValueError(f"{row_file}: expected {len(FIELDS)} to {len(FIELDS) + len(OPTIONAL)} '|'-separated "
+                         f"fields, got {len(parts)}")
+    parts += [default for _, default in OPTIONAL[len(parts) - len(FIELDS):]]
+    return dict(zip((*FIELDS, *(name for name, _ in OPTIONAL)), parts))
 
 
 def _from_pack(runs: Path, row_file: Path) -> dict:
@@ -100,7 +101,8 @@ def table(rows: list[dict]) -> str:
         wall = float(r["wall_s"]) if r["wall_s"] else math.nan
         wall_min = f"{wall / 60:.1f}" if math.isfinite(wall) else "–"
         seed = f", seed {r['seed']}" if r["seed"] not in ("", "0") else ""
-        out.append(f"| {r['env']}{seed} | {r['span']} | {r['size']} {r['params']} | {r['norm']} | {r['lr']} "
+        seq = f" + sequence {r['seq_loss']}" if r.get("seq_loss", "0") not in ("", "0") else ""
+        out.append(f"| {r['env']}{seed} | {r['span']} | {r['size']} {r['params']} | {r['norm']}{seq} | {r['lr']} "
                    f"| {len(r['nll'])} ({r['epochs']}) | {vals} | {best} | {nll} | {wall_min} | {r['ended']} |")
     return "\n".join(out)
 

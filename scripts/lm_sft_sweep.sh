@@ -21,9 +21,11 @@ OUT=${OUT:-/tmp/out}
 export PYTHONPATH=$WORK/site:$WORK/code/pkgs:$WORK/code/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 
-# id | env | tokenizer span | model size | score norm | peak lr | epochs | batch [| seed, default 0]
-# (rounds 1 and 2 ran on 2026-12-03, results/lm/sft_sweep/; the *_e10/_e12 rows are the next round:
-# the best settings of rounds 1-2, whose validation SR was still rising, with longer schedules)
+# id | env | tokenizer span | model size | score norm | peak lr | epochs | batch [| seed, default 0
+#   [| sequence loss weight, default 0: `proas sft --sequence-loss`]]
+# (rounds 1 and 2 ran on 2026-12-03, results/lm/sft_sweep/; round 3, the *_e<N> rows: the best
+# settings of rounds 1-2, whose validation SR was still rising, with longer schedules, each with
+# and without the whole-sequence loss (*_seq1))
 ALL_ROWS="
 hh_line_small_sum|household|line|small|sum|1e-3|4|32
 hh_word_small_sum|household|word|small|sum|1e-3|4|32
@@ -45,12 +47,20 @@ hh_word_small_sum_e12|household|word|small|sum|1e-3|12|32
 sh_line_small_sum_e12|shop|line|small|sum|1e-3|12|32
 sh_line_base_sum_e10|shop|line|base|sum|5e-4|10|32
 sh_word_base_mean_e10|shop|word|base|mean|5e-4|10|32
+hh_word_base_mean_e6|household|word|base|mean|5e-4|6|32
+hh_word_base_mean_e6_seq1|household|word|base|mean|5e-4|6|32|0|1
+hh_word_small_sum_e8|household|word|small|sum|1e-3|8|32
+hh_word_small_sum_e8_seq1|household|word|small|sum|1e-3|8|32|0|1
+sh_line_small_sum_e12_seq1|shop|line|small|sum|1e-3|12|32|0|1
+sh_word_base_mean_e8|shop|word|base|mean|5e-4|8|32
+sh_word_base_mean_e8_seq1|shop|word|base|mean|5e-4|8|32|0|1
 "
 ROWS=${ROWS:-$(echo "$ALL_ROWS" | cut -d'|' -f1 | grep -v '_e[0-9]' | xargs)}
 
-# one row: $1 id, $2 env, $3 span, $4 size, $5 score norm, $6 lr, $7 epochs, $8 batch, $9 seed
+# one row: $1 id, $2 env, $3 span, $4 size, $5 score norm, $6 lr, $7 epochs, $8 batch, $9 seed,
+# ${10} sequence loss weight
 ROW_SCRIPT='
-id=$1 env=$2 span=$3 size=$4 norm=$5 lr=$6 epochs=$7 batch=$8 seed=$9
+id=$1 env=$2 span=$3 size=$4 norm=$5 lr=$6 epochs=$7 batch=$8 seed=$9 seq=${10}
 cd "$WORK" || exit 1
 tok=models/tok_${env}_$span model=models/${env}_${span}_$size
 # the tokenizer of an (env, span) and its models are written once; rows sharing them wait (one
@@ -61,7 +71,7 @@ exec 9> "models/.lock_${env}_$span"; flock 9
 flock -u 9
 left=$(( $(cat deadline) - $(date +%s) ))
 nice -n 10 timeout "$left" python3 -m proas sft --run-dir "runs/$id" --epochs "$epochs" --lr "$lr" \
-  --batch-size "$batch" --val-every 1 env="$env" policy=lm policy.lm.mode=score \
+  --batch-size "$batch" --sequence-loss "$seq" --val-every 1 env="$env" policy=lm policy.lm.mode=score \
   policy.lm.model_path="$model" policy.lm.score_norm="$norm" policy.lm.lr_schedule=cosine \
   policy.lm.warmup_ratio=0.05 seed="$seed" "env.fixed_train_set.path=$WORK/code/src/proas/data/fixed_train_set/seed$seed/$env" \
   train.progress=false
@@ -76,10 +86,10 @@ if [ "$MODE" = start ]; then
   echo $(( $(date +%s) + LIMIT )) > "$WORK/deadline"
   for id in $ROWS; do
     line=$(echo "$ALL_ROWS" | grep "^$id|") || { echo "unknown row $id" >&2; exit 2; }
-    IFS='|' read -r _ env span size norm lr epochs batch seed <<< "$line"
+    IFS='|' read -r _ env span size norm lr epochs batch seed seq <<< "$line"
     echo "$line" > "$WORK/runs/$id.row"  # what the row is, for scripts/analyse_sft_sweep.py
     # setsid: the rows outlive the call that starts them (the device kills the call's process group)
-    WORK=$WORK setsid bash -c "$ROW_SCRIPT" _ "$id" "$env" "$span" "$size" "$norm" "$lr" "$epochs" "$batch" "${seed:-0}" \
+    WORK=$WORK setsid bash -c "$ROW_SCRIPT" _ "$id" "$env" "$span" "$size" "$norm" "$lr" "$epochs" "$batch" "${seed:-0}" "${seq:-0}" \
       > "$WORK/runs/$id.log" 2>&1 < /dev/null &
   done
   echo "started: $ROWS"

@@ -265,3 +265,57 @@ def test_sft_of_a_score_mode_lm_learns_the_candidate_choice(tmp_path):
     d = teacher_data(lm, ctx, action)
     cands, _, _ = lm.score_item(ctx)
     assert cands[d["choice"]] == action and teacher_data(lm, ctx, "fly to the moon") is None
+
+
+def test_sequence_nll_is_the_causal_lm_loss_over_prompt_and_oracle_response():
+    """``sequence_nll`` equals Hugging Face's own causal-LM loss on each demonstration (prompt
+    followed by the chosen candidate's tokens), token-weighted over a batch of unequal lengths."""
+    from toy_env import make_env
+
+    from proas.baselines.sft import sequence_nll
+
+    lm = build_policy(build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score"]), 0)
+    env = make_env(n_places=4, max_steps=8)
+    examples, _ = oracle_examples(env, ["train-003", "train-007"], env_label="toy", max_steps=8)
+    data = [teacher_data(lm, c, a) for c, a in examples[:5]]
+    seqs = [d["prompt"] + d["cands"][d["choice"]] for d in data]
+    assert len({len(s) for s in seqs}) > 1  # padding is exercised
+    total = n = 0.0
+    with torch.no_grad():
+        for s in seqs:
+            ids = torch.tensor([s])
+            with lm.compute():
+                out = lm.module(input_ids=ids, labels=ids)
+            total += float(out.loss) * (len(s) - 1)
+            n += len(s) - 1
+        got = float(sequence_nll(lm, data))
+    assert got == pytest.approx(total / n, rel=1e-4)
+    # a response the oracle did not choose is a different target
+    other = [dict(d, choice=(d["choice"] + 1) % len(d["cands"])) for d in data]
+    with torch.no_grad():
+        assert float(sequence_nll(lm, other)) != pytest.approx(got, rel=1e-6)
+
+
+def test_sft_sequence_loss_is_recorded_and_changes_the_update(tmp_path):
+    c = build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
+                            "env.fixed_val_set.enabled=false"])
+    runs = {}
+    for w in (0.0, 1.0):
+        train_sft(c, tmp_path / str(w), SFTOptions(epochs=2, max_tasks=4, lr=3e-3, batch_size=8, sequence_loss=w))
+        runs[w] = [json.loads(x) for x in (tmp_path / str(w) / "metrics.jsonl").read_text().splitlines()]
+    assert "sft/sequence_nll" not in runs[0.0][1]
+    seq = [r["sft/sequence_nll"] for r in runs[1.0][1:]]
+    assert all(x > 0 for x in seq) and seq[1] < seq[0]  # the whole-sequence loss falls
+    # the same seed and data: only the added loss makes the choice loss differ
+    assert runs[1.0][1]["sft/nll"] != pytest.approx(runs[0.0][1]["sft/nll"], rel=1e-9)
+    summary = json.loads((tmp_path / "1.0" / "summary.json").read_text())
+    assert summary["options"]["sequence_loss"] == 1.0
+
+
+def test_sft_sequence_loss_is_refused_where_it_cannot_apply(tmp_path):
+    with pytest.raises(ProasError, match="needs policy=lm"):
+        train_sft(build_config(TOY), tmp_path / "s", SFTOptions(epochs=1, sequence_loss=0.5))
+    c = build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny"])
+    with pytest.raises(ProasError, match="finite number >= 0"):
+        train_sft(c, tmp_path / "l", SFTOptions(epochs=1, sequence_loss=-1.0))
+    assert not (tmp_path / "s").exists() and not (tmp_path / "l").exists()

@@ -157,7 +157,7 @@ def test_analyse_sft_sweep_refuses_a_directory_without_rows_or_with_a_bad_row(tm
     assert res.returncode == 1 and "no rows.csv and no *.row files" in res.stderr
     (tmp_path / "x.row").write_text("x|household|word\n")
     res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
-    assert res.returncode == 1 and "expected 8 or 9 '|'-separated fields, got 3" in res.stderr
+    assert res.returncode == 1 and "expected 8 to 10 '|'-separated fields, got 3" in res.stderr
     (tmp_path / "rows.csv").write_text("id,env\nx,household\n")
     res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(tmp_path))
     assert res.returncode == 1 and "rows.csv: expected the columns" in res.stderr
@@ -168,7 +168,8 @@ def test_analyse_sft_sweep_reads_a_fresh_pack_and_writes_the_rows_kept(tmp_path)
     runs = tmp_path / "runs"
     for rid, line, summary, log in [
             ("a", "a|shop|word|small|sum|1e-3|2|32", {"wall_s": 90.0}, "model: 4.99M parameters, m\nrc 0\n"),
-            ("b", "b|shop|word|small|mean|3e-3|2|32|1", None, "proas: error: sft: the gradient diverged\nrc 2\n")]:
+            ("b", "b|shop|word|small|mean|3e-3|2|32|1", None, "proas: error: sft: the gradient diverged\nrc 2\n"),
+            ("c", "c|shop|line|small|sum|1e-3|2|32|0|0.5", {"wall_s": 60.0}, "model: 4.99M parameters, m\nrc 0\n")]:
         (runs / rid).mkdir(parents=True)
         (runs / f"{rid}.row").write_text(line + "\n")
         (runs / f"{rid}.log").write_text(log)
@@ -181,8 +182,10 @@ def test_analyse_sft_sweep_reads_a_fresh_pack_and_writes_the_rows_kept(tmp_path)
     lines = res.stdout.strip().splitlines()
     assert lines[2] == ("| shop | word | small 4.99M | sum | 1e-3 | 1 (2) | 0.0 / 12.5 | **12.5** (1) | 1.500 | 1.5 "
                         "| done |")
-    assert lines[3].startswith("| shop, seed 1 | word | small 4.99M | mean | 3e-3 | 0 (2) | 0.0 |")
-    assert lines[3].endswith("| – | diverged |")
+    # the whole-sequence loss is named beside the score norm
+    assert lines[3].startswith("| shop | line | small 4.99M | sum + sequence 0.5 | 1e-3 | 1 (2) |")
+    assert lines[4].startswith("| shop, seed 1 | word | small 4.99M | mean | 3e-3 | 0 (2) | 0.0 |")
+    assert lines[4].endswith("| – | diverged |")
     # the kept copy (rows.csv, no row lines or summaries) gives the same table
     for p in [*runs.glob("*.row"), *runs.glob("*/summary.json")]:
         p.unlink()

@@ -36,6 +36,9 @@ def register(sub) -> None:
     s.add_argument("--batch-size", type=int, default=64, help="oracle steps per gradient step")
     s.add_argument("--val-every", type=int, default=1, help="validate every N epochs")
     s.add_argument("--max-tasks", type=int, default=None, help="use at most N training tasks")
+    s.add_argument("--sequence-loss", type=float, default=0.0, metavar="WEIGHT",
+                   help="lm only: add WEIGHT x the next-token loss over each whole demonstration (prompt "
+                        "and response), as TRL trains when not completion-only (default 0: off)")
     s.set_defaults(func=_sft)
 
     v = sub.add_parser("serve", help="serve a checkpoint as an OpenAI-compatible chat endpoint (loopback)",
@@ -114,7 +117,8 @@ def _sft(args) -> int:
 
     console = Console()
     summary = train_sft(cfg, Path(args.run_dir), SFTOptions(epochs=args.epochs, lr=args.lr,
-                        batch_size=args.batch_size, val_every=args.val_every, max_tasks=args.max_tasks),
+                        batch_size=args.batch_size, val_every=args.val_every, max_tasks=args.max_tasks,
+                        sequence_loss=args.sequence_loss),
                         log=console.print)
     best = summary["best_val_sr"]
     console.print(f"[bold green]done[/]: best validation SR {'n/a' if best is None else f'{100 * best:.1f}%'} "

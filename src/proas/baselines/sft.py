@@ -14,7 +14,10 @@ the end-of-turn token, written in the format ``proas.policies.lm.project_action`
 ``lm`` in score mode, like the ``scorer``, learns the choice of ACTION among its candidates).
 An RL run starts from the result with ``policy.lm.init_from`` / ``policy.scorer.init_from``.
 The ``lm`` trains with its RL optimiser (AdamW), gradients clipped at ``algo.max_grad_norm`` and
-the warmup and schedule of ``policy.lm`` stepped once per batch (docs/lm.md).
+the warmup and schedule of ``policy.lm`` stepped once per batch (docs/lm.md). With
+``sequence_loss`` (``--sequence-loss``) an lm also learns to predict every token of each
+demonstration, prompt included (``sequence_nll``), the loss weighted and added to the choice loss:
+what TRL's SFT trains when it is not completion-only, here beside the score-mode choice.
 
 Validation on the fixed validation set, as RL runs do (same seed rule, same temperature), after
 every ``val_every`` epochs and before training (epoch 0); the best checkpoint is kept in
@@ -71,6 +74,10 @@ class SFTOptions:
     val_every: int = 1
     #: use at most this many training tasks, evenly spaced over the list (None = all of them)
     max_tasks: int | None = None
+    #: lm only: weight of a next-token loss over the whole demonstration (prompt and the oracle's
+    #: response, as TRL's SFT trains when it is not completion-only), added to the choice loss;
+    #: 0 = the choice (or response) loss alone
+    sequence_loss: float = 0.0
 
 
 def sft_task_ids(cfg: Config, env: Env, max_tasks: int | None = None) -> list[str]:
@@ -143,6 +150,29 @@ def teacher_data(policy: Policy, ctx: Context, action: str) -> dict[str, Any] | 
 SCORER_SFT_LR = 0.01
 
 
+def sequence_nll(policy: Policy, data: Sequence[dict[str, Any]]) -> torch.Tensor:
+    """The mean next-token NLL of an lm over whole demonstrations: each step's prompt followed by
+    the oracle's response (score mode: the chosen candidate's tokens), every token after the
+    first a target (the loss TRL's SFT computes when it is not completion-only)."""
+    seqs = [list(d["prompt"]) + list(d["cands"][d["choice"]] if "cands" in d else d["response"]) for d in data]
+    width = max(len(x) for x in seqs)
+    pad = policy.tokenizer.pad_token_id  # type: ignore[attr-defined]
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, x in enumerate(seqs):
+        ids[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        mask[i, : len(x)] = 1
+    dev = policy.device  # type: ignore[attr-defined]
+    ids, mask = ids.to(dev), mask.to(dev)
+    with policy.compute():  # type: ignore[attr-defined]
+        logits = policy.module(input_ids=ids, attention_mask=mask, use_cache=False).logits  # type: ignore[attr-defined]
+    tgt = ids[:, 1:]
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                            reduction="none").view_as(tgt)
+    keep = mask[:, 1:].to(nll.dtype)
+    return (nll * keep).sum() / keep.sum().clamp(min=1.0)
+
+
 def make_sft_optimizer(policy: Policy, cfg: Config, lr: float | None) -> torch.optim.Optimizer:
     """Adam for the scorer (its RL optimiser, SGD at a large rate, is tuned to the scale of the RL
     loss, not to a mean NLL, and diverges here), the policy's own optimiser for the lm."""
@@ -162,6 +192,10 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     """Run SFT into ``run_dir``; return the summary (also written to ``summary.json``)."""
     if opts.epochs < 1 or opts.batch_size < 1 or opts.val_every < 1:
         raise ProasError("sft: --epochs, --batch-size and --val-every must be >= 1")
+    if not (math.isfinite(opts.sequence_loss) and opts.sequence_loss >= 0):
+        raise ProasError(f"sft: --sequence-loss must be a finite number >= 0, got {opts.sequence_loss}")
+    if opts.sequence_loss and cfg.policy.kind != "lm":
+        raise ProasError("sft: --sequence-loss needs policy=lm (the scorer has no tokens to predict)")
     if (run_dir / "config.yaml").exists():
         raise ProasError(f"{run_dir}: a run already lives here; choose another directory")
     log = log or (lambda s: None)
@@ -206,7 +240,8 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     # what config.yaml does not hold: SFT's own knobs, the rate as the optimiser got it
     group = optimizer.param_groups[0]
     options = {"epochs": opts.epochs, "lr": float(group.get("initial_lr", group["lr"])),
-               "batch_size": opts.batch_size, "val_every": opts.val_every, "max_tasks": opts.max_tasks}
+               "batch_size": opts.batch_size, "val_every": opts.val_every, "max_tasks": opts.max_tasks,
+               "sequence_loss": opts.sequence_loss}
     metrics_path = run_dir / "metrics.jsonl"
     history: list[dict[str, Any]] = []
 
@@ -225,13 +260,19 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     record(rec0)
     for epoch in range(1, opts.epochs + 1):
         order = rng.permutation(len(data))
-        losses, norms, rates = [], [], []
+        losses, seq_losses, norms, rates = [], [], [], []
         t_epoch = time.perf_counter()
         for start in range(0, len(order), opts.batch_size):
             idx = order[start: start + opts.batch_size]
-            batch = policy.prepare([data[i] for i in idx])
+            items = [data[i] for i in idx]
+            batch = policy.prepare(items)
             stats = policy.evaluate(batch)
-            loss = -(stats.logp * stats.mask).sum() / stats.mask.sum().clamp(min=1.0)
+            choice_loss = -(stats.logp * stats.mask).sum() / stats.mask.sum().clamp(min=1.0)
+            loss = choice_loss
+            if opts.sequence_loss:
+                seq = sequence_nll(policy, items)
+                loss = choice_loss + opts.sequence_loss * seq
+                seq_losses.append(float(seq.detach()))
             if not torch.isfinite(loss):
                 raise ProasError(f"sft: the loss diverged (non-finite) in epoch {epoch}; lower --lr "
                                  f"(the best checkpoint so far is kept in {run_dir / 'best'})")
@@ -248,9 +289,11 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-            losses.append(float(loss.detach()))
+            losses.append(float(choice_loss.detach()))
         rec: dict[str, Any] = {"step": epoch, "sft/nll": float(np.mean(losses)),
                                "time/train_s": time.perf_counter() - t_epoch}
+        if seq_losses:
+            rec["sft/sequence_nll"] = float(np.mean(seq_losses))
         if norms:
             rec["sft/grad_norm"] = float(np.mean(norms))  # before clipping
         if rates:
