@@ -294,6 +294,14 @@ def test_sequence_nll_is_the_causal_lm_loss_over_prompt_and_oracle_response():
     other = [dict(d, choice=(d["choice"] + 1) % len(d["cands"])) for d in data]
     with torch.no_grad():
         assert float(sequence_nll(lm, other)) != pytest.approx(got, rel=1e-6)
+    # generate mode: the prompt and the taught response
+    gen = build_policy(build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny"]), 0)
+    gdata = [teacher_data(gen, c, a) for c, a in examples[:2]]
+    seq = gdata[0]["prompt"] + gdata[0]["response"]
+    with torch.no_grad():
+        with gen.compute():
+            want = float(gen.module(input_ids=torch.tensor([seq]), labels=torch.tensor([seq])).loss)
+        assert float(sequence_nll(gen, gdata[:1])) == pytest.approx(want, rel=1e-4)
 
 
 def test_sft_sequence_loss_is_recorded_and_changes_the_update(tmp_path):
