@@ -25,7 +25,8 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLA
 #   [| sequence loss weight, default 0: `proas sft --sequence-loss`]]
 # (rounds 1 and 2 ran on 2026-12-03, results/lm/sft_sweep/; round 3, the *_e<N> rows: the best
 # settings of rounds 1-2, whose validation SR was still rising, with longer schedules, each with
-# and without the whole-sequence loss (*_seq1))
+# and without the whole-sequence loss (*_seq1); the *_seq1_s1/_s2 rows are the next round: the two
+# rows that passed the bar on seed 0, on seeds 1 and 2)
 ALL_ROWS="
 hh_line_small_sum|household|line|small|sum|1e-3|4|32
 hh_word_small_sum|household|word|small|sum|1e-3|4|32
@@ -54,6 +55,10 @@ hh_word_small_sum_e8_seq1|household|word|small|sum|1e-3|8|32|0|1
 sh_line_small_sum_e12_seq1|shop|line|small|sum|1e-3|12|32|0|1
 sh_word_base_mean_e8|shop|word|base|mean|5e-4|8|32
 sh_word_base_mean_e8_seq1|shop|word|base|mean|5e-4|8|32|0|1
+hh_word_small_sum_e8_seq1_s1|household|word|small|sum|1e-3|8|32|1|1
+hh_word_small_sum_e8_seq1_s2|household|word|small|sum|1e-3|8|32|2|1
+sh_line_small_sum_e12_seq1_s1|shop|line|small|sum|1e-3|12|32|1|1
+sh_line_small_sum_e12_seq1_s2|shop|line|small|sum|1e-3|12|32|2|1
 "
 ROWS=${ROWS:-$(echo "$ALL_ROWS" | cut -d'|' -f1 | grep -v '_e[0-9]' | xargs)}
 

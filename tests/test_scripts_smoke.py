@@ -144,11 +144,14 @@ def test_analyse_sft_sweep_remakes_the_table_of_results_lm_sft_sweep():
     res = _run(sys.executable, str(SCRIPTS / "analyse_sft_sweep.py"), str(sweep / "runs"))
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == 2 + 14  # header, rule, a line per row
+    assert len(lines) == 2 + 22  # header, rule, a line per row
     assert res.stdout.strip() in (sweep / "README.md").read_text(encoding="utf-8")
-    # each env's rows by best validation SR: household's best first; the diverged rows say so
-    assert lines[2].startswith("| household | word | base 30.85M | mean | 5e-4 | 3 (3) |")
-    assert "**24.2** (3)" in lines[2]
+    # each env's rows by best validation SR: household's best first (round 3's whole-sequence
+    # loss, stopped by the time limit); the diverged rows say so
+    assert lines[2].startswith("| household | word | small 4.15M | sum + sequence 1 | 1e-3 | 5 (8) |")
+    assert "**51.6** (4)" in lines[2] and lines[2].endswith("| time limit |")
+    shop = next(line for line in lines if line.startswith("| shop "))
+    assert shop.startswith("| shop | line | small 4.99M | sum + sequence 1 | 1e-3 | 12 (12) |") and "**69.5** (11)" in shop
     assert sum(line.endswith("| diverged |") for line in lines) == 2
 
 
