@@ -172,7 +172,7 @@ def test_a_run_made_from_another_checkout_counts_as_this_studys_run(tmp_path):
 
 def test_shipped_studies_cover_the_papers_tables():
     assert shipped_studies() == ["ablation_arg", "ablation_rea", "ablation_shaping", "heldout_tune",
-                                "heldout_tune_other", "heldout_tune_sft", "lm_warm", "main", "main_warm"]
+                                "heldout_tune_other", "heldout_tune_sft", "lm_competent", "lm_warm", "main", "main_warm"]
     # the lm study: hidden SFT candidates, then GRPO +- ProAS from the chosen start
     lm = load_study("lm_warm")
     assert [r.id for r in lm.rows if not r.hidden] == ["grpo_lm", "grpo_proas_lm"]
@@ -181,6 +181,18 @@ def test_shipped_studies_cover_the_papers_tables():
     # every RL row (the shown ones and the hidden learning-rate rows) starts from the chosen start
     assert all("policy.lm.init_from={out}/lm_start/{env}" in r.overrides for r in lm.rows if not r.sft)
     assert "policy=lm" in lm.common and "policy.lm.mode=score" in lm.common
+    # the competent-start study: SFT with the whole-sequence loss on every seed; each RL row (shop)
+    # waits for and starts from its own seed's SFT run of the start it names
+    comp = load_study("lm_competent")
+    sft_rows = [r for r in comp.rows if r.sft]
+    assert {r.id for r in sft_rows} == {"sft_seq_household", "sft_seq_shop", "sft_weak_shop"}
+    assert all(r.sft[r.sft.index("--sequence-loss") + 1] == "1" for r in sft_rows)
+    for row in comp.rows:
+        if row.sft is None:
+            assert row.envs == ("shop",) and len(row.needs) == 1
+            assert f"policy.lm.init_from={{out}}/{{env}}/{row.needs[0]}/seed{{seed}}" in row.overrides
+    assert {r.id: r.base for r in comp.rows if r.base} == {"grpo_proas_comp": "grpo_comp",
+                                                             "grpo_proas_weak": "grpo_weak"}
     # the warm-start table: every RL row starts from its seed's SFT run
     warm = load_study("main_warm")
     assert warm.row("sft_start").sft == ("--epochs", "1", "--max-tasks", "80")

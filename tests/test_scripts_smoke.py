@@ -47,6 +47,7 @@ SMOKE = {
     "lm_sft_sweep.sh": "bash",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
+    "run_lm_competent.sh": "bash",
     "start_temperature.py": "python",
 }
 KINDS = {"python": ".py", "bash": ".sh", "study": ".yaml"}

@@ -50,7 +50,7 @@ __all__ = ["RowSpec", "RunSpec", "Study", "load_study", "shipped_studies", "stud
 KINDS = ("main", "ablation")
 SCHEDULES = ("group", "ppo")
 #: the options of ``proas sft`` an ``sft`` row may give
-SFT_OPTIONS = ("--epochs", "--lr", "--batch-size", "--val-every", "--max-tasks")
+SFT_OPTIONS = ("--epochs", "--lr", "--batch-size", "--val-every", "--max-tasks", "--sequence-loss")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "schedule", "note", "untrained_of",
              "sft", "envs"}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The lm study from a competent from-scratch start (issue #25, items 4 and 5):
+# src/proas/experiments/configs/lm_competent.yaml on one GPU machine, detached (setsid: it
+# outlives the call that starts it; the machine must stay warm between calls).
+#
+#   bash scripts/run_lm_competent.sh start LIMIT     # install .whl, copy the code, write each env's
+#                                                    # tokenizer and model, launch the grid; LIMIT s
+#                                                    # after the start every run still going is stopped
+#   bash scripts/run_lm_competent.sh watch SECONDS   # a later call: progress for SECONDS, or until the grid ends
+#   bash scripts/run_lm_competent.sh pack            # $OUT/lm_competent.tgz: every run's metrics, config,
+#                                                    # summary and log, no weights
+#
+# The grid: SFT with the whole-sequence loss on seeds 0-2 (household 5 epochs, shop 12, and a weak
+# 2-epoch start on shop), then on shop GRPO and GRPO+ProAS from each seed's own starts, as each
+# start finishes (`needs`). Each env's tokenizer: word-span on household, line-span on shop (what
+# results/lm/sft_sweep/ found), 4096 tokens; the model `small`. SEEDS (default "0 1 2"), ROWS
+# (default: all) and JOBS (default 21: every run at once) narrow it. Carry .whl
+# (scripts/run_device_study.sh says what it holds).
+set -u
+MODE=${1:?start, watch or pack}
+ARG=${2:-0}
+WORK=${WORK:-/tmp/lmcomp}
+OUT=${OUT:-/tmp/out}
+RES=$WORK/res
+SEEDS=${SEEDS:-0 1 2}
+JOBS=${JOBS:-21}
+export PYTHONPATH=$WORK/site:$WORK/code/pkgs:$WORK/code/src
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+progress() {  # per env and row: the epoch (SFT) or step (RL) each seed reached, * = finished, (val SR %)
+  python3 - "$RES" <<'EOP'
+import json, pathlib, sys
+res = pathlib.Path(sys.argv[1])
+for env in ("household", "shop"):
+    rows = {}
+    for m in sorted(res.glob(f"{env}/*/seed*/metrics.jsonl")):
+        recs = []
+        for line in m.read_text().splitlines():
+            try:
+                recs.append(json.loads(line))
+            except ValueError:
+                pass
+        last = recs[-1] if recs else {}
+        vals = [r["val/sr"] for r in recs if isinstance(r.get("val/sr"), (int, float))]
+        done = "*" if (m.parent / "summary.json").exists() else ""
+        val = f"({100 * vals[-1]:.0f}, best {100 * max(vals):.0f})" if vals else ""
+        rows.setdefault(m.parent.parent.name, []).append(f"{last.get('step', 0)}{done}{val}")
+    print(env, " ".join(f"{r}:{','.join(s)}" for r, s in rows.items()))
+EOP
+}
+
+if [ "$MODE" = start ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$WORK/site" .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
+  mkdir -p "$WORK/code" "$RES/models" "$RES/tok" && cp -r src .whl/pkgs "$WORK/code/" || exit 1
+  for env in household shop; do
+    span=line; [ $env = household ] && span=word
+    python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --span $span --out "$RES/tok/$env" \
+      && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env" || exit 1
+  done > "$RES/models.log" 2>&1 || { cat "$RES/models.log"; exit 1; }
+  grep "parameters" "$RES/models.log"
+  rows=()
+  [ -n "${ROWS:-}" ] && rows=(--rows $ROWS)
+  cd "$WORK/code" || exit 1
+  setsid nohup python3 -m proas experiment run src/proas/experiments/configs/lm_competent.yaml --seeds $SEEDS \
+    "${rows[@]}" --jobs "$JOBS" --time-limit "$ARG" --out "$RES" > "$RES/grid.log" 2>&1 < /dev/null &
+  sleep 20
+  cat "$RES/grid.log"
+elif [ "$MODE" = watch ]; then
+  [ -d "$RES" ] || { echo "no study on this machine (a fresh one): nothing to watch"; exit 3; }
+  T0=$SECONDS
+  while [ $((SECONDS - T0)) -lt "$ARG" ] && pgrep -f "[p]roas experiment run" > /dev/null; do
+    sleep 20
+    [ $(( (SECONDS - T0) % 120 )) -lt 20 ] && { echo "--- $((SECONDS - T0)) s"; progress; }
+  done
+  echo "=== after $((SECONDS - T0)) s"; progress; tail -n 5 "$RES/grid.log"
+elif [ "$MODE" = pack ]; then
+  [ -d "$RES" ] || { echo "no study on this machine (a fresh one): nothing to pack"; exit 3; }
+  mkdir -p "$OUT"
+  (cd "$RES" && find . \( -name metrics.jsonl -o -name config.yaml -o -name summary.json -o -name train.log \
+      -o -name grid.log -o -name models.log \) -not -path '*/best/*' -not -path '*/checkpoints/*' \
+      | tar czf "$OUT/lm_competent.tgz" -T -) && echo "packed $OUT/lm_competent.tgz"
+  progress; tail -n 8 "$RES/grid.log"
+else
+  echo "unknown mode $MODE (start, watch, pack)" >&2; exit 2
+fi
