@@ -33,6 +33,7 @@ SCRIPTS = ROOT / "scripts"
 SMOKE = {
     "analyse_lm.py": "python",
     "analyse_sft_sweep.py": "python",
+    "analyse_lm_competent.py": "python",
     "analyse_study.py": "python",
     "heldout_device.sh": "bash",
     "heldout_grids/eval_other_household.sh": "bash",
@@ -222,3 +223,38 @@ def test_repeat_schedule_writes_the_same_tasks_at_every_step(tmp_path):
     assert len(steps[0]["tasks"]) == 16  # the 16 of step 0 of the shipped seed-0 schedule
     manifest = json.loads((where / "manifest.json").read_text())
     assert manifest["made_by"].startswith("scripts/repeat_schedule.py")
+
+
+def test_analyse_lm_competent_reads_sft_bars_and_paired_rl_over_a_shared_window(tmp_path):
+    def write(path, recs):
+        path.mkdir(parents=True)
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"step": 9, "val/s')
+    # SFT: two household seeds (best at epoch 2, then epoch 1), one shop seed with a summary
+    write(tmp_path / "household" / "sft_seq_household" / "seed0",
+          [{"step": 0, "val/sr": 0.0, "time/val_s": 60.0}, {"step": 1, "val/sr": 0.25, "time/train_s": 60, "time/val_s": 60},
+           {"step": 2, "val/sr": 0.5, "time/train_s": 60, "time/val_s": 60}, {"step": 3, "val/sr": 0.375}])
+    write(tmp_path / "household" / "sft_seq_household" / "seed1",
+          [{"step": 0, "val/sr": 0.0}, {"step": 1, "val/sr": 0.375}, {"step": 2, "val/sr": 0.25}])
+    write(tmp_path / "shop" / "sft_seq_shop" / "seed0", [{"step": 0, "val/sr": 0.0}, {"step": 1, "val/sr": 0.625}])
+    (tmp_path / "shop" / "sft_seq_shop" / "seed0" / "summary.json").write_text("{}")
+    # RL: seed 0 of both arms; GRPO validated up to step 30, GRPO+ProAS only to 20, so K = 20
+    write(tmp_path / "shop" / "grpo_comp" / "seed0",
+          [{"step": 0, "val/sr": 0.5}, {"step": 10, "val/sr": 0.5, "train/sr": 0.875},
+           {"step": 20, "val/sr": 0.75, "train/sr": 0.25}, {"step": 30, "val/sr": 1.0}])
+    write(tmp_path / "shop" / "grpo_proas_comp" / "seed0",
+          [{"step": 0, "val/sr": 0.5}, {"step": 10, "val/sr": 0.25}, {"step": 20, "val/sr": 0.5, "train/sr": 0.5}])
+    res = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(tmp_path), "--csv-dir", str(tmp_path / "csv"))
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "| household | sft_seq_household | 0 | 0.0 / 25.0 / 50.0 / 37.5 | **50.0** (2) | 5.0 | no |" in out
+    assert "| household | sft_seq_household | 0 1 | 43.8 | 44.0 |" in out  # (50 + 37.5) / 2
+    assert "| shop | sft_seq_shop | 0 | 0.0 / 62.5 | **62.5** (1) | 0.0 | yes |" in out
+    # step 30 is past K; training SR reads steps 11-20 only
+    assert "| competent | 0 | GRPO | 20 | 50.0 | 62.5 (2) | 75.0 | 75.0 | 25.0 |" in out
+    assert "| competent | 0 | GRPO+ProAS | 20 | 50.0 | 37.5 (2) | 50.0 | 50.0 | 50.0 |" in out
+    assert "| competent | seed 0: -25.0 | -25.0 |" in out
+    rows = (tmp_path / "csv" / "rl_per_seed.csv").read_text().splitlines()
+    assert rows[0].startswith("start,arm,row,seed,K") and len(rows) == 3
+    assert len((tmp_path / "csv" / "sft_per_seed.csv").read_text().splitlines()) == 4
+    bad = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(tmp_path / "csv"))
+    assert bad.returncode == 1 and "no run" in bad.stderr
