@@ -77,7 +77,8 @@ def rl_runs(res: Path) -> dict[tuple[str, str, int], dict]:
                 out[(start, arm, _seed(m.parent))] = {
                     "row": row,
                     "val": {r["step"]: 100 * r["val/sr"] for r in recs if isinstance(r.get("val/sr"), (int, float))},
-                    "train": {r["step"]: 100 * r["train/sr"] for r in recs if isinstance(r.get("train/sr"), (int, float))},
+                    "train": {r["step"]: 100 * r["train/sr"] for r in recs
+                              if isinstance(r.get("train/sr"), (int, float))},
                 }
     return out
 
@@ -129,11 +130,13 @@ def report(res: Path, csv_dir: Path | None) -> str:
                      f"| {_f(BAR.get(env))} |")
     reads = rl_reads(rl_runs(res))
     lines += ["", f"## RL on {ENV_RL} (item 5)", "",
-              "| start | seed | arm | K | val SR step 0 | mean val SR (0, K] (n) | best | last | train SR, 10 steps to K |",
+              "| start | seed | arm | K | val SR step 0 | mean val SR (0, K] (n) | best | last "
+              "| train SR, 10 steps to K |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in reads:
         lines.append(f"| {r['start']} | {r['seed']} | {r['arm']} | {r['K']} | {_f(r['val0'])} | "
-                     f"{_f(r['primary'])} ({r['n_val']}) | {_f(r['best'])} | {_f(r['last'])} | {_f(r['train_last10'])} |")
+                     f"{_f(r['primary'])} ({r['n_val']}) | {_f(r['best'])} | {_f(r['last'])} "
+                     f"| {_f(r['train_last10'])} |")
     lines += ["", "| start | per-seed GRPO+ProAS − GRPO, mean val SR (0, K] | mean |", "|---|---|---|"]
     for start in STARTS:
         by = {(r["seed"], r["arm"]): r["primary"] for r in reads if r["start"] == start}

@@ -81,7 +81,8 @@ def test_sft_raises_validation_sr_above_the_untrained_policy(tmp_path):
     assert summary["first_val_sr"] == rows[0]["val/sr"]
     assert summary["best_val_sr"] >= summary["first_val_sr"] + 0.25
     # the run records SFT's own knobs and what each epoch and validation took
-    assert summary["options"] == {"epochs": 20, "lr": 0.05, "batch_size": 8, "val_every": 5, "max_tasks": 8}
+    assert summary["options"] == {"epochs": 20, "lr": 0.05, "batch_size": 8, "val_every": 5, "max_tasks": 8,
+                                  "sequence_loss": 0.0}
     assert all(r["time/train_s"] > 0 for r in rows[1:])
     assert [r["step"] for r in rows if "time/val_s" in r] == [0, 5, 10, 15, 20]
     # the best checkpoint is where proas eval looks, and reproduces its recorded figure
@@ -270,9 +271,8 @@ def test_sft_of_a_score_mode_lm_learns_the_candidate_choice(tmp_path):
 def test_sequence_nll_is_the_causal_lm_loss_over_prompt_and_oracle_response():
     """``sequence_nll`` equals Hugging Face's own causal-LM loss on each demonstration (prompt
     followed by the chosen candidate's tokens), token-weighted over a batch of unequal lengths."""
-    from toy_env import make_env
-
     from proas.baselines.sft import sequence_nll
+    from toy_env import make_env
 
     lm = build_policy(build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score"]), 0)
     env = make_env(n_places=4, max_steps=8)

@@ -153,7 +153,8 @@ def test_analyse_sft_sweep_remakes_the_table_of_results_lm_sft_sweep():
     assert lines[2].startswith("| household | word | small 4.15M | sum + sequence 1 | 1e-3 | 5 (8) |")
     assert "**51.6** (4)" in lines[2] and lines[2].endswith("| time limit |")
     shop = next(line for line in lines if line.startswith("| shop "))
-    assert shop.startswith("| shop | line | small 4.99M | sum + sequence 1 | 1e-3 | 12 (12) |") and "**69.5** (11)" in shop
+    assert shop.startswith("| shop | line | small 4.99M | sum + sequence 1 | 1e-3 | 12 (12) |")
+    assert "**69.5** (11)" in shop
     assert sum(line.endswith("| diverged |") for line in lines) == 2
 
 
@@ -231,7 +232,8 @@ def test_analyse_lm_competent_reads_sft_bars_and_paired_rl_over_a_shared_window(
         (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"step": 9, "val/s')
     # SFT: two household seeds (best at epoch 2, then epoch 1), one shop seed with a summary
     write(tmp_path / "household" / "sft_seq_household" / "seed0",
-          [{"step": 0, "val/sr": 0.0, "time/val_s": 60.0}, {"step": 1, "val/sr": 0.25, "time/train_s": 60, "time/val_s": 60},
+          [{"step": 0, "val/sr": 0.0, "time/val_s": 60.0},
+           {"step": 1, "val/sr": 0.25, "time/train_s": 60, "time/val_s": 60},
            {"step": 2, "val/sr": 0.5, "time/train_s": 60, "time/val_s": 60}, {"step": 3, "val/sr": 0.375}])
     write(tmp_path / "household" / "sft_seq_household" / "seed1",
           [{"step": 0, "val/sr": 0.0}, {"step": 1, "val/sr": 0.375}, {"step": 2, "val/sr": 0.25}])
@@ -243,7 +245,8 @@ def test_analyse_lm_competent_reads_sft_bars_and_paired_rl_over_a_shared_window(
            {"step": 20, "val/sr": 0.75, "train/sr": 0.25}, {"step": 30, "val/sr": 1.0}])
     write(tmp_path / "shop" / "grpo_proas_comp" / "seed0",
           [{"step": 0, "val/sr": 0.5}, {"step": 10, "val/sr": 0.25}, {"step": 20, "val/sr": 0.5, "train/sr": 0.5}])
-    res = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(tmp_path), "--csv-dir", str(tmp_path / "csv"))
+    res = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(tmp_path),
+               "--csv-dir", str(tmp_path / "csv"))
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "| household | sft_seq_household | 0 | 0.0 / 25.0 / 50.0 / 37.5 | **50.0** (2) | 5.0 | no |" in out
