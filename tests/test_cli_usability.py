@@ -91,7 +91,7 @@ def test_show_config_needs_no_torch(tmp_path):
 # ---------------------------------------------------------------------------- help text
 #: a metavar for each kind of number: a count, a seed, a size... (the same kind, the same name)
 INT_METAVARS = {"N", "SEED", "BYTES", "PORT", "STEP"}
-FLOAT_METAVARS = {"SECONDS", "T", "RATE", "FRACTION"}
+FLOAT_METAVARS = {"SECONDS", "T", "RATE", "FRACTION", "WEIGHT"}  # WEIGHT: a loss term's weight
 METAVAR = r"[A-Z][A-Z0-9_]*(=[A-Z]+)?(\.[a-z]+)?(\|[A-Z][A-Z0-9_]*)*"
 
 
