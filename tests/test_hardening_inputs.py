@@ -311,6 +311,16 @@ def test_build_config_refuses_a_control_character(item):
         build_config([item])
 
 
+@pytest.mark.parametrize("key", ["[", "[["])
+def test_an_override_key_omegaconf_cannot_split_is_one_line(key):
+    # hypothesis found `[=` below: omegaconf's dotlist parser raised a bare IndexError
+    from proas.train.config import build_config
+
+    with pytest.raises(ProasError, match="a key is not a dotted config path") as err:
+        build_config([f"{key}=1"])
+    assert "\n" not in str(err.value)
+
+
 @settings(max_examples=50, deadline=None)
 @given(key=_KEYS | st.text(max_size=8),
        value=st.text(max_size=14) | st.text(st.sampled_from(list("!&*${}[]:,'\"\\ #%-|>?@`a1.")), max_size=14))

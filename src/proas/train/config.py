@@ -555,6 +555,9 @@ def build_config(overrides: list[str] | None = None, base: Config | None = None)
     except (TypeError, ValueError) as exc:  # a mapping given for a list, and the like
         raise ProasError(f"config: overrides {printable(' '.join(dotlist), newlines=False)}: "
                          f"{_one_line(exc)}") from None
+    except (IndexError, KeyError):  # a key omegaconf's dotlist parser cannot split (``[``)
+        raise ProasError(f"config: overrides {printable(' '.join(dotlist), newlines=False)}: a key is not a "
+                         f"dotted config path such as train.steps") from None
     return _to_config(merged)
 
 
