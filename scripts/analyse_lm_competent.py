@@ -3,7 +3,8 @@
     python scripts/analyse_lm_competent.py RUNS [--csv-dir DIR]
 
 RUNS is the study's results directory (``lm_competent.tgz`` unpacked) or the copy results/lm/
-keeps (``ENV/ROW/seedS/metrics.jsonl``). Printed as markdown:
+keeps (``ENV/ROW/seedS/metrics.jsonl``, read as the held-out analysis reads runs: a torn last
+line skipped, a resumed run's repeated step counted once, its last record). Printed as markdown:
 
 1. **SFT** (item 4): per env and SFT row, each seed's validation SR by epoch (epoch 0 = untrained),
    its best over epochs 1 and on, and the minutes of training and validation up to that epoch
@@ -25,9 +26,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
+import io
 import sys
 from pathlib import Path
+
+from proas.errors import ProasError
+from proas.experiments.heldout import run_metrics
+from proas.fileio import atomic_write_text
 
 #: the scorer's SFT row, best validation SR, mean of seeds 0-2 (issue #25's bar)
 BAR = {"household": 44.0, "shop": 61.7}
@@ -35,16 +40,6 @@ BAR = {"household": 44.0, "shop": 61.7}
 STARTS = {"competent": ("sft_seq_shop", "grpo_comp", "grpo_proas_comp"),
           "weak": ("sft_weak_shop", "grpo_weak", "grpo_proas_weak")}
 ENV_RL = "shop"
-
-
-def records(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:  # a line cut by a stop mid-write
-            pass
-    return out
 
 
 def _seed(run: Path) -> int:
@@ -56,7 +51,7 @@ def sft_rows(res: Path) -> list[dict]:
     out = []
     for m in sorted(res.glob("*/sft_*/seed*/metrics.jsonl")):
         run = m.parent
-        recs = records(m)
+        recs = run_metrics(run)
         val = [(r["step"], 100 * r["val/sr"]) for r in recs if isinstance(r.get("val/sr"), (int, float))]
         trained = [v for v in val if v[0] >= 1]
         best = max(trained, key=lambda v: (v[1], -v[0])) if trained else None
@@ -73,7 +68,7 @@ def rl_runs(res: Path) -> dict[tuple[str, str, int], dict]:
     for start, (_, base, proas) in STARTS.items():
         for arm, row in (("GRPO", base), ("GRPO+ProAS", proas)):
             for m in sorted((res / ENV_RL / row).glob("seed*/metrics.jsonl")):
-                recs = records(m)
+                recs = run_metrics(m.parent)
                 out[(start, arm, _seed(m.parent))] = {
                     "row": row,
                     "val": {r["step"]: 100 * r["val/sr"] for r in recs if isinstance(r.get("val/sr"), (int, float))},
@@ -160,12 +155,11 @@ def report(res: Path, csv_dir: Path | None) -> str:
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(header)
-        w.writerows(rows)
-    tmp.replace(path)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     if not any(args.runs.glob("*/*/seed*/metrics.jsonl")):
         print(f"analyse_lm_competent: {args.runs}: no run (ENV/ROW/seedS/metrics.jsonl)", file=sys.stderr)
         return 1
-    print(report(args.runs, args.csv_dir))
+    try:
+        print(report(args.runs, args.csv_dir))
+    except (OSError, ProasError) as e:  # an unreadable metrics file, a CSV that cannot be written
+        print(f"analyse_lm_competent: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import re
 import sys
 from pathlib import Path
+
+from proas.errors import ProasError
+from proas.experiments.heldout import run_metrics
+from proas.fileio import atomic_write_text
 
 FIELDS = ("id", "env", "span", "size", "norm", "lr", "epochs", "batch")
 #: optional trailing fields of a row line, with the value a row without them ran
@@ -82,8 +87,8 @@ def read_rows(runs: Path) -> list[dict]:
 
 def with_metrics(runs: Path, row: dict) -> dict:
     """The row with its per-epoch validation SR and training NLL (``metrics.jsonl``)."""
-    path = runs / row["id"] / "metrics.jsonl"
-    recs = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
+    # a row stopped by the time limit may end on a torn line: the project's reader skips it
+    recs = run_metrics(runs / row["id"])
     val = [(r["step"], r["val/sr"]) for r in recs if "val/sr" in r]
     return {**row, "val": val, "nll": [r["sft/nll"] for r in recs if "sft/nll" in r],
             "best": max(val, key=lambda v: (v[1], -v[0])) if val else None}
@@ -115,16 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = read_rows(args.runs)
         full = [with_metrics(args.runs, r) for r in rows]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, ProasError) as e:
         print(f"analyse_sft_sweep: {e}", file=sys.stderr)
         return 1
     if args.csv:
-        tmp = args.csv.with_name(args.csv.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
-        tmp.replace(args.csv)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_text(args.csv, buf.getvalue())
     print(table(full))
     return 0
 
