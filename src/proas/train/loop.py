@@ -448,7 +448,7 @@ class Trainer:
                     prepared = self.policy.prepare([data[i] for i in sub])
                     st = self.policy.evaluate(prepared)
                     if old_one is not None and st.logp.shape[1] == 1:
-                        old = old_one[torch.from_numpy(sub)][:, None].to(st.logp.dtype)
+                        old = old_one[torch.from_numpy(sub)][:, None].to(st.logp)  # its device and dtype
                     else:
                         old = _pad([old_tok[i] if old_one is None else old_one[i:i + 1] for i in sub], st.logp)
                     pg, pm = policy_loss(st.logp, old, adv[sub][:, None].to(st.logp), st.mask,
