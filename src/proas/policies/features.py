@@ -46,8 +46,8 @@ _WORD_RE = re.compile(r"[a-z]+|\d+")
 # words that glue ALFWorld / WebShop commands together and say nothing about the target
 _GLUE = frozenset({"to", "from", "in", "on", "with", "the", "a", "an", "of", "and", "some"})
 _MAX_OBS_WORDS = 96
-# bounds on the caches: a long run meets new observations forever, so each cache stops growing
-# at its bound (later misses are recomputed) instead of holding every text ever seen
+# bounds on the caches: a long run meets new observations forever, so a cache of texts or
+# candidate lists starts over at its bound (``_keep``) instead of holding every text ever seen
 _ID_CACHE, _TEXT_CACHE, _LIST_CACHE, _BLOCK_CACHE = 1 << 20, 1 << 17, 1 << 15, 1 << 16
 
 
@@ -55,6 +55,16 @@ _ID_CACHE, _TEXT_CACHE, _LIST_CACHE, _BLOCK_CACHE = 1 << 20, 1 << 17, 1 << 15, 1
 def words(text: str) -> tuple[str, ...]:
     """Lower-cased alphanumeric words of ``text`` (cached: actions recur constantly)."""
     return tuple(_WORD_RE.findall(text.lower()))
+
+
+def _keep(cache: dict, key, value, bound: int) -> None:
+    """Store ``value`` under ``key``, emptying ``cache`` first when it holds ``bound`` entries: a
+    long run keeps meeting new texts and candidate lists, and what recurs is mostly recent (the
+    episodes of one group, the fixed validation tasks), so the cache starts over rather than
+    keeping only what it met first."""
+    if len(cache) >= bound:
+        cache.clear()
+    cache[key] = value
 
 
 def shown_admissible(ctx: Context) -> tuple[str, ...]:
@@ -146,8 +156,7 @@ class Featurizer:
         ids = self._text_cache.get(key)
         if ids is None:
             ids = self._ids(f"{prefix}:{w}" for w in words(text)[:_MAX_OBS_WORDS])
-            if len(self._text_cache) < _TEXT_CACHE:
-                self._text_cache[key] = ids
+            _keep(self._text_cache, key, ids, _TEXT_CACHE)
         return ids
 
     def _list_ids(self, shown: tuple[str, ...]) -> np.ndarray:
@@ -163,8 +172,7 @@ class Featurizer:
             # made distinct and sorted downstream (np.unique), so only the set matters here
             parts = [self._command_list_ids(a) for a in shown]
             ids = _sorted_distinct(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-            if len(self._list_cache) < _LIST_CACHE:
-                self._list_cache[shown] = ids
+            _keep(self._list_cache, shown, ids, _LIST_CACHE)
         return ids
 
     def _command_list_ids(self, command: str) -> np.ndarray:
@@ -337,16 +345,14 @@ class Featurizer:
         ids = self._wset_cache.get(text)
         if ids is None:
             ids = _sorted_distinct(np.fromiter((self._word_id(w) for w in words(text)), dtype=np.int64))
-            if len(self._wset_cache) < _TEXT_CACHE:
-                self._wset_cache[text] = ids
+            _keep(self._wset_cache, text, ids, _TEXT_CACHE)
         return ids
 
     def _recent_set(self, obs: tuple[str, ...]) -> np.ndarray:
         ids = self._rset_cache.get(obs)
         if ids is None:
             ids = _sorted_distinct(np.concatenate([self._word_set(o) for o in obs])) if obs else np.zeros(0, np.int64)
-            if len(self._rset_cache) < _TEXT_CACHE:
-                self._rset_cache[obs] = ids
+            _keep(self._rset_cache, obs, ids, _TEXT_CACHE)
         return ids
 
     def _action_num(self, action: str) -> int:
@@ -378,8 +384,7 @@ class Featurizer:
                np.repeat(np.arange(len(cands), dtype=np.int64), lens), flat_w,
                np.concatenate([i[4] for i in infos]) if infos else np.zeros(0, dtype=bool),
                self._list_ids(tuple(a for a in admissible if a != "help")))
-        if len(self._blocks) < _BLOCK_CACHE:
-            self._blocks[key] = blk
+        _keep(self._blocks, key, blk, _BLOCK_CACHE)
         return blk
 
     def _cand_info(self, action: str) -> tuple[int, int, int, np.ndarray, np.ndarray]:
