@@ -136,6 +136,17 @@ def test_analyse_lm_remakes_results_lm_analysis():
     assert res.stdout == (ROOT / "results" / "lm" / "analysis.md").read_text(encoding="utf-8")
 
 
+def test_analyse_lm_competent_remakes_results_lm_competent(tmp_path):
+    # results/lm/competent/: analysis.md and the two CSVs are what the script makes of the runs kept there
+    kept = ROOT / "results" / "lm" / "competent"
+    res = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(kept / "runs"), "--csv-dir",
+               str(tmp_path), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout == (kept / "analysis.md").read_text(encoding="utf-8")
+    for name in ("sft_per_seed.csv", "rl_per_seed.csv"):
+        assert (tmp_path / name).read_text(encoding="utf-8") == (kept / name).read_text(encoding="utf-8")
+
+
 def test_analyse_lm_refuses_a_missing_directory(tmp_path):
     res = _run(sys.executable, str(SCRIPTS / "analyse_lm.py"), str(tmp_path / "nothing"))
     assert res.returncode == 2 and "no such directory" in res.stderr
@@ -235,29 +246,38 @@ def test_analyse_lm_competent_reads_sft_bars_and_paired_rl_over_a_shared_window(
     # SFT: two household seeds (best at epoch 2, then epoch 1), one shop seed with a summary
     write(tmp_path / "household" / "sft_seq_household" / "seed0",
           [{"step": 0, "val/sr": 0.0, "time/val_s": 60.0},
-           {"step": 1, "val/sr": 0.25, "time/train_s": 60, "time/val_s": 60},
-           {"step": 2, "val/sr": 0.5, "time/train_s": 60, "time/val_s": 60}, {"step": 3, "val/sr": 0.375}])
+           {"step": 1, "val/sr": 0.25, "time/train_s": 60, "time/val_s": 60, "sft/nll": 2.5, "sft/sequence_nll": 4.0},
+           {"step": 2, "val/sr": 0.5, "time/train_s": 60, "time/val_s": 60, "sft/nll": 1.25, "sft/sequence_nll": 3.0},
+           {"step": 3, "val/sr": 0.375}])
     write(tmp_path / "household" / "sft_seq_household" / "seed1",
           [{"step": 0, "val/sr": 0.0}, {"step": 1, "val/sr": 0.375}, {"step": 2, "val/sr": 0.25}])
+    # a kept copy: no summary.json, the log's closing line says the run ended
+    (tmp_path / "household" / "sft_seq_household" / "seed1" / "train.log.txt").write_text(
+        "epoch 2/2 ...\nbest checkpoint: /x/best  (proas eval /x)\n")
     write(tmp_path / "shop" / "sft_seq_shop" / "seed0", [{"step": 0, "val/sr": 0.0}, {"step": 1, "val/sr": 0.625}])
     (tmp_path / "shop" / "sft_seq_shop" / "seed0" / "summary.json").write_text("{}")
     # RL: seed 0 of both arms; GRPO validated up to step 30, GRPO+ProAS only to 20, so K = 20
     write(tmp_path / "shop" / "grpo_comp" / "seed0",
           [{"step": 0, "val/sr": 0.5}, {"step": 10, "val/sr": 0.5, "train/sr": 0.875},
-           {"step": 20, "val/sr": 0.75, "train/sr": 0.25}, {"step": 30, "val/sr": 1.0}])
+           {"step": 20, "val/sr": 0.75, "train/sr": 0.25, "train/error_rate": 0.125, "loss/kl": 0.5},
+           {"step": 30, "val/sr": 1.0, "train/error_rate": 0.9}])
     write(tmp_path / "shop" / "grpo_proas_comp" / "seed0",
           [{"step": 0, "val/sr": 0.5}, {"step": 10, "val/sr": 0.25}, {"step": 20, "val/sr": 0.5, "train/sr": 0.5}])
     res = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(tmp_path),
                "--csv-dir", str(tmp_path / "csv"))
     assert res.returncode == 0, res.stderr
     out = res.stdout
-    assert "| household | sft_seq_household | 0 | 0.0 / 25.0 / 50.0 / 37.5 | **50.0** (2) | 5.0 | no |" in out
+    assert ("| household | sft_seq_household | 0 | 0.0 / 25.0 / 50.0 / 37.5 | **50.0** (2) | 5.0 | no "
+            "| 2.500 / 1.250; 4.000 / 3.000 |") in out
     assert "| household | sft_seq_household | 0 1 | 43.8 | 44.0 |" in out  # (50 + 37.5) / 2
     assert "| shop | sft_seq_shop | 0 | 0.0 / 62.5 | **62.5** (1) | 0.0 | yes |" in out
+    assert "| household | sft_seq_household | 1 | 0.0 / 37.5 / 25.0 | **37.5** (1) | 0.0 | yes |" in out
     # step 30 is past K; training SR reads steps 11-20 only
-    assert "| competent | 0 | GRPO | 20 | 50.0 | 62.5 (2) | 75.0 | 75.0 | 25.0 |" in out
-    assert "| competent | 0 | GRPO+ProAS | 20 | 50.0 | 37.5 (2) | 50.0 | 50.0 | 50.0 |" in out
+    assert "| competent | 0 | GRPO | 20 | 50.0 | 62.5 (2) | 75.0 | 75.0 | 87.5 | 25.0 | 12.5 | 0.500 |" in out
+    assert "| competent | 0 | GRPO+ProAS | 20 | 50.0 | 37.5 (2) | 50.0 | 50.0 | – | 50.0 | – | – |" in out
     assert "| competent | seed 0: -25.0 | -25.0 |" in out
+    assert "| competent | GRPO | 0 | 50.0 | 62.5 | +12.5 |" in out
+    assert "| competent | GRPO+ProAS | 0 | 50.0 | 37.5 | -12.5 |" in out
     rows = (tmp_path / "csv" / "rl_per_seed.csv").read_text().splitlines()
     assert rows[0].startswith("start,arm,row,seed,K") and len(rows) == 3
     assert len((tmp_path / "csv" / "sft_per_seed.csv").read_text().splitlines()) == 4
