@@ -97,6 +97,11 @@ def rl_runs(res: Path) -> dict[tuple[str, str, int], dict]:
     return out
 
 
+def _steps(by_step: dict[int, float], after: int, upto: int) -> list[float]:
+    """The values of the steps in (after, upto]."""
+    return [x for step, x in by_step.items() if after < step <= upto]
+
+
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -116,14 +121,14 @@ def rl_reads(runs: dict[tuple[str, str, int], dict]) -> list[dict]:
         k_last = min(max(v["val"]) if v["val"] else 0 for v in mine.values())
         for (_, arm, seed), v in sorted(mine.items(), key=lambda kv: (kv[0][2], kv[0][1])):
             window = [sr for step, sr in sorted(v["val"].items()) if 0 < step <= k_last]
-            last10 = lambda d: [x for step, x in d.items() if k_last - 10 < step <= k_last]  # noqa: E731
-            train = last10(v["train"])
+            train = _steps(v["train"], k_last - 10, k_last)
             out.append({"start": start, "arm": arm, "row": v["row"], "seed": seed, "K": k_last,
                         "val0": v["val"].get(0), "primary": _mean(window), "n_val": len(window),
                         "best": max(window) if window else None, "last": window[-1] if window else None,
                         "train_last10": _mean(train),
-                        "train_first10": _mean([x for step, x in v["train"].items() if 1 <= step <= 10]),
-                        "err_last10": _mean(last10(v["err"])), "kl_last10": _mean(last10(v["kl"]))})
+                        "train_first10": _mean(_steps(v["train"], 0, 10)),
+                        "err_last10": _mean(_steps(v["err"], k_last - 10, k_last)),
+                        "kl_last10": _mean(_steps(v["kl"], k_last - 10, k_last))})
     return out
 
 
