@@ -48,7 +48,7 @@ _GLUE = frozenset({"to", "from", "in", "on", "with", "the", "a", "an", "of", "an
 _MAX_OBS_WORDS = 96
 # bounds on the caches: a long run meets new observations forever, so a cache of texts or
 # candidate lists starts over at its bound (``_keep``) instead of holding every text ever seen
-_ID_CACHE, _TEXT_CACHE, _LIST_CACHE, _BLOCK_CACHE = 1 << 20, 1 << 17, 1 << 15, 1 << 16
+_ID_CACHE, _TEXT_CACHE, _LIST_CACHE = 1 << 20, 1 << 17, 1 << 15
 
 
 @lru_cache(maxsize=1 << 16)
@@ -84,6 +84,49 @@ def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ids[1:], ids[:-1], out=keep[1:])
     return ids[keep]
+
+
+class _Rows:
+    """Rows of small integers appended one at a time and read by fancy indexing: a numpy array
+    that doubles its capacity when full (what the turn path gathers per candidate)."""
+
+    def __init__(self, width: int):
+        self.data = np.zeros((256, width), dtype=np.int64)
+        self.n = 0
+
+    def extend(self, rows: np.ndarray) -> None:
+        end = self.n + len(rows)
+        if end > len(self.data):
+            grown = np.zeros((max(end, 2 * len(self.data)), self.data.shape[1]), dtype=np.int64)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n: end] = rows
+        self.n = end
+
+
+class _Ragged:
+    """Variable-length rows of two parallel integer arrays (``values`` and ``extra``), appended
+    one row at a time: each row's start and length, and the flat values."""
+
+    def __init__(self):
+        self.bounds = _Rows(2)  # (start, length) per row
+        self.flat = _Rows(2)  # (value, extra) per element
+
+    def add(self, values: np.ndarray, extra: np.ndarray) -> None:
+        self.bounds.extend(np.array([[self.flat.n, len(values)]], dtype=np.int64))
+        self.flat.extend(np.stack([values, extra], axis=1) if len(values) else np.zeros((0, 2), np.int64))
+
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For ``rows`` (row numbers, repeats allowed): which entry of ``rows`` each element comes
+        from, and the elements' values and extras, row after row."""
+        b = self.bounds.data[rows]
+        starts, lens = b[:, 0], b[:, 1]
+        total = int(lens.sum())
+        which = np.repeat(np.arange(len(rows), dtype=np.int64), lens)
+        out_start = np.cumsum(lens) - lens
+        idx = np.arange(total, dtype=np.int64) + np.repeat(starts - out_start, lens)
+        vals = self.flat.data[idx]
+        return which, vals[:, 0], vals[:, 1]
 
 
 class Turn(NamedTuple):
@@ -130,13 +173,16 @@ class Featurizer:
         self._wids: dict[str, int] = {}
         self._wset_cache: dict[str, np.ndarray] = {}
         self._rset_cache: dict[tuple, np.ndarray] = {}
-        self._anum: dict[str, int] = {}
+        # candidate actions met by ``turn``, numbered: per number (verb number, verb word id,
+        # action key, is help), named words (word id, not a number), admissible-list ids
+        self._cnum: dict[str, int] = {}
+        self._c_scalar = _Rows(4)
+        self._c_named = _Ragged()
+        self._c_cmd = _Ragged()
         self._verb_nums: dict[str, int] = {}
         self._verb_list: list[str] = []
-        self._blocks: dict[tuple, tuple] = {}
         self._step_heads: dict[int, np.ndarray] = {}
         self._prefixes = [(f"o{k}", f"a{k}") for k in range(1, self.history_length + 1)]
-        self._info_cache: dict[str, tuple] = {}
         self._code_keys: dict[tuple[int, int], int] = {}
 
     def _id(self, feature: str) -> int:
@@ -355,108 +401,108 @@ class Featurizer:
             _keep(self._rset_cache, obs, ids, _TEXT_CACHE)
         return ids
 
-    def _action_num(self, action: str) -> int:
-        num = self._anum.get(action)
-        if num is None:
-            num = self._anum[action] = len(self._anum)
+    def _register(self, action: str) -> int:
+        """The candidate number of ``action``, recording what the turn path gathers of it: its
+        verb number, its verb's word id (-1 without a verb), its action key, whether it is
+        ``help``, its named word ids (and whether each is not a number) and the ids it adds to an
+        admissible list's features (``_command_list_ids``)."""
+        num = self._cnum.get(action)
+        if num is not None:
+            return num
+        verb, named, _ = self._action_words(action)
+        vnum = self._verb_nums.get(verb)
+        if vnum is None:
+            vnum = self._verb_nums[verb] = len(self._verb_list)
+            self._verb_list.append(verb)
+        hit = self._action_cache.get(action)
+        key = (hit if hit is not None else self._action_entry(action))[1]
+        num = self._cnum[action] = len(self._cnum)
+        self._c_scalar.extend(np.array([[vnum, self._word_id(verb) if verb != "<none>" else -1, key,
+                                          int(action == "help")]], dtype=np.int64))
+        self._c_named.add(np.fromiter((self._word_id(w) for w in named), dtype=np.int64, count=len(named)),
+                          np.fromiter((not w.isdigit() for w in named), dtype=np.int64, count=len(named)))
+        cmd = self._command_list_ids(action)
+        self._c_cmd.add(cmd, cmd)
         return num
-
-    def _block(self, admissible: tuple[str, ...], invalid: tuple[str, ...]) -> tuple:
-        """Everything about a candidate list that does not depend on the rest of the context:
-        the candidates (admissible then invalid, each once), their action arrays and keys, and
-        per candidate its number, verb, whether it is shown as admissible, and its named words
-        (flattened: candidate index, word id, is-not-a-number)."""
-        key = (admissible, invalid)
-        blk = self._blocks.get(key)
-        if blk is not None:
-            return blk
-        cands = list(dict.fromkeys(admissible + invalid))
-        n_adm = len(dict.fromkeys(admissible))
-        infos = [self._cand_info(a) for a in cands]
-        acts, act_keys = self.action_rows(cands)
-        named = [i[3] for i in infos]
-        lens = np.fromiter((len(x) for x in named), dtype=np.int64, count=len(named))
-        flat_w = np.concatenate(named) if named else np.zeros(0, dtype=np.int64)
-        adm = np.fromiter((c < n_adm and a != "help" for c, a in enumerate(cands)), dtype=np.int64, count=len(cands))
-        blk = (cands, acts, act_keys, np.fromiter((i[0] for i in infos), dtype=np.int64, count=len(infos)),
-               np.fromiter((i[1] for i in infos), dtype=np.int64, count=len(infos)),
-               np.fromiter((i[2] for i in infos), dtype=np.int64, count=len(infos)), adm,
-               np.repeat(np.arange(len(cands), dtype=np.int64), lens), flat_w,
-               np.concatenate([i[4] for i in infos]) if infos else np.zeros(0, dtype=bool),
-               self._list_ids(tuple(a for a in admissible if a != "help")))
-        _keep(self._blocks, key, blk, _BLOCK_CACHE)
-        return blk
-
-    def _cand_info(self, action: str) -> tuple[int, int, int, np.ndarray, np.ndarray]:
-        """(action number, verb number, verb word id or -1, named word ids, named word is not a
-        number) of a candidate action (cached)."""
-        info = self._info_cache.get(action)
-        if info is None:
-            verb, named, _ = self._action_words(action)
-            vnum = self._verb_nums.get(verb)
-            if vnum is None:
-                vnum = self._verb_nums[verb] = len(self._verb_list)
-                self._verb_list.append(verb)
-            info = (self._action_num(action), vnum, self._word_id(verb) if verb != "<none>" else -1,
-                    np.fromiter((self._word_id(w) for w in named), dtype=np.int64, count=len(named)),
-                    np.fromiter((not w.isdigit() for w in named), dtype=bool, count=len(named)))
-            if len(self._info_cache) < 1 << 18:
-                self._info_cache[action] = info
-        return info
 
     def batch(self, contexts: list[Context]) -> list[tuple[list[str], np.ndarray, list[np.ndarray], np.ndarray,
                                                             list[np.ndarray], np.ndarray]]:
         """Per context: (candidates, context ids, action arrays, action keys, pair arrays, pair
         keys), exactly what ``candidate_actions``, ``context_ids``, ``action_rows`` and
         ``pair_ids`` give it."""
-        return self.turn(contexts)[0]
+        act_table, pair_table = self._act_table, self._pair_table
+        return [(cands, ctx_ids, [act_table[k] for k in ak.tolist()], ak, [pair_table[k] for k in pk.tolist()], pk)
+                for cands, ctx_ids, ak, pk in self.turn(contexts)[0]]
 
     def turn(self, contexts: list[Context]) -> tuple[list[tuple], Turn | None]:
-        """``batch``, and the same arrays for the whole turn, flat in context order (``Turn``;
-        None without contexts): what the scorer packs into one forward pass."""
+        """Per context: (candidates, context ids, action keys, pair keys), the keys naming rows of
+        the featurizer's tables (``batch`` gives the arrays); and the same for the whole turn,
+        flat in context order (``Turn``; None without contexts): what the scorer packs into one
+        forward pass.
+
+        Each candidate action is numbered once and what its features need is kept in arrays by
+        that number (``_register``), so a turn gathers its candidates' verbs, keys and words
+        with numpy; a context costs one dictionary look-up per candidate and per visible text.
+        """
         if not contexts:
             return [], None
         H = self.history_length
-        blocks, ctx_parts, recents = [], [], []
-        for ctx in contexts:
+        cnum, register = self._cnum, self._register
+        ctx_parts, recents, cand_lists, flat_nums = [], [], [], []
+        n_adm = np.empty(len(contexts), dtype=np.int64)
+        for i, ctx in enumerate(contexts):
             if ctx.admissible is None:
                 from proas.policies.base import candidate_actions
 
                 candidate_actions(ctx)  # raises the one-line error
-            blk = self._block(tuple(ctx.admissible), tuple(ctx.invalid_candidates))
-            if not blk[0]:
+            # the candidates: admissible then invalid, each once, in order
+            seen = dict.fromkeys(ctx.admissible)
+            n_adm[i] = len(seen)
+            seen.update(dict.fromkeys(ctx.invalid_candidates))
+            cands = list(seen)
+            if not cands:
                 from proas.errors import ProasError
 
                 raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
-            blocks.append(blk)
+            cand_lists.append(cands)
+            try:
+                flat_nums.extend(list(map(cnum.__getitem__, cands)))
+            except KeyError:  # a candidate met for the first time
+                flat_nums.extend([register(a) for a in cands])
             recent = self._recent(ctx)
             recents.append(recent)
-            parts = self._context_parts(ctx, recent, blk[10])
+            parts = [self._step_head(ctx.step), self._text_ids("t", ctx.task), self._text_ids("o", ctx.observation)]
+            for (obs, action), (po, pa) in zip(recent, self._prefixes):
+                parts.append(self._text_ids(po, obs))
+                parts.append(self._text_ids(pa, action))
             ctx_parts.append(parts)
         B = len(contexts)
-        # context ids: one sort over (context, id) for the whole turn
-        flat_parts = [p for parts in ctx_parts for p in parts]
-        part_lens = np.fromiter((len(p) for p in flat_parts), dtype=np.int64, count=len(flat_parts))
-        n_parts = np.fromiter((len(parts) for parts in ctx_parts), dtype=np.int64, count=B)
-        owner = np.repeat(np.repeat(np.arange(B, dtype=np.int64), n_parts), part_lens)
-        uniq = _sorted_distinct((owner << 32) | np.concatenate(flat_parts))
-        bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
-        ctx_ids = uniq & 0xFFFFFFFF
         # candidates of the turn, flattened
-        n_c = np.fromiter((len(b[0]) for b in blocks), dtype=np.int64, count=B)
+        n_c = np.fromiter((len(c) for c in cand_lists), dtype=np.int64, count=B)
         c_off = np.zeros(B + 1, dtype=np.int64)
         np.cumsum(n_c, out=c_off[1:])
         N = int(c_off[-1])
         cand_ctx = np.repeat(np.arange(B, dtype=np.int64), n_c)
-        nums = np.concatenate([b[3] for b in blocks])
-        verbs = np.concatenate([b[4] for b in blocks])
-        verb_wids = np.concatenate([b[5] for b in blocks])
-        adm = np.concatenate([b[6] for b in blocks])
-        n_w = np.fromiter((len(b[7]) for b in blocks), dtype=np.int64, count=B)
-        w_cand = np.concatenate([b[7] for b in blocks]) + np.repeat(c_off[:-1], n_w)
-        w_ids = np.concatenate([b[8] for b in blocks])
-        w_nd = np.concatenate([b[9] for b in blocks])
+        nums = np.array(flat_nums, dtype=np.int64)
+        scalar = self._c_scalar.data[nums]
+        verbs, verb_wids, act_keys = scalar[:, 0], scalar[:, 1], scalar[:, 2]
+        slot = np.arange(N, dtype=np.int64) - c_off[:-1][cand_ctx]
+        adm = ((slot < n_adm[cand_ctx]) & (scalar[:, 3] == 0)).astype(np.int64)
+        w_cand, w_ids, w_nd = self._c_named.gather(nums)
         w_ctx = cand_ctx[w_cand]
+        # context ids: one sort over (context, id) for the whole turn; the admissible list's ids
+        # are those of its commands (each admissible candidate's), as a set
+        shown = np.flatnonzero(adm)
+        l_which, l_ids, _ = self._c_cmd.gather(nums[shown])
+        flat_parts = [p for parts in ctx_parts for p in parts]
+        flat_parts.append(l_ids)
+        part_lens = np.fromiter((len(p) for p in flat_parts[:-1]), dtype=np.int64, count=len(flat_parts) - 1)
+        n_parts = np.fromiter((len(parts) for parts in ctx_parts), dtype=np.int64, count=B)
+        owner = np.concatenate([np.repeat(np.repeat(np.arange(B, dtype=np.int64), n_parts), part_lens),
+                                cand_ctx[shown][l_which]])
+        uniq = _sorted_distinct((owner << 32) | np.concatenate(flat_parts))
+        bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
+        ctx_ids = uniq & 0xFFFFFFFF
 
         def member(sets: list[np.ndarray], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
             """Whether ``ids[j]`` is in ``sets[ctx_of[j]]`` (each set sorted, distinct)."""
@@ -478,7 +524,7 @@ class Featurizer:
         verb_in_task = member(task_sets, cand_ctx, verb_wids).astype(np.int64)
         pos = np.zeros(N, dtype=np.int64)
         for k in range(H, 0, -1):  # the most recent repeat wins (position 1)
-            rk = np.fromiter((self._action_num(r[k - 1][1]) if len(r) >= k else -1 for r in recents),
+            rk = np.fromiter((cnum.get(r[k - 1][1], -1) if len(r) >= k else -1 for r in recents),
                              dtype=np.int64, count=B)
             pos = np.where(nums == rk[cand_ctx], k, pos)
         code = ((((((verbs * 2 + adm) * 4 + np.minimum(in_task, 3)) * 4 + np.minimum(in_obs, 3)) * 4
@@ -499,12 +545,7 @@ class Featurizer:
                 hit = self._code_keys[(H, cd)] = entry[1]
             code_keys[j] = hit
         pair_keys = code_keys[inverse.reshape(-1)]
-        table = self._pair_table
-        out = []
-        for i, blk in enumerate(blocks):
-            pk = pair_keys[c_off[i]:c_off[i + 1]]
-            out.append((list(blk[0]), ctx_ids[bounds[i]:bounds[i + 1]], blk[1], blk[2],
-                        [table[k] for k in pk.tolist()], pk))
-        act_keys = np.concatenate([b[2] for b in blocks])
+        out = [(cands, ctx_ids[bounds[i]:bounds[i + 1]], act_keys[c_off[i]:c_off[i + 1]],
+                pair_keys[c_off[i]:c_off[i + 1]]) for i, cands in enumerate(cand_lists)]
         return out, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_table, self._pair_table)
 

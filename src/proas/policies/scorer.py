@@ -110,7 +110,8 @@ def _pack(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act_part
     }
 
 
-def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _collate(items: Sequence[dict[str, Any]], act_table: list[np.ndarray] | None = None,
+             pair_table: list[np.ndarray] | None = None) -> dict[str, Any]:
     """Pack per-step feature arrays into EmbeddingBag inputs.
 
     Candidates repeat across steps ("go to countertop 1"), and so do their pair features, so
@@ -118,8 +119,19 @@ def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     gathered per candidate: that halves the rows the forward and backward passes touch. Distinct
     rows are found by content (the featurizer's ``act_key`` / ``pair_key``, else the bytes) and
     kept in order of first occurrence.
+
+    An item holds its context ids (``ctx``) and either its candidates' arrays (``act``, ``pair``;
+    with or without keys) or only their keys, which name rows of ``act_table`` / ``pair_table``
+    (the featurizer's tables; what ``ScorerPolicy.act`` records).
     """
     ctx = [item["ctx"] for item in items]
+    if items and all("act" not in item for item in items):
+        if act_table is None or pair_table is None:
+            raise ValueError("_collate: items with keys only need the featurizer's tables")
+        counts = np.fromiter((len(item["act_key"]) for item in items), dtype=np.int64, count=len(items))
+        c, c_off = _offsets(ctx)
+        return _collate_keys(c, c_off, counts, np.concatenate([item["act_key"] for item in items]),
+                             np.concatenate([item["pair_key"] for item in items]), act_table, pair_table)
     counts = np.fromiter((len(item["act"]) for item in items), dtype=np.int64, count=len(items))
     acts: list[np.ndarray] = []
     pairs: list[np.ndarray] = []
@@ -137,16 +149,20 @@ def _collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return _pack(c, c_off, counts, act_parts, act_of, pair_parts, pair_of)
 
 
+def _collate_keys(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act_keys: np.ndarray,
+                  pair_keys: np.ndarray, act_table: list[np.ndarray], pair_table: list[np.ndarray]) -> dict[str, Any]:
+    """``_collate`` from the candidates' keys: a key's row in its table is the array of that
+    content, so only the distinct keys are looked up."""
+    act_first, act_of = _first_occurrence(act_keys)
+    pair_first, pair_of = _first_occurrence(pair_keys)
+    return _pack(ctx, ctx_off, counts, [act_table[k] for k in act_keys[act_first].tolist()], act_of,
+                 [pair_table[k] for k in pair_keys[pair_first].tolist()], pair_of)
+
+
 def _collate_turn(turn: Turn) -> dict[str, Any]:
-    """``_collate`` of the items ``featurize_batch`` makes of a turn, from the turn's flat
-    arrays (``Featurizer.turn``): the same tensors, without splitting the turn per context and
-    joining it again. A key's row in the featurizer's table is the array of that content."""
-    act_first, act_of = _first_occurrence(turn.act_keys)
-    pair_first, pair_of = _first_occurrence(turn.pair_keys)
-    act_table, pair_table = turn.act_table, turn.pair_table
-    return _pack(torch.from_numpy(turn.ctx_ids), torch.from_numpy(turn.ctx_bounds[:-1]), turn.counts,
-                 [act_table[k] for k in turn.act_keys[act_first].tolist()], act_of,
-                 [pair_table[k] for k in turn.pair_keys[pair_first].tolist()], pair_of)
+    """``_collate`` of a turn's contexts, from the turn's flat arrays (``Featurizer.turn``)."""
+    return _collate_keys(torch.from_numpy(turn.ctx_ids), torch.from_numpy(turn.ctx_bounds[:-1]), turn.counts,
+                         turn.act_keys, turn.pair_keys, turn.act_table, turn.pair_table)
 
 
 def _draw(sample_logp: np.ndarray, counts: list[int], rng: np.random.Generator) -> list[int]:
@@ -212,40 +228,34 @@ class ScorerPolicy(Policy):
     def featurize_batch(self, contexts: Sequence[Context]) -> list[tuple[list[str], dict[str, Any]]]:
         """``featurize`` for a turn's contexts at once (``Featurizer.batch``). The arrays are
         shared with the featurizer's tables and never written to."""
-        return self._featurize_turn(contexts)[0]
-
-    def _featurize_turn(self, contexts: Sequence[Context]) -> tuple[list[tuple[list[str], dict[str, Any]]],
-                                                                    Turn | None]:
-        """``featurize_batch``, and the turn's flat arrays (``Featurizer.turn``)."""
-        per_context, turn = self.features.turn(list(contexts))
         return [(cands, {"ctx": ctx_ids, "act": act, "pair": pair, "act_key": act_key, "pair_key": pair_key})
-                for cands, ctx_ids, act, act_key, pair, pair_key in per_context], turn
+                for cands, ctx_ids, act, act_key, pair, pair_key in self.features.batch(list(contexts))]
 
     @torch.no_grad()
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
         if not contexts:
             return []
-        featurized, turn = self._featurize_turn(contexts)
+        per_context, turn = self.features.turn(list(contexts))
         scores = self.module.scores(_collate_turn(turn)).double()
         logp_t = torch.log_softmax(scores, dim=-1)
         # the entropy of the policy's own candidate distribution (temperature 1), whatever the
         # sampling temperature: how sharp the policy is (validation reports its mean)
         entropy = (-(logp_t.exp() * torch.where(torch.isfinite(logp_t), logp_t, 0.0)).sum(-1)).tolist()
         logp = logp_t.numpy()
-        counts = [len(cands) for cands, _ in featurized]
+        counts = [len(item[0]) for item in per_context]
         if temperature > 0:
             choices = _draw(torch.log_softmax(scores / temperature, dim=-1).numpy(), counts, rng)
         else:
             choices = [int(np.argmax(logp[i, :n])) for i, n in enumerate(counts)]
-        out = []
-        for i, ((cands, data), k) in enumerate(zip(featurized, choices)):
-            data = dict(data, choice=k, entropy=entropy[i])
-            out.append(Decision(action=cands[k], response=cands[k], malformed=False,
-                                logp=float(logp[i, k]), data=data))
-        return out
+        # a decision's data: the context ids and its candidates' keys into the featurizer's
+        # tables (``prepare`` looks the arrays up), the choice and the entropy
+        return [Decision(action=cands[k], response=cands[k], malformed=False, logp=float(logp[i, k]),
+                         data={"ctx": ctx_ids, "act_key": act_key, "pair_key": pair_key, "choice": k,
+                               "entropy": entropy[i]})
+                for i, ((cands, ctx_ids, act_key, pair_key), k) in enumerate(zip(per_context, choices))]
 
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        batch = _collate(data)
+        batch = _collate(data, self.features._act_table, self.features._pair_table)
         batch["choice"] = torch.tensor([d["choice"] for d in data], dtype=torch.long)
         return batch
 
