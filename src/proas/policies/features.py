@@ -87,8 +87,8 @@ def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
 
 
 class _Rows:
-    """Rows of small integers appended one at a time and read by fancy indexing: a numpy array
-    that doubles its capacity when full (what the turn path gathers per candidate)."""
+    """Rows of small integers appended at the end and read by fancy indexing: a numpy array that
+    doubles its capacity when full."""
 
     def __init__(self, width: int):
         self.data = np.zeros((256, width), dtype=np.int64)
@@ -105,43 +105,60 @@ class _Rows:
 
 
 class _Ragged:
-    """Variable-length rows of two parallel integer arrays (``values`` and ``extra``), appended
-    one row at a time: each row's start and length, and the flat values."""
+    """Variable-length rows of ``width`` parallel integer columns, appended one row at a time:
+    each row's start and length, and the flat elements."""
 
-    def __init__(self):
+    def __init__(self, width: int = 1):
         self.bounds = _Rows(2)  # (start, length) per row
-        self.flat = _Rows(2)  # (value, extra) per element
+        self.flat = _Rows(width)
+        self._scratch = np.zeros(0, dtype=np.int64)  # ``first_rows``' work space, one slot a row
 
-    def add(self, values: np.ndarray, extra: np.ndarray) -> None:
-        self.bounds.extend(np.array([[self.flat.n, len(values)]], dtype=np.int64))
-        self.flat.extend(np.stack([values, extra], axis=1) if len(values) else np.zeros((0, 2), np.int64))
+    def __len__(self) -> int:
+        return self.bounds.n
+
+    def add(self, *columns: np.ndarray) -> None:
+        self.bounds.extend(np.array([[self.flat.n, len(columns[0])]], dtype=np.int64))
+        if len(columns[0]):
+            self.flat.extend(np.stack(columns, axis=1))
 
     def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For ``rows`` (row numbers, repeats allowed): which entry of ``rows`` each element comes
-        from, and the elements' values and extras, row after row."""
+        """For ``rows`` (row numbers, repeats allowed), row after row: which entry of ``rows`` each
+        element comes from, the elements (one column each), and where each row starts among them."""
         b = self.bounds.data[rows]
         starts, lens = b[:, 0], b[:, 1]
-        total = int(lens.sum())
-        which = np.repeat(np.arange(len(rows), dtype=np.int64), lens)
         out_start = np.cumsum(lens) - lens
-        idx = np.arange(total, dtype=np.int64) + np.repeat(starts - out_start, lens)
-        vals = self.flat.data[idx]
-        return which, vals[:, 0], vals[:, 1]
+        which = np.repeat(np.arange(len(rows), dtype=np.int64), lens)
+        idx = np.arange(len(which), dtype=np.int64) + np.repeat(starts - out_start, lens)
+        return which, self.flat.data[idx], out_start
+
+    def first_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The positions in ``keys`` (row numbers) where each distinct key first occurs, in that
+        order, and each entry's index among them: ``np.unique`` by first occurrence, without a
+        sort, through one work slot per row (only the slots of ``keys`` are written and read)."""
+        n = len(keys)
+        if len(self._scratch) < len(self):
+            self._scratch = np.zeros(max(len(self), 2 * len(self._scratch)), dtype=np.int64)
+        slot = self._scratch
+        positions = np.arange(n, dtype=np.int64)
+        slot[keys[::-1]] = positions[::-1]  # a repeated key keeps the last write: its first position
+        firsts = np.flatnonzero(slot[keys] == positions)
+        slot[keys[firsts]] = np.arange(len(firsts), dtype=np.int64)
+        return firsts, slot[keys]
 
 
 class Turn(NamedTuple):
     """A turn's features flat, in context order (``Featurizer.turn``): the context ids
     (context ``i``'s are ``ctx_ids[ctx_bounds[i]:ctx_bounds[i + 1]]``), the number of candidates
     of each context, each candidate's action key and pair key, and the featurizer's tables
-    from key to ids (read only)."""
+    from key to ids, flat (read only: rows of ``_Ragged``)."""
 
     ctx_ids: np.ndarray
     ctx_bounds: np.ndarray
     counts: np.ndarray
     act_keys: np.ndarray
     pair_keys: np.ndarray
-    act_table: list[np.ndarray]
-    pair_table: list[np.ndarray]
+    act_rows: _Ragged
+    pair_rows: _Ragged
 
 
 class Featurizer:
@@ -169,21 +186,21 @@ class Featurizer:
         self._pair_keys: dict[bytes, int] = {}
         self._pair_table: list[np.ndarray] = []  # pair key -> its ids
         self._act_table: list[np.ndarray] = []  # action key -> its ids
+        self._pair_rows, self._act_rows = _Ragged(), _Ragged()  # the same, flat (``_collate_keys``)
         # the turn-at-a-time path (``batch``)
         self._wids: dict[str, int] = {}
         self._wset_cache: dict[str, np.ndarray] = {}
-        self._rset_cache: dict[tuple, np.ndarray] = {}
         # candidate actions met by ``turn``, numbered: per number (verb number, verb word id,
         # action key, is help), named words (word id, not a number), admissible-list ids
         self._cnum: dict[str, int] = {}
         self._c_scalar = _Rows(4)
-        self._c_named = _Ragged()
-        self._c_cmd = _Ragged()
+        self._c_named = _Ragged(2)
+        self._c_cmd = _Ragged(1)
         self._verb_nums: dict[str, int] = {}
         self._verb_list: list[str] = []
         self._step_heads: dict[int, np.ndarray] = {}
         self._prefixes = [(f"o{k}", f"a{k}") for k in range(1, self.history_length + 1)]
-        self._code_keys: dict[tuple[int, int], int] = {}
+        self._code_keys = np.zeros(0, dtype=np.int64)  # a candidate's pair code -> its pair key
 
     def _id(self, feature: str) -> int:
         fid = self._cache.get(feature)
@@ -266,16 +283,16 @@ class Featurizer:
         return _sorted_distinct(np.concatenate(self._context_parts(ctx, self._recent(ctx),
                                                                     self._list_ids(shown_admissible(ctx)))))
 
-    def _row_key(self, table: dict[bytes, int], ids: np.ndarray, arrays: list[np.ndarray] | None = None) -> int:
+    def _row_key(self, table: dict[bytes, int], ids: np.ndarray, arrays: list[np.ndarray], rows: _Ragged) -> int:
         """A small integer naming the content of ``ids`` (equal arrays, equal keys): lets a batch
-        find its distinct rows with one ``np.unique`` instead of hashing every array's bytes.
-        ``arrays`` (when given) keeps each key's array at its index."""
+        find its distinct rows by key instead of hashing every array's bytes. ``arrays`` keeps
+        each key's array at its index, and ``rows`` the same flat."""
         raw = ids.tobytes()
         key = table.get(raw)
         if key is None:
             key = table[raw] = len(table)
-            if arrays is not None:
-                arrays.append(ids)
+            arrays.append(ids)
+            rows.add(ids)
         return key
 
     def action_rows(self, actions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -299,7 +316,7 @@ class Featurizer:
         if not feats:
             feats.add("a:<empty>")
         ids = self._ids(feats)
-        entry = (ids, self._row_key(self._act_keys, ids, self._act_table))
+        entry = (ids, self._row_key(self._act_keys, ids, self._act_table, self._act_rows))
         if len(self._action_cache) < 1 << 18:
             self._action_cache[action] = entry
         return entry
@@ -367,7 +384,7 @@ class Featurizer:
             f"ma:{verb}:{in_task}:{adm}",
         )
         ids = np.fromiter((self._id(f) for f in feats), dtype=np.int64)
-        entry = (ids, self._row_key(self._pair_keys, ids, self._pair_table))
+        entry = (ids, self._row_key(self._pair_keys, ids, self._pair_table, self._pair_rows))
         if len(self._pair_cache) < 1 << 18:
             self._pair_cache[key] = entry
         return entry
@@ -394,13 +411,6 @@ class Featurizer:
             _keep(self._wset_cache, text, ids, _TEXT_CACHE)
         return ids
 
-    def _recent_set(self, obs: tuple[str, ...]) -> np.ndarray:
-        ids = self._rset_cache.get(obs)
-        if ids is None:
-            ids = _sorted_distinct(np.concatenate([self._word_set(o) for o in obs])) if obs else np.zeros(0, np.int64)
-            _keep(self._rset_cache, obs, ids, _TEXT_CACHE)
-        return ids
-
     def _register(self, action: str) -> int:
         """The candidate number of ``action``, recording what the turn path gathers of it: its
         verb number, its verb's word id (-1 without a verb), its action key, whether it is
@@ -422,7 +432,7 @@ class Featurizer:
         self._c_named.add(np.fromiter((self._word_id(w) for w in named), dtype=np.int64, count=len(named)),
                           np.fromiter((not w.isdigit() for w in named), dtype=np.int64, count=len(named)))
         cmd = self._command_list_ids(action)
-        self._c_cmd.add(cmd, cmd)
+        self._c_cmd.add(cmd)
         return num
 
     def batch(self, contexts: list[Context]) -> list[tuple[list[str], np.ndarray, list[np.ndarray], np.ndarray,
@@ -488,12 +498,14 @@ class Featurizer:
         verbs, verb_wids, act_keys = scalar[:, 0], scalar[:, 1], scalar[:, 2]
         slot = np.arange(N, dtype=np.int64) - c_off[:-1][cand_ctx]
         adm = ((slot < n_adm[cand_ctx]) & (scalar[:, 3] == 0)).astype(np.int64)
-        w_cand, w_ids, w_nd = self._c_named.gather(nums)
+        w_cand, named, _ = self._c_named.gather(nums)
+        w_ids, w_nd = named[:, 0], named[:, 1]
         w_ctx = cand_ctx[w_cand]
         # context ids: one sort over (context, id) for the whole turn; the admissible list's ids
         # are those of its commands (each admissible candidate's), as a set
         shown = np.flatnonzero(adm)
         l_which, l_ids, _ = self._c_cmd.gather(nums[shown])
+        l_ids = l_ids[:, 0]
         flat_parts = [p for parts in ctx_parts for p in parts]
         flat_parts.append(l_ids)
         part_lens = np.fromiter((len(p) for p in flat_parts[:-1]), dtype=np.int64, count=len(flat_parts) - 1)
@@ -504,23 +516,32 @@ class Featurizer:
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
 
-        def member(sets: list[np.ndarray], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
-            """Whether ``ids[j]`` is in ``sets[ctx_of[j]]`` (each set sorted, distinct)."""
+        def member(sets: list[np.ndarray], ctx_of: np.ndarray, ids: np.ndarray,
+                   owners: np.ndarray | None = None) -> np.ndarray:
+            """Whether ``ids[j]`` is in the union of the sets of context ``ctx_of[j]`` (each set
+            sorted, distinct); ``sets[i]`` is context ``owners[i]``'s (without ``owners``: context
+            ``i``'s, one set each)."""
             sizes = np.fromiter((len(x) for x in sets), dtype=np.int64, count=len(sets))
-            table = (np.repeat(np.arange(len(sets), dtype=np.int64), sizes) << 32) | (
-                np.concatenate(sets) if sets else np.zeros(0, np.int64))
+            own = np.arange(len(sets), dtype=np.int64) if owners is None else owners
+            table = (np.repeat(own, sizes) << 32) | (np.concatenate(sets) if sets else np.zeros(0, np.int64))
             if len(table) == 0:
                 return np.zeros(len(ids), dtype=bool)
+            if owners is not None:
+                table.sort()  # repeats stay: the first of equal entries is found
             probe = (ctx_of << 32) | np.where(ids < 0, 0xFFFFFFFF, ids)
             pos = np.minimum(np.searchsorted(table, probe), len(table) - 1)
             return (table[pos] == probe) & (ids >= 0)
 
-        task_sets = [self._word_set(c.task) for c in contexts]
-        obs_sets = [self._word_set(c.observation) for c in contexts]
-        rec_sets = [self._recent_set(tuple(o for o, _ in r)) for r in recents]
+        word_set = self._word_set
+        task_sets = [word_set(c.task) for c in contexts]
+        obs_sets = [word_set(c.observation) for c in contexts]
+        # the recent observations' words: one set per observation of each context's window
+        rec_sets = [word_set(o) for r in recents for o, _ in r]
+        rec_owner = np.repeat(np.arange(B, dtype=np.int64),
+                              np.fromiter((len(r) for r in recents), dtype=np.int64, count=B))
         in_task = np.bincount(w_cand, weights=member(task_sets, w_ctx, w_ids) & w_nd, minlength=N).astype(np.int64)
         in_obs = np.bincount(w_cand, weights=member(obs_sets, w_ctx, w_ids), minlength=N).astype(np.int64)
-        in_rec = np.bincount(w_cand, weights=member(rec_sets, w_ctx, w_ids), minlength=N).astype(np.int64)
+        in_rec = np.bincount(w_cand, weights=member(rec_sets, w_ctx, w_ids, rec_owner), minlength=N).astype(np.int64)
         verb_in_task = member(task_sets, cand_ctx, verb_wids).astype(np.int64)
         pos = np.zeros(N, dtype=np.int64)
         for k in range(H, 0, -1):  # the most recent repeat wins (position 1)
@@ -529,11 +550,14 @@ class Featurizer:
             pos = np.where(nums == rk[cand_ctx], k, pos)
         code = ((((((verbs * 2 + adm) * 4 + np.minimum(in_task, 3)) * 4 + np.minimum(in_obs, 3)) * 4
                   + np.minimum(in_rec, 3)) * (H + 1) + pos) * 2 + verb_in_task)
-        codes, inverse = np.unique(code, return_inverse=True)
-        code_keys = np.empty(len(codes), dtype=np.int64)
-        for j, cd in enumerate(codes.tolist()):
-            hit = self._code_keys.get((H, cd))
-            if hit is None:
+        # each code's pair key, kept by code (``_code_keys``: -1 where none yet)
+        if int(code.max()) >= len(self._code_keys):
+            grown = np.full(max(int(code.max()) + 1, 2 * len(self._code_keys)), -1, dtype=np.int64)
+            grown[: len(self._code_keys)] = self._code_keys
+            self._code_keys = grown
+        pair_keys = self._code_keys[code]
+        if (pair_keys < 0).any():
+            for cd in np.unique(code[pair_keys < 0]).tolist():
                 rest, vit = divmod(cd, 2)
                 rest, p = divmod(rest, H + 1)
                 rest, ir = divmod(rest, 4)
@@ -542,10 +566,9 @@ class Featurizer:
                 vnum, a = divmod(rest, 2)
                 key = (self._verb_list[vnum], a, it, io, ir, p, bool(vit))
                 entry = self._pair_cache.get(key) or self._pair_entry(key)
-                hit = self._code_keys[(H, cd)] = entry[1]
-            code_keys[j] = hit
-        pair_keys = code_keys[inverse.reshape(-1)]
+                self._code_keys[cd] = entry[1]
+            pair_keys = self._code_keys[code]
         out = [(cands, ctx_ids[bounds[i]:bounds[i + 1]], act_keys[c_off[i]:c_off[i + 1]],
                 pair_keys[c_off[i]:c_off[i + 1]]) for i, cands in enumerate(cand_lists)]
-        return out, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_table, self._pair_table)
+        return out, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_rows, self._pair_rows)
 

@@ -57,15 +57,6 @@ class ScorerModule(nn.Module):
         return out
 
 
-def _offsets(parts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
-    off = np.zeros(len(parts), dtype=np.int64)
-    if len(parts) > 1:
-        np.cumsum(lengths[:-1], out=off[1:])
-    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return torch.from_numpy(flat), torch.from_numpy(off)
-
-
 def _content_keys(arrays: list[np.ndarray]) -> np.ndarray:
     """Keys naming each array's content (equal arrays, equal keys), for data without them."""
     table: dict[bytes, int] = {}
@@ -91,8 +82,10 @@ def _distinct(arrays: list[np.ndarray], keys: np.ndarray) -> tuple[list[np.ndarr
     return [arrays[i] for i in firsts.tolist()], rows
 
 
-def _pack(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act_parts: list[np.ndarray],
-          act_of: np.ndarray, pair_parts: list[np.ndarray], pair_of: np.ndarray) -> dict[str, Any]:
+def _pack(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act: tuple[np.ndarray, np.ndarray],
+          act_of: np.ndarray, pair: tuple[np.ndarray, np.ndarray], pair_of: np.ndarray) -> dict[str, Any]:
+    """The EmbeddingBag inputs: ``act`` and ``pair`` are the distinct rows, flat, with each row's
+    offset; ``act_of`` / ``pair_of`` each candidate's row."""
     total = int(counts.sum())
     n = len(counts)
     owner = np.repeat(np.arange(n, dtype=np.int64), counts)
@@ -100,18 +93,25 @@ def _pack(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act_part
     if n > 1:
         np.cumsum(counts[:-1], out=starts[1:])
     slot = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-    a, a_off = _offsets(act_parts)
-    p, p_off = _offsets(pair_parts)
     return {
-        "ctx": ctx, "ctx_off": ctx_off, "act": a, "act_off": a_off, "pair": p, "pair_off": p_off,
+        "ctx": ctx, "ctx_off": ctx_off, "act": torch.from_numpy(act[0]), "act_off": torch.from_numpy(act[1]),
+        "pair": torch.from_numpy(pair[0]), "pair_off": torch.from_numpy(pair[1]),
         "act_of": torch.from_numpy(act_of), "pair_of": torch.from_numpy(pair_of),
         "owner": torch.from_numpy(owner), "slot": torch.from_numpy(slot),
         "shape": (n, max(int(counts.max()) if n else 0, 1)),
     }
 
 
-def _collate(items: Sequence[dict[str, Any]], act_table: list[np.ndarray] | None = None,
-             pair_table: list[np.ndarray] | None = None) -> dict[str, Any]:
+def _flat(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays joined, and where each starts."""
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    off = np.zeros(len(parts), dtype=np.int64)
+    if len(parts) > 1:
+        np.cumsum(lengths[:-1], out=off[1:])
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), off
+
+
+def _collate(items: Sequence[dict[str, Any]], act_rows: Any = None, pair_rows: Any = None) -> dict[str, Any]:
     """Pack per-step feature arrays into EmbeddingBag inputs.
 
     Candidates repeat across steps ("go to countertop 1"), and so do their pair features, so
@@ -121,17 +121,17 @@ def _collate(items: Sequence[dict[str, Any]], act_table: list[np.ndarray] | None
     kept in order of first occurrence.
 
     An item holds its context ids (``ctx``) and either its candidates' arrays (``act``, ``pair``;
-    with or without keys) or only their keys, which name rows of ``act_table`` / ``pair_table``
-    (the featurizer's tables; what ``ScorerPolicy.act`` records).
+    with or without keys) or only their keys, which name rows of ``act_rows`` / ``pair_rows``
+    (the featurizer's flat tables; what ``ScorerPolicy.act`` records).
     """
     ctx = [item["ctx"] for item in items]
     if items and all("act" not in item for item in items):
-        if act_table is None or pair_table is None:
+        if act_rows is None or pair_rows is None:
             raise ValueError("_collate: items with keys only need the featurizer's tables")
         counts = np.fromiter((len(item["act_key"]) for item in items), dtype=np.int64, count=len(items))
-        c, c_off = _offsets(ctx)
+        c, c_off = (torch.from_numpy(x) for x in _flat(ctx))
         return _collate_keys(c, c_off, counts, np.concatenate([item["act_key"] for item in items]),
-                             np.concatenate([item["pair_key"] for item in items]), act_table, pair_table)
+                             np.concatenate([item["pair_key"] for item in items]), act_rows, pair_rows)
     counts = np.fromiter((len(item["act"]) for item in items), dtype=np.int64, count=len(items))
     acts: list[np.ndarray] = []
     pairs: list[np.ndarray] = []
@@ -145,24 +145,26 @@ def _collate(items: Sequence[dict[str, Any]], act_table: list[np.ndarray] | None
         act_keys, pair_keys = _content_keys(acts), _content_keys(pairs)
     act_parts, act_of = _distinct(acts, act_keys)
     pair_parts, pair_of = _distinct(pairs, pair_keys)
-    c, c_off = _offsets(ctx)
-    return _pack(c, c_off, counts, act_parts, act_of, pair_parts, pair_of)
+    c, c_off = (torch.from_numpy(x) for x in _flat(ctx))
+    return _pack(c, c_off, counts, _flat(act_parts), act_of, _flat(pair_parts), pair_of)
 
 
 def _collate_keys(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act_keys: np.ndarray,
-                  pair_keys: np.ndarray, act_table: list[np.ndarray], pair_table: list[np.ndarray]) -> dict[str, Any]:
-    """``_collate`` from the candidates' keys: a key's row in its table is the array of that
-    content, so only the distinct keys are looked up."""
-    act_first, act_of = _first_occurrence(act_keys)
-    pair_first, pair_of = _first_occurrence(pair_keys)
-    return _pack(ctx, ctx_off, counts, [act_table[k] for k in act_keys[act_first].tolist()], act_of,
-                 [pair_table[k] for k in pair_keys[pair_first].tolist()], pair_of)
+                  pair_keys: np.ndarray, act_rows: Any, pair_rows: Any) -> dict[str, Any]:
+    """``_collate`` from the candidates' keys: a key's row in the featurizer's flat tables
+    (``act_rows`` / ``pair_rows``) holds the ids of that content, so only the distinct keys are
+    looked up, in order of first occurrence, with numpy."""
+    act_first, act_of = act_rows.first_rows(act_keys)
+    pair_first, pair_of = pair_rows.first_rows(pair_keys)
+    _, a, a_off = act_rows.gather(act_keys[act_first])
+    _, p, p_off = pair_rows.gather(pair_keys[pair_first])
+    return _pack(ctx, ctx_off, counts, (a[:, 0], a_off), act_of, (p[:, 0], p_off), pair_of)
 
 
 def _collate_turn(turn: Turn) -> dict[str, Any]:
     """``_collate`` of a turn's contexts, from the turn's flat arrays (``Featurizer.turn``)."""
     return _collate_keys(torch.from_numpy(turn.ctx_ids), torch.from_numpy(turn.ctx_bounds[:-1]), turn.counts,
-                         turn.act_keys, turn.pair_keys, turn.act_table, turn.pair_table)
+                         turn.act_keys, turn.pair_keys, turn.act_rows, turn.pair_rows)
 
 
 def _draw(sample_logp: np.ndarray, counts: list[int], rng: np.random.Generator) -> list[int]:
@@ -255,7 +257,7 @@ class ScorerPolicy(Policy):
                 for i, ((cands, ctx_ids, act_key, pair_key), k) in enumerate(zip(per_context, choices))]
 
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        batch = _collate(data, self.features._act_table, self.features._pair_table)
+        batch = _collate(data, self.features._act_rows, self.features._pair_rows)
         batch["choice"] = torch.tensor([d["choice"] for d in data], dtype=torch.long)
         return batch
 
