@@ -259,29 +259,31 @@ def test_a_turn_featurized_at_once_equals_each_context_on_its_own(history_length
 
 
 def test_caches_that_start_over_at_their_bound_give_the_same_features(monkeypatch):
-    """A long run fills the text caches; each then starts over (``_keep``) rather than stopping at
-    what it met first. Bounds of a few entries (so the caches empty many times a turn) change no
-    feature: turn by turn, the arrays equal an unbounded featurizer's, and no cache grows past
-    its bound."""
+    """A long run fills the featurizer's text caches (the one-context path's) and the turn path's
+    text store; each then starts over (``_keep``; the store between turns) rather than stopping
+    at what it met first. Bounds of a few entries (so they empty many times) change no feature:
+    turn by turn, the arrays equal an unbounded featurizer's, and nothing grows past its bound
+    (the store: by at most one turn's texts)."""
     import proas.policies.features as features
 
     ctxs = _episodes(task_ids("train")[:6], seed=3)
     turns = [ctxs[i: i + 17] for i in range(0, len(ctxs), 17)]
     want = Featurizer(8, history_length=2)
     expected = [want.batch(t) for t in turns * 2]
-    bounds = {"_TEXT_CACHE": 5, "_LIST_CACHE": 3}
-    for name, bound in bounds.items():
-        monkeypatch.setattr(features, name, bound)
+    monkeypatch.setattr(features, "_TEXT_CACHE", 5)
+    monkeypatch.setattr(features, "_LIST_CACHE", 3)
     small = Featurizer(8, history_length=2)
-    for turn, exp in zip(turns * 2, expected):  # every turn twice: hits after the caches emptied
+    for turn, exp in zip(turns * 2, expected):  # every turn twice: hits after the store emptied
         got = small.batch(turn)
         for g, e in zip(got, exp):
             assert g[0] == e[0] and np.array_equal(g[1], e[1]) and np.array_equal(g[3], e[3])
             assert [a.tolist() for a in g[2]] == [a.tolist() for a in e[2]]
             assert [p.tolist() for p in g[4]] == [p.tolist() for p in e[4]] and np.array_equal(g[5], e[5])
-        assert max(len(small._text_cache), len(small._wset_cache)) <= 5
-        # what the turn met last is kept (a cache that stopped growing would hold only the first)
-        recent = turn[-1].history[-2:][::-1]
-        last = (f"a{len(recent)}", recent[-1][1]) if recent else ("o", turn[-1].observation)
-        assert last in small._text_cache
-    assert len(want._text_cache) > 5
+        # a turn of 17 contexts meets at most 17 * 9 texts (step, task, observation, the window's
+        # two observations and actions, and three word sets); the store starts over before it
+        assert len(small._text_rows) <= 5 + 17 * 10
+        # what the turn met last is kept (a store that stopped growing would hold only the first)
+        assert turn[-1].observation in small._text_index["o"]
+        small.context_ids(turn[-1])
+        assert len(small._text_cache) <= 5 and len(small._list_cache) <= 3
+    assert len(want._text_rows) > 5 + 17 * 10

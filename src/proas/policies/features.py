@@ -189,7 +189,6 @@ class Featurizer:
         self._pair_rows, self._act_rows = _Ragged(), _Ragged()  # the same, flat (``_collate_keys``)
         # the turn-at-a-time path (``batch``)
         self._wids: dict[str, int] = {}
-        self._wset_cache: dict[str, np.ndarray] = {}
         # candidate actions met by ``turn``, numbered: per number (verb number, verb word id,
         # action key, is help), named words (word id, not a number), admissible-list ids
         self._cnum: dict[str, int] = {}
@@ -201,6 +200,10 @@ class Featurizer:
         self._step_heads: dict[int, np.ndarray] = {}
         self._prefixes = [(f"o{k}", f"a{k}") for k in range(1, self.history_length + 1)]
         self._code_keys = np.zeros(0, dtype=np.int64)  # a candidate's pair code -> its pair key
+        # the turn path's texts: per kind (a prefix's feature ids, "w": a text's word-id set, "n":
+        # a step's head) each text's row in one flat store, which starts over at its bound
+        self._text_rows = _Ragged()
+        self._text_index: dict[str, dict] = {}
 
     def _id(self, feature: str) -> int:
         fid = self._cache.get(feature)
@@ -403,13 +406,19 @@ class Featurizer:
             wid = self._wids[w] = len(self._wids)
         return wid
 
-    def _word_set(self, text: str) -> np.ndarray:
-        """Sorted distinct word ids of ``text`` (all its words: the pair features' sets)."""
-        ids = self._wset_cache.get(text)
-        if ids is None:
+    def _new_text(self, kind: str, text) -> int:
+        """The row of ``text`` of ``kind`` in the turn path's text store, made on first need:
+        ``kind`` a feature prefix (``_text_ids``' ids), ``"w"`` (the sorted distinct word ids of
+        all its words: the pair features' sets) or ``"n"`` (a step count, ``_step_head``)."""
+        if kind == "w":
             ids = _sorted_distinct(np.fromiter((self._word_id(w) for w in words(text)), dtype=np.int64))
-            _keep(self._wset_cache, text, ids, _TEXT_CACHE)
-        return ids
+        elif kind == "n":
+            ids = np.array([self._id("bias"), self._id(f"n:{text}")], dtype=np.int64)
+        else:
+            ids = self._ids(f"{kind}:{w}" for w in words(text)[:_MAX_OBS_WORDS])
+        row = self._text_index[kind][text] = len(self._text_rows)
+        self._text_rows.add(ids)
+        return row
 
     def _register(self, action: str) -> int:
         """The candidate number of ``action``, recording what the turn path gathers of it: its
@@ -458,7 +467,19 @@ class Featurizer:
             return [], None
         H = self.history_length
         cnum, register = self._cnum, self._register
-        ctx_parts, recents, cand_lists, flat_nums = [], [], [], []
+        if len(self._text_rows) >= _TEXT_CACHE:  # the text store starts over (between turns only)
+            self._text_rows, self._text_index = _Ragged(), {}
+        index = self._text_index
+        kinds = ["n", "t", "o", "w", *(k for pair in self._prefixes for k in pair)]
+        for kind in kinds:
+            index.setdefault(kind, {})
+        n_idx, t_idx, o_idx, w_idx = index["n"], index["t"], index["o"], index["w"]
+        window = [(index[po], po, index[pa], pa) for po, pa in self._prefixes]
+        new_text = self._new_text
+        recents, cand_lists, flat_nums = [], [], []
+        # rows of the text store: each context's feature texts (``texts``, ``n_texts`` each), its
+        # task's and observation's word sets, and its recent observations' word sets
+        texts, n_texts, task_w, obs_w, rec_w, n_rec = [], [], [], [], [], []
         n_adm = np.empty(len(contexts), dtype=np.int64)
         for i, ctx in enumerate(contexts):
             if ctx.admissible is None:
@@ -479,13 +500,28 @@ class Featurizer:
                 flat_nums.extend(list(map(cnum.__getitem__, cands)))
             except KeyError:  # a candidate met for the first time
                 flat_nums.extend([register(a) for a in cands])
+            task, obs_now, step = ctx.task, ctx.observation, ctx.step
+            row = n_idx.get(step)
+            texts.append(row if row is not None else new_text("n", step))
+            row = t_idx.get(task)
+            texts.append(row if row is not None else new_text("t", task))
+            row = o_idx.get(obs_now)
+            texts.append(row if row is not None else new_text("o", obs_now))
+            row = w_idx.get(task)
+            task_w.append(row if row is not None else new_text("w", task))
+            row = w_idx.get(obs_now)
+            obs_w.append(row if row is not None else new_text("w", obs_now))
             recent = self._recent(ctx)
             recents.append(recent)
-            parts = [self._step_head(ctx.step), self._text_ids("t", ctx.task), self._text_ids("o", ctx.observation)]
-            for (obs, action), (po, pa) in zip(recent, self._prefixes):
-                parts.append(self._text_ids(po, obs))
-                parts.append(self._text_ids(pa, action))
-            ctx_parts.append(parts)
+            for (obs, action), (o_k, po, a_k, pa) in zip(recent, window):
+                row = o_k.get(obs)
+                texts.append(row if row is not None else new_text(po, obs))
+                row = a_k.get(action)
+                texts.append(row if row is not None else new_text(pa, action))
+                row = w_idx.get(obs)
+                rec_w.append(row if row is not None else new_text("w", obs))
+            n_texts.append(3 + 2 * len(recent))
+            n_rec.append(len(recent))
         B = len(contexts)
         # candidates of the turn, flattened
         n_c = np.fromiter((len(c) for c in cand_lists), dtype=np.int64, count=B)
@@ -506,24 +542,22 @@ class Featurizer:
         shown = np.flatnonzero(adm)
         l_which, l_ids, _ = self._c_cmd.gather(nums[shown])
         l_ids = l_ids[:, 0]
-        flat_parts = [p for parts in ctx_parts for p in parts]
-        flat_parts.append(l_ids)
-        part_lens = np.fromiter((len(p) for p in flat_parts[:-1]), dtype=np.int64, count=len(flat_parts) - 1)
-        n_parts = np.fromiter((len(parts) for parts in ctx_parts), dtype=np.int64, count=B)
-        owner = np.concatenate([np.repeat(np.repeat(np.arange(B, dtype=np.int64), n_parts), part_lens),
+        store = self._text_rows
+        t_which, t_ids, _ = store.gather(np.array(texts, dtype=np.int64))
+        owner = np.concatenate([np.repeat(np.arange(B, dtype=np.int64), np.array(n_texts, dtype=np.int64))[t_which],
                                 cand_ctx[shown][l_which]])
-        uniq = _sorted_distinct((owner << 32) | np.concatenate(flat_parts))
+        vals = np.concatenate([t_ids[:, 0], l_ids])
+        uniq = _sorted_distinct((owner << 32) | vals)
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
 
-        def member(sets: list[np.ndarray], ctx_of: np.ndarray, ids: np.ndarray,
-                   owners: np.ndarray | None = None) -> np.ndarray:
-            """Whether ``ids[j]`` is in the union of the sets of context ``ctx_of[j]`` (each set
-            sorted, distinct); ``sets[i]`` is context ``owners[i]``'s (without ``owners``: context
-            ``i``'s, one set each)."""
-            sizes = np.fromiter((len(x) for x in sets), dtype=np.int64, count=len(sets))
-            own = np.arange(len(sets), dtype=np.int64) if owners is None else owners
-            table = (np.repeat(own, sizes) << 32) | (np.concatenate(sets) if sets else np.zeros(0, np.int64))
+        def member(rows: list[int], owners: np.ndarray | None, ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            """Whether ``ids[j]`` is in the union of the word sets of context ``ctx_of[j]``: ``rows``
+            are word-set rows of the text store, ``rows[i]`` context ``owners[i]``'s (None: context
+            ``i``'s, one set each, so the table is sorted as gathered)."""
+            which, found, _ = store.gather(np.array(rows, dtype=np.int64))
+            own = which if owners is None else owners[which]
+            table = (own << 32) | found[:, 0]
             if len(table) == 0:
                 return np.zeros(len(ids), dtype=bool)
             if owners is not None:
@@ -532,17 +566,12 @@ class Featurizer:
             pos = np.minimum(np.searchsorted(table, probe), len(table) - 1)
             return (table[pos] == probe) & (ids >= 0)
 
-        word_set = self._word_set
-        task_sets = [word_set(c.task) for c in contexts]
-        obs_sets = [word_set(c.observation) for c in contexts]
-        # the recent observations' words: one set per observation of each context's window
-        rec_sets = [word_set(o) for r in recents for o, _ in r]
-        rec_owner = np.repeat(np.arange(B, dtype=np.int64),
-                              np.fromiter((len(r) for r in recents), dtype=np.int64, count=B))
-        in_task = np.bincount(w_cand, weights=member(task_sets, w_ctx, w_ids) & w_nd, minlength=N).astype(np.int64)
-        in_obs = np.bincount(w_cand, weights=member(obs_sets, w_ctx, w_ids), minlength=N).astype(np.int64)
-        in_rec = np.bincount(w_cand, weights=member(rec_sets, w_ctx, w_ids, rec_owner), minlength=N).astype(np.int64)
-        verb_in_task = member(task_sets, cand_ctx, verb_wids).astype(np.int64)
+        rec_owner = np.repeat(np.arange(B, dtype=np.int64), np.array(n_rec, dtype=np.int64))
+        in_task_w = member(task_w, None, w_ctx, w_ids)
+        in_task = np.bincount(w_cand, weights=in_task_w & w_nd, minlength=N).astype(np.int64)
+        in_obs = np.bincount(w_cand, weights=member(obs_w, None, w_ctx, w_ids), minlength=N).astype(np.int64)
+        in_rec = np.bincount(w_cand, weights=member(rec_w, rec_owner, w_ctx, w_ids), minlength=N).astype(np.int64)
+        verb_in_task = member(task_w, None, cand_ctx, verb_wids).astype(np.int64)
         pos = np.zeros(N, dtype=np.int64)
         for k in range(H, 0, -1):  # the most recent repeat wins (position 1)
             rk = np.fromiter((cnum.get(r[k - 1][1], -1) if len(r) >= k else -1 for r in recents),
