@@ -10,6 +10,8 @@ history older than the prompt's window leaves every feature unchanged.
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proas.envs.household import HouseholdEnv, task_ids
 from proas.policies.base import Context, task_text
@@ -287,3 +289,54 @@ def test_caches_that_start_over_at_their_bound_give_the_same_features(monkeypatc
         small.context_ids(turn[-1])
         assert len(small._text_cache) <= 5 and len(small._list_cache) <= 3
     assert len(want._text_rows) > 5 + 17 * 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 3))
+def test_first_rows_is_unique_by_first_occurrence(keys, calls_before):
+    """``_Ragged.first_rows`` (a work slot per row, no sort) gives what ``np.unique`` gives, put in
+    order of first occurrence: each distinct key's first position, and each entry's index among
+    the distinct keys; stale slots from earlier calls change nothing."""
+    from proas.policies.features import _Ragged
+
+    rows = _Ragged()
+    for k in range(41):
+        rows.add(np.array([k], dtype=np.int64))
+    rng = np.random.default_rng(len(keys) + calls_before)
+    for _ in range(calls_before):  # earlier calls leave their values in the slots
+        rows.first_rows(rng.integers(0, 41, size=30))
+    arr = np.array(keys, dtype=np.int64)
+    firsts, index = rows.first_rows(arr)
+    want_first = sorted({k: i for i, k in reversed(list(enumerate(keys)))}.values())
+    assert firsts.tolist() == want_first
+    assert [keys[i] for i in firsts.tolist()] == list(dict.fromkeys(keys))
+    assert [int(firsts[j]) for j in index.tolist()] == [keys.index(k) for k in keys]
+
+
+def test_decisions_record_keys_that_pack_as_the_arrays_do():
+    """The scorer's decisions keep only keys into the featurizer's tables; ``prepare`` packs them
+    into exactly the tensors that the same steps' full arrays give (``featurize``), so the
+    update scores what the rollout scored."""
+    from proas.policies.scorer import _collate
+
+    policy = ScorerPolicy(bits=10, seed=0)
+    ctxs = _episodes(task_ids("train")[:5], seed=13)
+    decisions = []
+    for i in range(0, len(ctxs), 23):
+        decisions += policy.act(ctxs[i: i + 23], np.random.default_rng(i))
+    assert all("act" not in d.data and "pair" not in d.data for d in decisions)
+    keyed = policy.prepare([d.data for d in decisions])
+    full = []
+    for ctx, d in zip(ctxs, decisions):
+        cands, data = policy.featurize(ctx)
+        assert d.action == cands[d.data["choice"]]
+        full.append(dict(data, choice=d.data["choice"]))
+    want = policy.prepare(full)
+    assert keyed["shape"] == want["shape"]
+    for k in ("ctx", "ctx_off", "act", "act_off", "pair", "pair_off", "act_of", "pair_of", "owner", "slot", "choice"):
+        assert torch.equal(keyed[k], want[k]), k
+    # and the log-probs the update computes are the rollout's (float32 against float64)
+    logp = policy.evaluate(keyed).logp[:, 0].detach().numpy()
+    assert np.allclose(logp, [d.logp for d in decisions], atol=1e-5)
+    with pytest.raises(ValueError, match="tables"):
+        _collate([d.data for d in decisions[:3]])
