@@ -156,9 +156,9 @@ def _collate_keys(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, 
     looked up, in order of first occurrence, with numpy."""
     act_first, act_of = act_rows.first_rows(act_keys)
     pair_first, pair_of = pair_rows.first_rows(pair_keys)
-    _, a, a_off = act_rows.gather(act_keys[act_first])
-    _, p, p_off = pair_rows.gather(pair_keys[pair_first])
-    return _pack(ctx, ctx_off, counts, (a[:, 0], a_off), act_of, (p[:, 0], p_off), pair_of)
+    _, (a,), a_off = act_rows.gather(act_keys[act_first])
+    _, (p,), p_off = pair_rows.gather(pair_keys[pair_first])
+    return _pack(ctx, ctx_off, counts, (a, a_off), act_of, (p, p_off), pair_of)
 
 
 def _collate_turn(turn: Turn) -> dict[str, Any]:
