@@ -486,15 +486,15 @@ class Featurizer:
         # rows of the text store: each context's feature texts (``texts``, ``n_texts`` each), its
         # task's and observation's word sets, and its recent observations' word sets
         texts, n_texts, task_w, obs_w, rec_w, n_rec = [], [], [], [], [], []
-        n_adm = np.empty(len(contexts), dtype=np.int64)
-        for i, ctx in enumerate(contexts):
+        n_adm = []
+        for ctx in contexts:
             if ctx.admissible is None:
                 from proas.policies.base import candidate_actions
 
                 candidate_actions(ctx)  # raises the one-line error
             # the candidates: admissible then invalid, each once, in order
             seen = dict.fromkeys(ctx.admissible)
-            n_adm[i] = len(seen)
+            n_adm.append(len(seen))
             seen.update(dict.fromkeys(ctx.invalid_candidates))
             cands = list(seen)
             if not cands:
@@ -502,10 +502,12 @@ class Featurizer:
 
                 raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
             cand_lists.append(cands)
+            start = len(flat_nums)
             try:
-                flat_nums.extend(list(map(cnum.__getitem__, cands)))
-            except KeyError:  # a candidate met for the first time
-                flat_nums.extend([register(a) for a in cands])
+                flat_nums.extend(map(cnum.__getitem__, cands))
+            except KeyError:  # a candidate met for the first time: the numbers again, from its list's start
+                del flat_nums[start:]
+                flat_nums.extend(map(register, cands))
             task, obs_now, step = ctx.task, ctx.observation, ctx.step
             row = n_idx.get(step)
             texts.append(row if row is not None else new_text("n", step))
@@ -538,7 +540,7 @@ class Featurizer:
         nums = np.array(flat_nums, dtype=np.int64)
         verbs, verb_wids, act_keys = self._c_verb.data[nums], self._c_vwid.data[nums], self._c_key.data[nums]
         slot = np.arange(N, dtype=np.int64) - c_off[:-1][cand_ctx]
-        adm = ((slot < n_adm[cand_ctx]) & (self._c_help.data[nums] == 0)).astype(np.int64)
+        adm = ((slot < np.array(n_adm, dtype=np.int64)[cand_ctx]) & (self._c_help.data[nums] == 0)).astype(np.int64)
         w_cand, (w_ids, w_nd), _ = self._c_named.gather(nums)
         w_ctx = cand_ctx[w_cand]
         # context ids: one sort over (context, id) for the whole turn; the admissible list's ids
