@@ -485,7 +485,12 @@ class Featurizer:
         recents, cand_lists, flat_nums = [], [], []
         # rows of the text store: each context's feature texts (``texts``, ``n_texts`` each), its
         # task's and observation's word sets, and its recent observations' word sets
-        texts, n_texts, task_w, obs_w, rec_w, n_rec = [], [], [], [], [], []
+        # (``rec_w[k]``: each context's (k+1)-th most recent observation, or the empty text's row)
+        texts, n_texts, task_w, obs_w = [], [], [], []
+        rec_w: list[list[int]] = [[] for _ in range(H)]
+        empty = w_idx.get("")
+        if empty is None:
+            empty = new_text("w", "")
         n_adm = []
         for ctx in contexts:
             if ctx.admissible is None:
@@ -519,17 +524,19 @@ class Featurizer:
             task_w.append(row if row is not None else new_text("w", task))
             row = w_idx.get(obs_now)
             obs_w.append(row if row is not None else new_text("w", obs_now))
-            recent = self._recent(ctx)
+            recent = ctx.history[-H:][::-1] if H else []  # ``_recent``
             recents.append(recent)
-            for (obs, action), (o_k, po, a_k, pa) in zip(recent, window):
+            for (obs, action), (o_k, po, a_k, pa), rec in zip(recent, window, rec_w):
                 row = o_k.get(obs)
                 texts.append(row if row is not None else new_text(po, obs))
                 row = a_k.get(action)
                 texts.append(row if row is not None else new_text(pa, action))
                 row = w_idx.get(obs)
-                rec_w.append(row if row is not None else new_text("w", obs))
+                rec.append(row if row is not None else new_text("w", obs))
+            if len(recent) < H:  # a short history: no words at the window's older places
+                for rec in rec_w[len(recent):]:
+                    rec.append(empty)
             n_texts.append(3 + 2 * len(recent))
-            n_rec.append(len(recent))
         B = len(contexts)
         # candidates of the turn, flattened
         n_c = np.fromiter((len(c) for c in cand_lists), dtype=np.int64, count=B)
@@ -556,27 +563,26 @@ class Featurizer:
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
 
-        def member(rows: list[int], owners: np.ndarray | None, ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
-            """Whether ``ids[j]`` is in the union of the word sets of context ``ctx_of[j]``: ``rows``
-            are word-set rows of the text store, ``rows[i]`` context ``owners[i]``'s (None: context
-            ``i``'s, one set each, so the table is sorted as gathered)."""
+        def member(rows: list[int], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            """Whether ``ids[j]`` is in the word set of context ``ctx_of[j]``: ``rows[i]`` is
+            context ``i``'s word-set row in the text store (one set each, so the table is sorted
+            as gathered)."""
             which, (found,), _ = store.gather(np.array(rows, dtype=np.int64))
-            own = which if owners is None else owners[which]
-            table = (own << 32) | found
+            table = (which << 32) | found
             if len(table) == 0:
                 return np.zeros(len(ids), dtype=bool)
-            if owners is not None:
-                table.sort()  # repeats stay: the first of equal entries is found
             probe = (ctx_of << 32) | np.where(ids < 0, 0xFFFFFFFF, ids)
             pos = np.minimum(np.searchsorted(table, probe), len(table) - 1)
             return (table[pos] == probe) & (ids >= 0)
 
-        rec_owner = np.repeat(np.arange(B, dtype=np.int64), np.array(n_rec, dtype=np.int64))
-        in_task_w = member(task_w, None, w_ctx, w_ids)
-        in_task = np.bincount(w_cand, weights=in_task_w & w_nd, minlength=N).astype(np.int64)
-        in_obs = np.bincount(w_cand, weights=member(obs_w, None, w_ctx, w_ids), minlength=N).astype(np.int64)
-        in_rec = np.bincount(w_cand, weights=member(rec_w, rec_owner, w_ctx, w_ids), minlength=N).astype(np.int64)
-        verb_in_task = member(task_w, None, cand_ctx, verb_wids).astype(np.int64)
+        in_task = np.bincount(w_cand, weights=member(task_w, w_ctx, w_ids) & w_nd, minlength=N).astype(np.int64)
+        in_obs = np.bincount(w_cand, weights=member(obs_w, w_ctx, w_ids), minlength=N).astype(np.int64)
+        # in the union of the window's observations: in any one of them
+        in_window = np.zeros(len(w_ids), dtype=bool)
+        for rows in rec_w:
+            in_window |= member(rows, w_ctx, w_ids)
+        in_rec = np.bincount(w_cand, weights=in_window, minlength=N).astype(np.int64)
+        verb_in_task = member(task_w, cand_ctx, verb_wids).astype(np.int64)
         pos = np.zeros(N, dtype=np.int64)
         for k in range(H, 0, -1):  # the most recent repeat wins (position 1)
             rk = np.fromiter((cnum.get(r[k - 1][1], -1) if len(r) >= k else -1 for r in recents),
