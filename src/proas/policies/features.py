@@ -220,12 +220,16 @@ class Featurizer:
     def _ids(self, feats) -> np.ndarray:
         return np.fromiter((self._id(f) for f in sorted(set(feats))), dtype=np.int64)
 
-    def _text_ids(self, prefix: str, text: str) -> np.ndarray:
+    def _prefixed_ids(self, prefix: str, text: str) -> np.ndarray:
         """Ids of ``prefix:word`` for the (first ``_MAX_OBS_WORDS``) words of ``text``."""
+        return self._ids(f"{prefix}:{w}" for w in words(text)[:_MAX_OBS_WORDS])
+
+    def _text_ids(self, prefix: str, text: str) -> np.ndarray:
+        """``_prefixed_ids``, cached per (prefix, text)."""
         key = (prefix, text)
         ids = self._text_cache.get(key)
         if ids is None:
-            ids = self._ids(f"{prefix}:{w}" for w in words(text)[:_MAX_OBS_WORDS])
+            ids = self._prefixed_ids(prefix, text)
             _keep(self._text_cache, key, ids, _TEXT_CACHE)
         return ids
 
@@ -302,19 +306,11 @@ class Featurizer:
             rows.add(ids)
         return key
 
-    def action_rows(self, actions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
-        """``action_ids`` of each action, and each array's content key (``_row_key``)."""
-        cache = self._action_cache
-        arrays, keys = [], []
-        for action in actions:
-            hit = cache.get(action)
-            if hit is None:
-                hit = self._action_entry(action)
-            arrays.append(hit[0])
-            keys.append(hit[1])
-        return arrays, np.array(keys, dtype=np.int64)
-
     def _action_entry(self, action: str) -> tuple[np.ndarray, int]:
+        """(``action_ids``, its content key (``_row_key``)) of an action (cached per string)."""
+        hit = self._action_cache.get(action)
+        if hit is not None:
+            return hit
         ws = words(action)
         feats = {"a:" + w for w in ws}
         if ws:
@@ -330,8 +326,7 @@ class Featurizer:
 
     def action_ids(self, action: str) -> np.ndarray:
         """Feature ids of an action on its own (cached per action string)."""
-        hit = self._action_cache.get(action)
-        return (hit if hit is not None else self._action_entry(action))[0]
+        return self._action_entry(action)[0]
 
     def _action_words(self, action: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         """(verb, named words, named words that are not numbers) of an action (cached)."""
@@ -398,7 +393,7 @@ class Featurizer:
 
     # ------------------------------------------------------------------ a turn at once
     #
-    # ``batch`` computes, for every context of a turn, what ``context_ids``, ``action_rows``
+    # ``batch`` computes, for every context of a turn, what ``context_ids``, ``action_ids``
     # and ``pair_ids`` give one context at a time (tests/test_scorer_features.py checks it),
     # with numpy over the turn's candidates instead of Python per candidate: words become
     # integer ids, the word tests become sorted-array look-ups, and each candidate's pair key
@@ -412,14 +407,14 @@ class Featurizer:
 
     def _new_text(self, kind: str, text) -> int:
         """The row of ``text`` of ``kind`` in the turn path's text store, made on first need:
-        ``kind`` a feature prefix (``_text_ids``' ids), ``"w"`` (the sorted distinct word ids of
+        ``kind`` a feature prefix (``_prefixed_ids``), ``"w"`` (the sorted distinct word ids of
         all its words: the pair features' sets) or ``"n"`` (a step count, ``_step_head``)."""
         if kind == "w":
             ids = _sorted_distinct(np.fromiter((self._word_id(w) for w in words(text)), dtype=np.int64))
         elif kind == "n":
-            ids = np.array([self._id("bias"), self._id(f"n:{text}")], dtype=np.int64)
+            ids = self._step_head(text)
         else:
-            ids = self._ids(f"{kind}:{w}" for w in words(text)[:_MAX_OBS_WORDS])
+            ids = self._prefixed_ids(kind, text)
         row = self._text_index[kind][text] = len(self._text_rows)
         self._text_rows.add(ids)
         return row
@@ -437,8 +432,7 @@ class Featurizer:
         if vnum is None:
             vnum = self._verb_nums[verb] = len(self._verb_list)
             self._verb_list.append(verb)
-        hit = self._action_cache.get(action)
-        key = (hit if hit is not None else self._action_entry(action))[1]
+        key = self._action_entry(action)[1]
         num = self._cnum[action] = len(self._cnum)
         self._c_verb.extend((vnum,))
         self._c_vwid.extend((self._word_id(verb) if verb != "<none>" else -1,))
@@ -453,8 +447,8 @@ class Featurizer:
     def batch(self, contexts: list[Context]) -> list[tuple[list[str], np.ndarray, list[np.ndarray], np.ndarray,
                                                             list[np.ndarray], np.ndarray]]:
         """Per context: (candidates, context ids, action arrays, action keys, pair arrays, pair
-        keys), exactly what ``candidate_actions``, ``context_ids``, ``action_rows`` and
-        ``pair_ids`` give it."""
+        keys), exactly what ``candidate_actions``, ``context_ids``, ``action_ids`` (with its key)
+        and ``pair_ids`` give it."""
         act_table, pair_table = self._act_table, self._pair_table
         return [(cands, ctx_ids, [act_table[k] for k in ak.tolist()], ak, [pair_table[k] for k in pk.tolist()], pk)
                 for cands, ctx_ids, ak, pk in self.turn(contexts)[0]]
@@ -524,7 +518,7 @@ class Featurizer:
             task_w.append(row if row is not None else new_text("w", task))
             row = w_idx.get(obs_now)
             obs_w.append(row if row is not None else new_text("w", obs_now))
-            recent = ctx.history[-H:][::-1] if H else []  # ``_recent``
+            recent = self._recent(ctx)
             recents.append(recent)
             for (obs, action), (o_k, po, a_k, pa), rec in zip(recent, window, rec_w):
                 row = o_k.get(obs)

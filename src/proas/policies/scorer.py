@@ -124,12 +124,11 @@ def _collate(items: Sequence[dict[str, Any]], act_rows: Any = None, pair_rows: A
     with or without keys) or only their keys, which name rows of ``act_rows`` / ``pair_rows``
     (the featurizer's flat tables; what ``ScorerPolicy.act`` records).
     """
-    ctx = [item["ctx"] for item in items]
+    c, c_off = (torch.from_numpy(x) for x in _flat([item["ctx"] for item in items]))
     if items and all("act" not in item for item in items):
         if act_rows is None or pair_rows is None:
             raise ValueError("_collate: items with keys only need the featurizer's tables")
         counts = np.fromiter((len(item["act_key"]) for item in items), dtype=np.int64, count=len(items))
-        c, c_off = (torch.from_numpy(x) for x in _flat(ctx))
         return _collate_keys(c, c_off, counts, np.concatenate([item["act_key"] for item in items]),
                              np.concatenate([item["pair_key"] for item in items]), act_rows, pair_rows)
     counts = np.fromiter((len(item["act"]) for item in items), dtype=np.int64, count=len(items))
@@ -145,7 +144,6 @@ def _collate(items: Sequence[dict[str, Any]], act_rows: Any = None, pair_rows: A
         act_keys, pair_keys = _content_keys(acts), _content_keys(pairs)
     act_parts, act_of = _distinct(acts, act_keys)
     pair_parts, pair_of = _distinct(pairs, pair_keys)
-    c, c_off = (torch.from_numpy(x) for x in _flat(ctx))
     return _pack(c, c_off, counts, _flat(act_parts), act_of, _flat(pair_parts), pair_of)
 
 
