@@ -76,10 +76,12 @@ def shown_admissible(ctx: Context) -> tuple[str, ...]:
 
 def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
     """``np.unique(ids)`` of an integer array, by one sort: numpy 2's ``np.unique`` hashes
-    first, which is several times slower on these arrays; the result is the same."""
+    first, which is several times slower on these arrays; the result is the same. The stable
+    sort (a merge sort that takes sorted runs whole) suits these arrays, which are runs of
+    sorted rows one after another: it was about three times faster than the default sort."""
     if len(ids) < 2:
         return ids.copy()
-    ids = np.sort(ids)
+    ids = np.sort(ids, kind="stable")
     keep = np.empty(len(ids), dtype=bool)
     keep[0] = True
     np.not_equal(ids[1:], ids[:-1], out=keep[1:])
@@ -204,6 +206,7 @@ class Featurizer:
         self._step_heads: dict[int, np.ndarray] = {}
         self._prefixes = [(f"o{k}", f"a{k}") for k in range(1, self.history_length + 1)]
         self._code_keys = np.zeros(0, dtype=np.int64)  # a candidate's pair code -> its pair key
+        self._marks = np.zeros(0, dtype=bool)  # ``turn``'s membership marks (all False between turns)
         # the turn path's texts: per kind (a prefix's feature ids, "w": a text's word-id set, "n":
         # a step's head) each text's row in one flat store, which starts over at its bound
         self._text_rows = _Ragged()
@@ -557,17 +560,22 @@ class Featurizer:
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
 
+        # membership marks, one slot per (context, word id): set for a word set, read, cleared
+        V = max(len(self._wids), 1)
+        if len(self._marks) < B * V:
+            self._marks = np.zeros(max(B * V, 2 * len(self._marks)), dtype=bool)
+        marks = self._marks
+
         def member(rows: list[int], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
-            """Whether ``ids[j]`` is in the word set of context ``ctx_of[j]``: ``rows[i]`` is
-            context ``i``'s word-set row in the text store (one set each, so the table is sorted
-            as gathered)."""
+            """Whether ``ids[j]`` (a word id, or -1: none) is in the word set of context
+            ``ctx_of[j]``: ``rows[i]`` is context ``i``'s word-set row in the text store."""
             which, (found,), _ = store.gather(np.array(rows, dtype=np.int64))
-            table = (which << 32) | found
-            if len(table) == 0:
-                return np.zeros(len(ids), dtype=bool)
-            probe = (ctx_of << 32) | np.where(ids < 0, 0xFFFFFFFF, ids)
-            pos = np.minimum(np.searchsorted(table, probe), len(table) - 1)
-            return (table[pos] == probe) & (ids >= 0)
+            slots = which * V + found
+            marks[slots] = True
+            named = ids >= 0
+            out = marks[ctx_of * V + np.where(named, ids, 0)] & named
+            marks[slots] = False
+            return out
 
         in_task = np.bincount(w_cand, weights=member(task_w, w_ctx, w_ids) & w_nd, minlength=N).astype(np.int64)
         in_obs = np.bincount(w_cand, weights=member(obs_w, w_ctx, w_ids), minlength=N).astype(np.int64)
