@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proas.errors import ProasError
 from proas.policies.base import Context, task_text
@@ -111,3 +113,17 @@ def test_adamw_decays_the_weights_it_updates_and_adam_does_not():
             p.grad = torch.zeros_like(p)
         opt.step()
         assert torch.allclose(policy.module.ctx.weight.detach(), before * factor, atol=1e-7), name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=40), st.integers(0, 2**32 - 1))
+def test_row_sums_are_each_rows_own_sum(counts, seed):
+    """The sampler's row totals, one ``sum`` per distinct count, are bit for bit each row's own
+    ``p[i, :n].sum()`` (numpy's pairwise order depends on the length summed), padding included."""
+    from proas.policies.scorer import _row_sums
+
+    rng = np.random.default_rng(seed)
+    p = np.zeros((len(counts), max(counts) + int(rng.integers(0, 5))))
+    for i, n in enumerate(counts):
+        p[i, :n] = np.exp(rng.normal(0.0, 4.0, n))
+    assert np.array_equal(_row_sums(p, counts), np.array([p[i, :n].sum() for i, n in enumerate(counts)]))

@@ -165,6 +165,18 @@ def _collate_turn(turn: Turn) -> dict[str, Any]:
                          turn.act_keys, turn.pair_keys, turn.act_rows, turn.pair_rows)
 
 
+def _row_sums(p: np.ndarray, counts: list[int]) -> np.ndarray:
+    """``p[i, :counts[i]].sum()`` for every row, one ``sum`` per distinct count: the rows of one
+    count, gathered contiguous, are summed along their last axis row by row, each as its own
+    one-row ``sum`` (the same pairwise order, which depends on the length summed)."""
+    n_arr = np.asarray(counts, dtype=np.int64)
+    total = np.empty(len(counts), dtype=np.float64)
+    for n in np.unique(n_arr).tolist():
+        rows = np.flatnonzero(n_arr == n)
+        total[rows] = np.ascontiguousarray(p[rows, :n]).sum(axis=1)
+    return total
+
+
 def _draw(sample_logp: np.ndarray, counts: list[int], rng: np.random.Generator) -> list[int]:
     """One candidate per row of ``sample_logp`` (padded with ``-inf`` after each row's
     ``counts[i]`` candidates) by an inverse-CDF draw: one uniform per decision, in row order,
@@ -179,7 +191,7 @@ def _draw(sample_logp: np.ndarray, counts: list[int], rng: np.random.Generator) 
     p = np.exp(sample_logp)  # padding: exp(-inf) = 0
     cum = np.cumsum(p, axis=1)
     u = rng.random(len(counts))  # the same stream as one rng.random() per row
-    total = np.fromiter((p[i, :n].sum() for i, n in enumerate(counts)), dtype=np.float64, count=len(counts))
+    total = _row_sums(p, counts)
     x = u * total
     n_arr = np.asarray(counts, dtype=np.int64)
     if not (np.isfinite(cum).all() and np.isfinite(x).all()):
@@ -242,17 +254,18 @@ class ScorerPolicy(Policy):
         # sampling temperature: how sharp the policy is (validation reports its mean)
         entropy = (-(logp_t.exp() * torch.where(torch.isfinite(logp_t), logp_t, 0.0)).sum(-1)).tolist()
         logp = logp_t.numpy()
-        counts = [len(item[0]) for item in per_context]
+        counts = turn.counts.tolist()
         if temperature > 0:
             choices = _draw(torch.log_softmax(scores / temperature, dim=-1).numpy(), counts, rng)
         else:
             choices = [int(np.argmax(logp[i, :n])) for i, n in enumerate(counts)]
         # a decision's data: the context ids and its candidates' keys into the featurizer's
         # tables (``prepare`` looks the arrays up), the choice and the entropy
-        return [Decision(action=cands[k], response=cands[k], malformed=False, logp=float(logp[i, k]),
+        chosen = logp[np.arange(len(choices)), choices].tolist()
+        return [Decision(action=cands[k], response=cands[k], malformed=False, logp=lp,
                          data={"ctx": ctx_ids, "act_key": act_key, "pair_key": pair_key, "choice": k,
-                               "entropy": entropy[i]})
-                for i, ((cands, ctx_ids, act_key, pair_key), k) in enumerate(zip(per_context, choices))]
+                               "entropy": ent})
+                for (cands, ctx_ids, act_key, pair_key), k, lp, ent in zip(per_context, choices, chosen, entropy)]
 
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
         batch = _collate(data, self.features._act_rows, self.features._pair_rows)
