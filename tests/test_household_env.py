@@ -306,3 +306,20 @@ def test_problem_parser_reads_types_facts_and_skips_numeric_init():
     assert holds(prob.goal, {"holds": {("agent1", "a_bar_1")}}) and not holds(prob.goal, {})
     with pytest.raises(ProasError, match="unbalanced"):
         parse_problem("(define (problem p)")
+
+
+def test_generated_problems_are_their_pddl_text_parsed():
+    """The generator's problem built from its parts (what episodes play) is the problem its PDDL
+    text parses to (what the files hold and the real engine reads), for every task type and split."""
+    from proas.envs.household import generator
+    from proas.envs.household.env import task_ids
+    from proas.envs.household.pddl import parse_problem
+
+    kinds = set()
+    for split in ("train", "valid_seen", "valid_unseen"):
+        ids = task_ids(split)
+        for tid in ids[:: max(1, len(ids) // 40)]:
+            spec = generator.generate_spec(tid)
+            assert generator.to_problem(spec) == parse_problem(generator.to_pddl(spec))
+            kinds.add((split, spec.task_type))
+    assert len(kinds) == 3 * len(generator.TASK_TYPES)

@@ -64,7 +64,7 @@ def _generated_game(task_id: str) -> tuple[dict[str, Any], dict[str, Any], Game]
     """``_generated`` and the parsed game (the one the walkthrough was solved on)."""
     spec = generator.generate_spec(task_id)
     data = generator.game_data(spec, walkthrough=None)
-    game = Game.from_data(data)
+    game = Game.from_problem(generator.to_problem(spec), data["grammar"])  # Game.from_data(data), unparsed
     walkthrough = solve(Sim(game), spec.task_type, spec.obj, spec.recep, spec.toggle)
     data = dict(data, solvable=True, walkthrough=walkthrough)
     return data, generator.traj_data(spec), game
@@ -252,6 +252,8 @@ class HouseholdEnv:
         self.roles = TaskRoles.from_params(
             self.task_type, p["object_target"], p.get("parent_target", ""), p.get("toggle_target", "")
         )
+        # the roles' key in the states' memo (a string hashes once; the dataclass at every look-up)
+        self._roles_key = "|".join((self.roles.task_type, self.roles.otype, self.roles.rtype, self.roles.ttype))
         self._sim = Sim(game)  # tracks the state for the abstraction with both backends
         obs = self._sim.reset()
         admissible = self._sim.admissible()
@@ -358,10 +360,10 @@ class HouseholdEnv:
         if self._derived_key != key:  # the state changed: what depends on it
             if self.backend == "fast":
                 # a function of the state and the task's roles: kept with the state (``sim.State``)
-                derived = sim.state.memo.get(self.roles)
+                derived = sim.state.memo.get(self._roles_key)
                 if derived is None:
-                    derived = sim.state.memo[self.roles] = (abstract_state(sim, self.roles),
-                                                            self._invalid_candidates())
+                    derived = sim.state.memo[self._roles_key] = (abstract_state(sim, self.roles),
+                                                                 self._invalid_candidates())
                 self._derived = derived
             else:  # the real engine's admissible commands decide the invalid candidates
                 self._derived = (abstract_state(sim, self.roles), self._invalid_candidates())

@@ -20,6 +20,7 @@ split holds out rooms.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import random
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proas.envs.household.pddl import Problem, parse_problem
 from proas.errors import ProasError
 
 #: bump when generated games change (part of the on-disk cache key and the manifests)
@@ -441,8 +443,9 @@ def mangle(ident: str) -> str:
     return ident
 
 
-def to_pddl(spec: TaskSpec) -> str:
-    """The PDDL problem in the structure of ALFWorld's ``initial_state.pddl``."""
+def _problem_parts(spec: TaskSpec) -> tuple[list[tuple[str, str]], list[tuple[str, ...]], str]:
+    """The PDDL problem's objects (name, type), its initial facts (predicate, args...) as
+    ALFWorld's ``initial_state.pddl`` writes them (case kept), and the goal's text."""
     constants, goal_library = _alfworld()
     oclass = {oid: oid.split("|")[0] for oid, _, _ in spec.objects}
     rclass = {rid: receptacle_class(rid) for rid, _ in spec.receptacles}
@@ -451,35 +454,30 @@ def to_pddl(spec: TaskSpec) -> str:
     )
     rtypes = sorted(set(rclass.values()) | set(_DOMAIN_TYPES["rtype"]) | ({spec.recep} if spec.recep else set()))
     locs = sorted({loc for _, loc in spec.receptacles} | {spec.start})
-    lines = [
-        f"(define (problem plan_{spec.task_id})",
-        "    (:domain alfred)",
-        "    (:objects",
-        "        agent1 - agent",
-    ]
-    lines += [f"        {t}Type - otype" for t in otypes]
-    lines += [f"        {t}Type - rtype" for t in rtypes]
-    lines += [f"        {mangle(o)} - object" for o, _, _ in sorted(spec.objects)]
-    lines += [f"        {mangle(r)} - receptacle" for r, _ in spec.receptacles]
-    lines += [f"        {mangle(loc)} - location" for loc in locs]
-    lines += ["        )", "    (:init", f"        (atLocation agent1 {mangle(spec.start)})"]
+    objects = [("agent1", "agent")]
+    objects += [(f"{t}Type", "otype") for t in otypes]
+    objects += [(f"{t}Type", "rtype") for t in rtypes]
+    objects += [(mangle(o), "object") for o, _, _ in sorted(spec.objects)]
+    objects += [(mangle(r), "receptacle") for r, _ in spec.receptacles]
+    objects += [(mangle(loc), "location") for loc in locs]
+    init: list[tuple[str, ...]] = [("atLocation", "agent1", mangle(spec.start))]
     for rid, _ in spec.receptacles:
-        lines.append(f"        (receptacleType {mangle(rid)} {rclass[rid]}Type)")
+        init.append(("receptacleType", mangle(rid), f"{rclass[rid]}Type"))
     for rid, loc in spec.receptacles:
-        lines.append(f"        (receptacleAtLocation {mangle(rid)} {mangle(loc)})")
+        init.append(("receptacleAtLocation", mangle(rid), mangle(loc)))
     for rid, _ in spec.receptacles:
         if rclass[rid] in constants.OPENABLE_CLASS_SET:
-            lines.append(f"        (openable {mangle(rid)})")
+            init.append(("openable", mangle(rid)))
     acts = constants.VAL_ACTION_OBJECTS
     for oid, rid, loc in sorted(spec.objects):
         c, m = oclass[oid], mangle(oid)
-        lines.append(f"        (objectType {m} {c}Type)")
-        lines.append(f"        (inReceptacle {m} {mangle(rid)})")
-        lines.append(f"        (objectAtLocation {m} {mangle(loc)})")
+        init.append(("objectType", m, f"{c}Type"))
+        init.append(("inReceptacle", m, mangle(rid)))
+        init.append(("objectAtLocation", m, mangle(loc)))
         if c not in _LAMPS:
-            lines.append(f"        (pickupable {m})")
+            init.append(("pickupable", m))
         if c in constants.MOVABLE_RECEPTACLES_SET:
-            lines.append(f"        (isReceptacleObject {m})")
+            init.append(("isReceptacleObject", m))
         for ability, pred in (
             ("Cleanable", "cleanable"),
             ("Heatable", "heatable"),
@@ -488,16 +486,38 @@ def to_pddl(spec: TaskSpec) -> str:
             ("Sliceable", "sliceable"),
         ):
             if c in acts[ability]:
-                lines.append(f"        ({pred} {m})")
+                init.append((pred, m))
     for rt in rtypes:
         for ot in otypes:
             if _can_contain(constants, rt, ot):
-                lines.append(f"        (canContain {rt}Type {ot}Type)")
-    lines.append("        )")
+                init.append(("canContain", f"{rt}Type", f"{ot}Type"))
     goal = goal_library.gdict[spec.task_type]["pddl"].format(
         obj=spec.obj, recep=spec.recep, toggle=spec.toggle, mrecep=""
     )
-    return "\n".join(lines) + "\n" + goal.replace("#", "-")
+    return objects, init, goal.replace("#", "-")
+
+
+def to_pddl(spec: TaskSpec) -> str:
+    """The PDDL problem in the structure of ALFWorld's ``initial_state.pddl``."""
+    objects, init, goal = _problem_parts(spec)
+    lines = [f"(define (problem plan_{spec.task_id})", "    (:domain alfred)", "    (:objects"]
+    lines += [f"        {name} - {kind}" for name, kind in objects]
+    lines += ["        )", "    (:init"]
+    lines += [f"        ({' '.join(fact)})" for fact in init]
+    lines.append("        )")
+    return "\n".join(lines) + "\n" + goal
+
+
+@functools.lru_cache(maxsize=1024)
+def _goal_formula(goal: str) -> Any:
+    return parse_problem("(define " + goal).goal
+
+
+def to_problem(spec: TaskSpec) -> Problem:
+    """``parse_problem(to_pddl(spec))``, made from the parts without writing and reading the text."""
+    objects, init, goal = _problem_parts(spec)
+    return Problem({name.lower(): kind for name, kind in objects},
+                   [tuple(x.lower() for x in fact) for fact in init], copy.deepcopy(_goal_formula(goal)))
 
 
 def traj_data(spec: TaskSpec) -> dict[str, Any]:

@@ -141,10 +141,14 @@ class Game:
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> "Game":
-        problem = parse_problem(data["pddl_problem"])
+        return cls.from_problem(parse_problem(data["pddl_problem"]), data.get("grammar", ""))
+
+    @classmethod
+    def from_problem(cls, problem: Problem, grammar: str) -> "Game":
+        """The game of a parsed PDDL problem and the grammar that holds its task line."""
         ids = sorted({a for fact in problem.init for a in fact[1:]})
         names = display_names(ids)
-        task = _task_line(data.get("grammar", ""))
+        task = _task_line(grammar)
         objs = sorted(n for n, t in problem.objects.items() if t == "object")
         recs = sorted(n for n, t in problem.objects.items() if t == "receptacle")
         agent = next((n for n, t in problem.objects.items() if t == "agent"), "agent1")
