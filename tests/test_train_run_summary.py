@@ -103,3 +103,28 @@ def test_the_wall_time_of_a_run_written_before_the_key_existed():
     assert wall_so_far(history) == 9.0
     assert wall_so_far([*history, {"step": 3, "time/step": 1.0, "time/wall": 20.0}]) == 20.0
     assert wall_so_far([]) == 0.0
+
+
+@pytest.mark.parametrize("collect", [True, False])
+def test_gc_paused_frees_a_steps_cycles_before_freezing_unless_told_not_to(collect):
+    """``gc_paused(freeze=True)`` frees the cycles the step left before it freezes what is alive;
+    with ``collect=False`` (the trainer's start) a cycle stays until ``gc.unfreeze``."""
+    import gc
+    import weakref
+
+    from proas.train.outputs import gc_paused
+
+    class Node:
+        pass
+
+    with gc_paused(freeze=True, collect=collect):
+        node = Node()
+        node.me = node
+        ref = weakref.ref(node)
+        del node
+    try:
+        assert (ref() is None) is collect
+    finally:
+        gc.unfreeze()
+    gc.collect()
+    assert ref() is None

@@ -142,7 +142,7 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
         held.callback(gc.unfreeze)
     # the trainer resolves the env, task sets, policy and graph before the run directory exists,
     # so a run that cannot start leaves no config-only directory that blocks the next attempt
-    with gc_paused(freeze):
+    with gc_paused(freeze, collect=False):
         trainer = Trainer(cfg, run_dir, resume=point, console=console)
     if resume is not None and cfg != recorded:
         write_run_config(run_dir, cfg)  # a new step budget, or this checkout's task sets

@@ -118,7 +118,7 @@ def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 @contextmanager
-def gc_paused(freeze: bool = False):
+def gc_paused(freeze: bool = False, collect: bool = True):
     """Hold Python's cycle collector off for one RL step (or the trainer's start).
 
     A step allocates millions of small objects that stay alive until its update (contexts,
@@ -132,6 +132,11 @@ def gc_paused(freeze: bool = False):
     run, and the older-generation passes between steps walked all of it again (about a tenth
     of a run's time). Reference counting still frees it; only a cycle of it that dies stays
     until the run gives everything back (``gc.unfreeze``, ``train`` does at its end).
+
+    ``collect=False`` freezes without the pass: for the trainer's start, which runs once. Its
+    pass walked every object the start made (the games and oracle trajectories: about a second)
+    to free the cycles of modules imported on first use (some twenty thousand objects), which
+    now stay until the run ends.
     """
     if not gc.isenabled():
         yield
@@ -141,7 +146,8 @@ def gc_paused(freeze: bool = False):
         yield
     finally:
         if freeze:
-            gc.collect(0)
+            if collect:
+                gc.collect(0)
             gc.freeze()
         gc.enable()
 
