@@ -126,36 +126,3 @@ def test_states_kept_per_game_give_what_the_state_gives():
                         break
                     _, _, _, _, info = env.step(rng.choice(info["admissible"] + info["invalid_candidates"]))
     assert reached_again > 0
-
-
-def test_moves_replayed_from_a_state_give_what_applying_them_gives():
-    """A command taken again from a state its game keeps is replayed from the state's ``taken``
-    (``Sim.step``): the feedback, the dynamic facts, the key, the goal and the counters are what
-    applying the command to the facts gives (a copy of the episode whose state has no moves)."""
-    from proas.envs.household import TASK_TYPES, make_household_env
-    from proas.envs.household.sim import DYNAMIC, State
-
-    rng = random.Random(5)
-    replayed = changed = 0
-    for short in TASK_TYPES:
-        task = f"train-{short}-0001"
-        envs = [make_household_env("fast") for _ in range(6)]  # one game, six episodes
-        for env in envs:
-            _, info = env.reset(task)
-            for _ in range(25):
-                sim = env._sim
-                cmd = rng.choice(info["admissible"] + info["invalid_candidates"] + ["look", " inventory "])
-                fresh = sim.clone()
-                fresh.state = State(sim.won)  # no moves: the command is applied
-                hit = sim.state.taken.get(cmd.strip())
-                replayed += hit is not None
-                changed += hit is not None and hit[1] is not None
-                assert sim.step(cmd) == fresh.step(cmd)
-                assert {p: sim.facts[p] for p in DYNAMIC} == {p: fresh.facts[p] for p in DYNAMIC}
-                assert sim.key == fresh.key == tuple(frozenset(sim.facts[p]) for p in DYNAMIC)
-                assert (sim.won, sim.moves, sim.version) == (fresh.won, fresh.moves, fresh.version)
-                assert sim.game.states.get(sim.key, sim.state) is sim.state  # the kept state of its key
-                _, _, _, _, info = env.step("look")  # keeps the env's own view in step with the sim
-                if env.won or env.steps >= env.max_steps - 1:
-                    break
-    assert replayed > 50 and changed > 10

@@ -258,14 +258,9 @@ class State:
     that reaches the state again (the G episodes of a task revisit many): whether the goal
     holds, the admissible commands (map and sorted list), the objects per receptacle, and what
     other code derives from the state (``memo``: the env's abstract state and invalid
-    candidates). Shared by episodes and never modified after being set.
+    candidates). Shared by episodes and never modified after being set."""
 
-    ``taken`` keeps the commands taken from the state (``Sim.step``): command -> (the feedback,
-    the action kind when it changes the state else None, the next state's key). The next state
-    is named by its key, not held, so states never refer to each other (no reference cycles).
-    """
-
-    __slots__ = ("won", "admissible", "sorted_admissible", "by_rec", "memo", "taken")
+    __slots__ = ("won", "admissible", "sorted_admissible", "by_rec", "memo")
 
     def __init__(self, won: bool) -> None:
         self.won = won
@@ -273,7 +268,6 @@ class State:
         self.sorted_admissible: list[str] | None = None
         self.by_rec: dict[str, list[str]] | None = None
         self.memo: dict[Any, Any] = {}
-        self.taken: dict[str, tuple[str, str | None, tuple]] = {}
 
 
 class Sim:
@@ -446,37 +440,14 @@ class Sim:
         return list(adm)
 
     def step(self, command: str) -> str:
-        """Apply a command; returns the feedback ("Nothing happens." if not admissible).
-
-        A command taken from this state before (by any episode of the game) is replayed from the
-        state's ``taken``: the same feedback, and the changed predicates' facts copied from the
-        next state's key, provided the game still keeps that state; else it is applied."""
-        command = command.strip()
-        before = self.state
-        seen = before.taken.get(command)
-        if seen is not None:
-            text, kind, key = seen
-            if kind is None:
-                self.moves += 1
-                return text
-            state = self.game.states.get(key)
-            if state is not None:
-                f = self.facts
-                for i in _CHANGED_AT[kind]:
-                    f[DYNAMIC[i]] = set(key[i])
-                self.moves += 1
-                self.version += 1
-                self.key, self.state, self.won = key, state, state.won
-                return text
-        act = self.admissible_map().get(command)
+        """Apply a command; returns the feedback ("Nothing happens." if not admissible)."""
+        act = self.admissible_map().get(command.strip())
         if act is None:
             return NOTHING
         text = self._apply(act)
         self.moves += 1
         changed = CHANGES.get(act[0], frozenset())
-        if not changed:
-            before.taken[command] = (text, None, self.key)
-        else:
+        if changed:
             self.version += 1
             f = self.facts
             key = list(self.key)
@@ -490,8 +461,6 @@ class Sim:
                 state = State(self._goal_holds() if changed & self.game.goal_preds else self.won)
                 if len(states) < STATES_PER_GAME:
                     states[key] = state
-            if states.get(key) is state:  # a state the game keeps: the move can be replayed
-                before.taken[command] = (text, act[0], key)
             self.state = state
             self.won = state.won
         return text
