@@ -47,7 +47,7 @@ def task_text(first_observation: str, info: dict[str, Any]) -> str:
     return first_observation
 
 
-@dataclass
+@dataclass(slots=True)  # one per decision: no per-instance __dict__
 class Context:
     """What a policy knows before step ``t`` of one episode.
 
@@ -89,7 +89,7 @@ def candidate_actions(ctx: Context, policy: str = "scorer") -> list[str]:
     return list(seen)
 
 
-@dataclass
+@dataclass(slots=True)  # one per decision: no per-instance __dict__
 class Decision:
     """A policy's choice for one context.
 

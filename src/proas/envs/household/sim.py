@@ -256,9 +256,9 @@ def _started(game: Game) -> None:
 class State:
     """What one state of a game determines, derived on first need and kept for every episode
     that reaches the state again (the G episodes of a task revisit many): whether the goal
-    holds, the admissible commands (map and sorted list), the objects per receptacle, and what
-    other code derives from the state (``memo``: the env's abstract state and invalid
-    candidates). Shared by episodes and never modified after being set."""
+    holds, the admissible commands (map and sorted list), the objects of the receptacles asked
+    about, and what other code derives from the state (``memo``: the env's abstract state and
+    invalid candidates). Shared by episodes and never modified after being set."""
 
     __slots__ = ("won", "admissible", "sorted_admissible", "by_rec", "memo")
 
@@ -353,13 +353,15 @@ class Sim:
         return sorted(o for a, o in self.facts["holds"] if a == self.game.agent)
 
     def contents(self, r: str) -> list[str]:
+        """The objects in receptacle ``r``, sorted; kept per state for the receptacles asked about
+        (a state is mostly asked about the one or two the agent stands at)."""
         by = self.state.by_rec
         if by is None:
-            by = {}
-            for o, rr in sorted(self.facts["inreceptacle"]):
-                by.setdefault(rr, []).append(o)
-            self.state.by_rec = by
-        return by.get(r, [])
+            by = self.state.by_rec = {}
+        out = by.get(r)
+        if out is None:
+            out = by[r] = sorted([o for o, rr in self.facts["inreceptacle"] if rr == r])
+        return out
 
     def where(self, o: str) -> list[str]:
         return sorted(r for oo, r in self.facts["inreceptacle"] if oo == o)
