@@ -91,7 +91,7 @@ class TrajectoryExtra(TypedDict, total=False):
     env_exception: str
 
 
-@dataclass(slots=True)  # a run makes about a million: no per-step __dict__
+@dataclass(slots=True)  # a run makes hundreds of thousands: no per-step __dict__
 class Step:
     """One step ``t`` of a trajectory.
 

@@ -134,9 +134,8 @@ def gc_paused(freeze: bool = False, collect: bool = True):
     until the run gives everything back (``gc.unfreeze``, ``train`` does at its end).
 
     ``collect=False`` freezes without the pass: for the trainer's start, which runs once. Its
-    pass walked every object the start made (the games and oracle trajectories: about a second)
-    to free the cycles of modules imported on first use (some twenty thousand objects), which
-    now stay until the run ends.
+    pass walked every object the start made (the games and oracle trajectories) to free the
+    cycles of modules imported on first use, which now stay until the run ends.
     """
     if not gc.isenabled():
         yield
