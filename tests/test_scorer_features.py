@@ -240,11 +240,17 @@ def test_collate_by_content_keys_equals_collate_by_bytes():
         assert keyed["act"][off[r]:off[r + 1]].tolist() == flat_act[j].tolist()
 
 
+@pytest.mark.parametrize("marks", [True, False])
 @pytest.mark.parametrize("history_length", [0, 1, 2, 3])
-def test_a_turn_featurized_at_once_equals_each_context_on_its_own(history_length):
+def test_a_turn_featurized_at_once_equals_each_context_on_its_own(history_length, marks, monkeypatch):
     """``Featurizer.batch`` (numpy over a whole turn) gives every context exactly what the
     one-context methods give: candidates, context ids, action arrays and pair arrays, on a
-    shuffled mix of household contexts (shared tasks, repeats in the history, invalid ones)."""
+    shuffled mix of household contexts (shared tasks, repeats in the history, invalid ones);
+    with word-set membership by marks and, for a turn over ``_MARKS_MAX``, by a sorted search."""
+    import proas.policies.features as features
+
+    if not marks:
+        monkeypatch.setattr(features, "_MARKS_MAX", 0)
     ctxs = _episodes(task_ids("train")[:8], seed=11)
     order = np.random.default_rng(0).permutation(len(ctxs))
     batch = [ctxs[i] for i in order[:300]]

@@ -49,6 +49,8 @@ _MAX_OBS_WORDS = 96
 # bounds on the caches: a long run meets new observations forever, so a cache of texts or
 # candidate lists starts over at its bound (``_keep``) instead of holding every text ever seen
 _ID_CACHE, _TEXT_CACHE, _LIST_CACHE = 1 << 20, 1 << 17, 1 << 15
+#: the most (context, word id) marks ``Featurizer.turn`` keeps (a bool each); a larger turn searches
+_MARKS_MAX = 1 << 26
 
 
 @lru_cache(maxsize=1 << 16)
@@ -560,19 +562,27 @@ class Featurizer:
         bounds = np.searchsorted(uniq >> 32, np.arange(B + 1, dtype=np.int64))
         ctx_ids = uniq & 0xFFFFFFFF
 
-        # membership marks, one slot per (context, word id): set for a word set, read, cleared
+        # membership marks, one slot per (context, word id): set for a word set, read, cleared;
+        # a turn too large for them (``_MARKS_MAX`` slots) searches the sorted sets instead
         V = max(len(self._wids), 1)
-        if len(self._marks) < B * V:
-            self._marks = np.zeros(max(B * V, 2 * len(self._marks)), dtype=bool)
-        marks = self._marks
+        if len(self._marks) < B * V <= _MARKS_MAX:
+            self._marks = np.zeros(min(max(B * V, 2 * len(self._marks)), _MARKS_MAX), dtype=bool)
+        marks = self._marks if B * V <= _MARKS_MAX else None
 
         def member(rows: list[int], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
             """Whether ``ids[j]`` (a word id, or -1: none) is in the word set of context
             ``ctx_of[j]``: ``rows[i]`` is context ``i``'s word-set row in the text store."""
             which, (found,), _ = store.gather(np.array(rows, dtype=np.int64))
+            named = ids >= 0
+            if marks is None:  # one sorted table of (context, word id): the sets are sorted
+                table = (which << 32) | found
+                if len(table) == 0:
+                    return np.zeros(len(ids), dtype=bool)
+                probe = (ctx_of << 32) | np.where(named, ids, 0xFFFFFFFF)
+                pos = np.minimum(np.searchsorted(table, probe), len(table) - 1)
+                return (table[pos] == probe) & named
             slots = which * V + found
             marks[slots] = True
-            named = ids >= 0
             out = marks[ctx_of * V + np.where(named, ids, 0)] & named
             marks[slots] = False
             return out
