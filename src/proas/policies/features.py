@@ -569,13 +569,19 @@ class Featurizer:
             self._marks = np.zeros(min(max(B * V, 2 * len(self._marks)), _MARKS_MAX), dtype=bool)
         marks = self._marks if B * V <= _MARKS_MAX else None
 
-        def member(rows: list[int], ctx_of: np.ndarray, ids: np.ndarray) -> np.ndarray:
-            """Whether ``ids[j]`` (a word id, or -1: none) is in the word set of context
-            ``ctx_of[j]``: ``rows[i]`` is context ``i``'s word-set row in the text store."""
+        def member(rows: list[int], ctx_of: np.ndarray, ids: np.ndarray,
+                   owners: np.ndarray | None = None) -> np.ndarray:
+            """Whether ``ids[j]`` (a word id, or -1: none) is in the union of the word sets of
+            context ``ctx_of[j]``: ``rows[i]`` is a word-set row in the text store, context
+            ``owners[i]``'s (without ``owners``: context ``i``'s, one set each)."""
             which, (found,), _ = store.gather(np.array(rows, dtype=np.int64))
+            if owners is not None:
+                which = owners[which]
             named = ids >= 0
             if marks is None:  # one sorted table of (context, word id): the sets are sorted
                 table = (which << 32) | found
+                if owners is not None:
+                    table.sort()  # repeats stay: the first of equal entries is found
                 if len(table) == 0:
                     return np.zeros(len(ids), dtype=bool)
                 probe = (ctx_of << 32) | np.where(named, ids, 0xFFFFFFFF)
@@ -587,14 +593,15 @@ class Featurizer:
             marks[slots] = False
             return out
 
-        in_task = np.bincount(w_cand, weights=member(task_w, w_ctx, w_ids) & w_nd, minlength=N).astype(np.int64)
+        # the task's words: the candidates' named words and their verbs, in one look-up
+        in_task_set = member(task_w, np.concatenate([w_ctx, cand_ctx]), np.concatenate([w_ids, verb_wids]))
+        in_task = np.bincount(w_cand, weights=in_task_set[: len(w_ids)] & w_nd, minlength=N).astype(np.int64)
+        verb_in_task = in_task_set[len(w_ids):].astype(np.int64)
         in_obs = np.bincount(w_cand, weights=member(obs_w, w_ctx, w_ids), minlength=N).astype(np.int64)
-        # in the union of the window's observations: in any one of them
-        in_window = np.zeros(len(w_ids), dtype=bool)
-        for rows in rec_w:
-            in_window |= member(rows, w_ctx, w_ids)
+        # in the union of the window's observations (``rec_w``: one row per context and place)
+        in_window = member([r for place in rec_w for r in place], w_ctx, w_ids,
+                           np.tile(np.arange(B, dtype=np.int64), H))
         in_rec = np.bincount(w_cand, weights=in_window, minlength=N).astype(np.int64)
-        verb_in_task = member(task_w, cand_ctx, verb_wids).astype(np.int64)
         pos = np.zeros(N, dtype=np.int64)
         for k in range(H, 0, -1):  # the most recent repeat wins (position 1)
             rk = np.fromiter((cnum.get(r[k - 1][1], -1) if len(r) >= k else -1 for r in recents),

@@ -165,7 +165,7 @@ def _collate_turn(turn: Turn) -> dict[str, Any]:
                          turn.act_keys, turn.pair_keys, turn.act_rows, turn.pair_rows)
 
 
-def _row_sums(p: np.ndarray, counts: list[int]) -> np.ndarray:
+def _row_sums(p: np.ndarray, counts: list[int] | np.ndarray) -> np.ndarray:
     """``p[i, :counts[i]].sum()`` for every row, one ``sum`` per distinct count: the rows of one
     count, gathered contiguous, are summed along their last axis row by row, each as its own
     one-row ``sum`` (the same pairwise order, which depends on the length summed)."""
@@ -191,9 +191,8 @@ def _draw(sample_logp: np.ndarray, counts: list[int], rng: np.random.Generator) 
     p = np.exp(sample_logp)  # padding: exp(-inf) = 0
     cum = np.cumsum(p, axis=1)
     u = rng.random(len(counts))  # the same stream as one rng.random() per row
-    total = _row_sums(p, counts)
-    x = u * total
     n_arr = np.asarray(counts, dtype=np.int64)
+    x = u * _row_sums(p, n_arr)
     if not (np.isfinite(cum).all() and np.isfinite(x).all()):
         # a row that is not a distribution: searchsorted's own answer, row by row
         ks = [int(np.searchsorted(cum[i, :n], x[i], side="right")) for i, n in enumerate(counts)]
