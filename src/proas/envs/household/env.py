@@ -63,8 +63,9 @@ def _generated(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def _generated_game(task_id: str) -> tuple[dict[str, Any], dict[str, Any], Game]:
     """``_generated`` and the parsed game (the one the walkthrough was solved on)."""
     spec = generator.generate_spec(task_id)
-    data = generator.game_data(spec, walkthrough=None)
-    game = Game.from_problem(generator.to_problem(spec), data["grammar"])  # Game.from_data(data), unparsed
+    parts = generator.problem_parts(spec)  # the problem's objects, facts and goal, made once for both
+    data = generator.game_data(spec, walkthrough=None, parts=parts)
+    game = Game.from_problem(generator.to_problem(spec, parts), data["grammar"])  # Game.from_data(data), unparsed
     walkthrough = solve(Sim(game), spec.task_type, spec.obj, spec.recep, spec.toggle)
     data = dict(data, solvable=True, walkthrough=walkthrough)
     return data, generator.traj_data(spec), game

@@ -443,7 +443,7 @@ def mangle(ident: str) -> str:
     return ident
 
 
-def _problem_parts(spec: TaskSpec) -> tuple[list[tuple[str, str]], list[tuple[str, ...]], str]:
+def problem_parts(spec: TaskSpec) -> tuple[list[tuple[str, str]], list[tuple[str, ...]], str]:
     """The PDDL problem's objects (name, type), its initial facts (predicate, args...) as
     ALFWorld's ``initial_state.pddl`` writes them (case kept), and the goal's text."""
     constants, goal_library = _alfworld()
@@ -497,9 +497,10 @@ def _problem_parts(spec: TaskSpec) -> tuple[list[tuple[str, str]], list[tuple[st
     return objects, init, goal.replace("#", "-")
 
 
-def to_pddl(spec: TaskSpec) -> str:
-    """The PDDL problem in the structure of ALFWorld's ``initial_state.pddl``."""
-    objects, init, goal = _problem_parts(spec)
+def to_pddl(spec: TaskSpec, parts: tuple | None = None) -> str:
+    """The PDDL problem in the structure of ALFWorld's ``initial_state.pddl`` (from ``parts``,
+    ``problem_parts(spec)``, when the caller has them)."""
+    objects, init, goal = parts if parts is not None else problem_parts(spec)
     lines = [f"(define (problem plan_{spec.task_id})", "    (:domain alfred)", "    (:objects"]
     lines += [f"        {name} - {kind}" for name, kind in objects]
     lines += ["        )", "    (:init"]
@@ -513,9 +514,10 @@ def _goal_formula(goal: str) -> Any:
     return parse_problem("(define " + goal).goal
 
 
-def to_problem(spec: TaskSpec) -> Problem:
-    """``parse_problem(to_pddl(spec))``, made from the parts without writing and reading the text."""
-    objects, init, goal = _problem_parts(spec)
+def to_problem(spec: TaskSpec, parts: tuple | None = None) -> Problem:
+    """``parse_problem(to_pddl(spec))``, made from the parts (``problem_parts(spec)``, or the
+    caller's) without writing and reading the text."""
+    objects, init, goal = parts if parts is not None else problem_parts(spec)
     return Problem({name.lower(): kind for name, kind in objects},
                    [tuple(x.lower() for x in fact) for fact in init], copy.deepcopy(_goal_formula(goal)))
 
@@ -545,13 +547,13 @@ def fingerprint(task_id: str) -> str:
     return hashlib.sha256((to_pddl(spec) + "\n" + spec.goal_text).encode("utf-8")).hexdigest()
 
 
-def game_data(spec: TaskSpec, walkthrough: list[str] | None = None) -> dict[str, Any]:
-    """The ``game.tw-pddl`` JSON object."""
+def game_data(spec: TaskSpec, walkthrough: list[str] | None = None, parts: tuple | None = None) -> dict[str, Any]:
+    """The ``game.tw-pddl`` JSON object (``parts``: ``to_pddl``'s)."""
     domain, grammar = domain_and_grammar()
     return {
         "pddl_domain": domain,
         "grammar": grammar.replace("UNKNOWN GOAL", spec.goal_text),
-        "pddl_problem": to_pddl(spec),
+        "pddl_problem": to_pddl(spec, parts),
         "solvable": walkthrough is not None,
         "walkthrough": walkthrough,
     }
