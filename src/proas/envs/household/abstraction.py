@@ -46,7 +46,7 @@ class TaskRoles:
         return cls(task_type, low(obj), low(recep), low(toggle))
 
 
-def _tables(sim: Sim, roles: TaskRoles) -> tuple:
+def abstraction_tables(sim: Sim, roles: TaskRoles) -> tuple:
     """What the abstraction reads of a game for a task's roles; made once per game and roles."""
     g = sim.game
     key = ("abstraction", roles)
@@ -59,16 +59,19 @@ def _tables(sim: Sim, roles: TaskRoles) -> tuple:
     return out
 
 
-def abstract_state(sim: Sim, roles: TaskRoles) -> str:
+def abstract_state(sim: Sim, roles: TaskRoles, tables: tuple | None = None) -> str:
+    """The abstract state of ``sim`` for a task's ``roles`` (module docstring); ``tables`` are
+    what ``abstraction_tables`` gives for this game and roles, when the caller keeps them."""
     g, f = sim.game, sim.facts
     flag, station = _TREATMENT.get(roles.task_type, ("", ""))
-    task_objs, target_recs, lamp_objs = _tables(sim, roles)
+    task_objs, target_recs, lamp_objs = tables if tables is not None else abstraction_tables(sim, roles)
     treated = f[flag] if flag else ()
 
     placed = 0
     if roles.rtype:
+        inrec = f["inreceptacle"]
         placed_objs = {
-            o for o, r in f["inreceptacle"] if o in task_objs and r in target_recs and (not flag or (o,) in treated)
+            o for o in task_objs if (not flag or (o,) in treated) and any((o, r) in inrec for r in target_recs)
         }
         if roles.task_type == "pick_two_obj_and_place":
             per_rec: dict[str, int] = {}
@@ -83,7 +86,8 @@ def abstract_state(sim: Sim, roles: TaskRoles) -> str:
     here = g.recs_at.get(loc, []) if loc is not None else []
     at = "start" if not here else "other"
     if here:
-        lamp_hosts = {r for o, r in f["inreceptacle"] if o in lamp_objs} if lamp_objs else ()
+        inrec = f["inreceptacle"]
+        lamp_hosts = {r for r in here if any((o, r) in inrec for o in lamp_objs)} if lamp_objs else ()
         for r in here:
             if r in target_recs:
                 at = "target"

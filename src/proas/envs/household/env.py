@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from proas.envs.base import SUCCESS_REWARD
 from proas.envs.household import generator
-from proas.envs.household.abstraction import TaskRoles, abstract_state
+from proas.envs.household.abstraction import TaskRoles, abstract_state, abstraction_tables
 from proas.envs.household.oracle import solve
 from proas.envs.household.sim import NOTHING, Game, Sim
 from proas.envs.replay import replay_oracle
@@ -50,7 +50,12 @@ _COMMAND_SHAPES = re.compile(
 
 def is_malformed(action: Any) -> bool:
     """True when ``action`` is not a command of the game's grammar at all (not just inadmissible)."""
-    return not isinstance(action, str) or not _COMMAND_SHAPES.match(action.strip())
+    return not isinstance(action, str) or _malformed_text(action)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # a run's policies keep sending the same few thousand commands
+def _malformed_text(text: str) -> bool:
+    return not _COMMAND_SHAPES.match(text.strip())
 
 
 def _generated(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -230,6 +235,7 @@ class HouseholdEnv:
         self.task_id: str | None = None
         self._derived_key: tuple | None = None
         self._derived: tuple[str, list[str]] = ("", [])
+        self._abs_tables: tuple | None = None  # the abstraction's tables of the game and roles (reset)
 
     # -------------------------------------------------------------- protocol
 
@@ -256,6 +262,7 @@ class HouseholdEnv:
         # the roles' key in the states' memo (a string hashes once; the dataclass at every look-up)
         self._roles_key = "|".join((self.roles.task_type, self.roles.otype, self.roles.rtype, self.roles.ttype))
         self._sim = Sim(game)  # tracks the state for the abstraction with both backends
+        self._abs_tables = abstraction_tables(self._sim, self.roles)
         obs = self._sim.reset()
         admissible = self._sim.admissible()
         won = self._sim.won
@@ -350,8 +357,8 @@ class HouseholdEnv:
             for o in sim.contents(r)[:1]:
                 yield g.command("put", o, r)[0]  # not held
         for verb, st in (("heat", "microwavetype"), ("clean", "sinkbasintype"), ("cool", "fridgetype")):
-            for r in g.receptacles:
-                if g.rtype.get(r) == st and r not in here:
+            for r in g.recs_of_type.get(st, ()):
+                if r not in here:
                     yield g.command(verb, held[0] if held else g.objects[0], r)[0]
 
     def _info(self, error: bool, kind: str | None) -> dict[str, Any]:
@@ -361,13 +368,13 @@ class HouseholdEnv:
         if self._derived_key != key:  # the state changed: what depends on it
             if self.backend == "fast":
                 # a function of the state and the task's roles: kept with the state (``sim.State``)
-                derived = sim.state.memo.get(self._roles_key)
-                if derived is None:
-                    derived = sim.state.memo[self._roles_key] = (abstract_state(sim, self.roles),
-                                                                 self._invalid_candidates())
-                self._derived = derived
+                state = sim.state
+                if state.memo_key != self._roles_key:
+                    state.memo = (abstract_state(sim, self.roles, self._abs_tables), self._invalid_candidates())
+                    state.memo_key = self._roles_key
+                self._derived = state.memo
             else:  # the real engine's admissible commands decide the invalid candidates
-                self._derived = (abstract_state(sim, self.roles), self._invalid_candidates())
+                self._derived = (abstract_state(sim, self.roles, self._abs_tables), self._invalid_candidates())
             self._derived_key = key
         return {
             "won": bool(self.won),

@@ -48,6 +48,8 @@ HELP_TEXT = (
 )
 NOTHING = "Nothing happens."
 _STATIONS = {"clean": "sinkbasintype", "heat": "microwavetype", "cool": "fridgetype"}
+#: the commands admissible in every state, with their actions (one tuple each for every state)
+_ALWAYS = tuple((cmd, (cmd,)) for cmd in ("help", "inventory", "look"))
 #: the predicates that actions change; every other fact of a game is fixed
 DYNAMIC = (
     "opened",
@@ -135,6 +137,14 @@ class Game:
     rec_info: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
     #: (location, "go to" command) of every receptacle that has a location, in id order
     gotos: list[tuple[str, tuple[str, tuple]]] = field(default_factory=list, repr=False, compare=False)
+    #: the "go to" commands of ``gotos``, text -> action (the first of a text), and per location
+    #: the texts that only receptacles there have (not admissible there)
+    goto_all: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
+    gotos_at: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    #: the receptacles of each type, in id order
+    recs_of_type: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    #: per receptacle with a location, the fact (agent, its location) that going there sets
+    agent_at: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     #: what episodes derived from each state they reached (``State``), by the state's dynamic
     #: facts (``Sim``'s key); at most ``STATES_PER_GAME`` states
     states: dict[tuple, "State"] = field(default_factory=dict, repr=False, compare=False)
@@ -184,10 +194,20 @@ class Game:
     def _tables(self) -> None:
         n = self.name
         self.gotos = [(self.rloc[r], (f"go to {n(r)}", ("goto", r))) for r in self.receptacles if r in self.rloc]
+        self.agent_at = {r: (self.agent, loc) for r, loc in self.rloc.items()}
+        locs_of: dict[str, set[str]] = {}
+        for loc, (cmd, act) in self.gotos:
+            self.goto_all.setdefault(cmd, act)
+            locs_of.setdefault(cmd, set()).add(loc)
+        for loc, (cmd, _) in self.gotos:
+            if locs_of[cmd] == {loc}:
+                self.gotos_at.setdefault(loc, []).append(cmd)
         openable = self.static.get("openable", set())
         verbs = {station: verb for verb, station in _STATIONS.items()}
         for r in self.receptacles:
             rt = self.rtype.get(r)
+            if rt is not None:
+                self.recs_of_type.setdefault(rt, []).append(r)
             self.rec_info[r] = (
                 (f"examine {n(r)}", ("examine_r", r)),
                 r in openable,
@@ -256,18 +276,26 @@ def _started(game: Game) -> None:
 class State:
     """What one state of a game determines, derived on first need and kept for every episode
     that reaches the state again (the G episodes of a task revisit many): whether the goal
-    holds, the admissible commands (map and sorted list), the objects of the receptacles asked
-    about, and what other code derives from the state (``memo``: the env's abstract state and
-    invalid candidates). Shared by episodes and never modified after being set."""
+    holds, the admissible commands (map and sorted list), the objects held, the objects of the
+    receptacles asked about, and one thing other code derives from the state (``memo``, named by
+    ``memo_key``: the env's abstract state and invalid candidates for the task's roles). Shared
+    by episodes and never modified after being set.
 
-    __slots__ = ("won", "admissible", "sorted_admissible", "by_rec", "memo")
+    A state reached by a command that leaves a predicate unchanged starts with what the state
+    before derived from that predicate alone: the held objects when ``holds`` is unchanged, the
+    receptacles' contents when ``inreceptacle`` is (the same dictionary, filled by either), all
+    but the receptacle a take or move changed otherwise (``Sim.step``)."""
+
+    __slots__ = ("won", "admissible", "sorted_admissible", "held", "by_rec", "memo_key", "memo")
 
     def __init__(self, won: bool) -> None:
         self.won = won
         self.admissible: dict[str, tuple] | None = None
         self.sorted_admissible: list[str] | None = None
+        self.held: list[str] | None = None
         self.by_rec: dict[str, list[str]] | None = None
-        self.memo: dict[Any, Any] = {}
+        self.memo_key: Any = None
+        self.memo: Any = None
 
 
 class Sim:
@@ -350,7 +378,13 @@ class Sim:
         return None
 
     def held(self) -> list[str]:
-        return sorted(o for a, o in self.facts["holds"] if a == self.game.agent)
+        """The objects the agent holds, sorted; kept per state (a list shared by the state's
+        episodes: read it, do not modify it)."""
+        out = self.state.held
+        if out is None:
+            a = self.game.agent
+            out = self.state.held = sorted([o for aa, o in self.facts["holds"] if aa == a])
+        return out
 
     def contents(self, r: str) -> list[str]:
         """The objects in receptacle ``r``, sorted; kept per state for the receptacles asked about
@@ -377,15 +411,15 @@ class Sim:
         if out is not None:
             return out
         g, f = self.game, self.facts
-        out: dict[str, tuple] = {}
-        add = out.setdefault
         loc = self.loc
+        # every "go to" but those of the receptacles here, in the order of ``gotos``
+        out: dict[str, tuple] = dict(g.goto_all)
+        for cmd in g.gotos_at.get(loc, ()):
+            del out[cmd]
+        add = out.setdefault
         here = g.recs_at.get(loc, []) if loc is not None else []
         held = self.held()
         hands_free = (g.agent,) not in f["holdsany"]
-        for rl, (cmd, act) in g.gotos:
-            if rl != loc:
-                add(cmd, act)
         if here or held:
             static = g.static
             pickupable = static.get("pickupable", ())
@@ -430,8 +464,8 @@ class Sim:
                     for co, cl in sorted(f["objectatlocation"]):
                         if cl == loc and g.is_("sliceable", co):
                             add(*command("slice", co, o))
-        for cmd in ("help", "inventory", "look"):
-            out[cmd] = (cmd,)
+        for cmd, act in _ALWAYS:
+            out[cmd] = act
         self.state.admissible = out
         return out
 
@@ -461,6 +495,16 @@ class Sim:
             if state is None:
                 # the goal reads none of the changed predicates: it holds as before
                 state = State(self._goal_holds() if changed & self.game.goal_preds else self.won)
+                prev = self.state
+                if "holds" not in changed:
+                    state.held = prev.held
+                by = prev.by_rec
+                if "inreceptacle" not in changed:
+                    if by is None:
+                        by = prev.by_rec = {}
+                    state.by_rec = by  # the same contents: one table for both states
+                elif by:  # a take or a move: every receptacle but its own is as before
+                    state.by_rec = {r: c for r, c in by.items() if r != act[2]}
                 if len(states) < STATES_PER_GAME:
                     states[key] = state
             self.state = state
@@ -475,7 +519,10 @@ class Sim:
         kind = act[0]
         if kind == "goto":
             r = act[1]
-            f["atlocation"] = {x for x in f["atlocation"] if x[0] != a} | {(a, g.rloc[r])}
+            at = g.agent_at.get(r)
+            if at is None:  # pragma: no cover - a Game made by hand, without its tables
+                at = (a, g.rloc[r])
+            f["atlocation"] = {x for x in f["atlocation"] if x[0] != a} | {at}
             return f"You arrive at {n(r)}. " + self._examine_r(r)
         if kind == "open":
             f["opened"].add((act[1],))
