@@ -127,3 +127,30 @@ def test_row_sums_are_each_rows_own_sum(counts, seed):
     for i, n in enumerate(counts):
         p[i, :n] = np.exp(rng.normal(0.0, 4.0, n))
     assert np.array_equal(_row_sums(p, counts), np.array([p[i, :n].sum() for i, n in enumerate(counts)]))
+
+
+def test_a_batch_of_recorded_decisions_packs_as_their_arrays_do():
+    """``prepare`` and ``preparer`` of decisions recorded by ``act`` (each names its turn and
+    row) give, for any batch of them in any order, repeats included and across turns, exactly
+    what ``prepare`` of the same decisions' context ids and candidate keys gives."""
+    from proas.policies.scorer import _keyed
+
+    p = ScorerPolicy(seed=4, init_std=0.5)
+    contexts = [ctx(), ctx(history=[("You see a bed.", "go to bed")]),
+                ctx(admissible=("go to bed", "look", "take key from desk"), invalid=()),
+                ctx(admissible=("inventory",), invalid=("go to desk", "open drawer 1"),
+                    history=[("o", "look"), ("You see a bed.", "go to bed")])]
+    data = [d.data for d in p.act(contexts, np.random.default_rng(1))]
+    data += [d.data for d in p.act(contexts[::-1][:3], np.random.default_rng(2))]
+    take = p.preparer(data)
+    rng = np.random.default_rng(0)
+    for rows in ([0], [6, 2, 5], list(range(7)), rng.integers(0, 7, 12).tolist(), rng.permutation(7)[:5].tolist()):
+        want = p.prepare([dict(_keyed(data[i]), choice=data[i]["choice"]) for i in rows])
+        for got in (take(np.asarray(rows)), p.prepare([data[i] for i in rows])):
+            assert got.keys() == want.keys()
+            for key, value in want.items():
+                if isinstance(value, torch.Tensor):
+                    assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
+                else:
+                    assert got[key] == value, key
+            assert torch.equal(p.evaluate(got).logp, p.evaluate(want).logp)

@@ -320,17 +320,17 @@ def test_first_rows_is_unique_by_first_occurrence(keys, calls_before):
 
 
 def test_decisions_record_keys_that_pack_as_the_arrays_do():
-    """The scorer's decisions keep only keys into the featurizer's tables; ``prepare`` packs them
-    into exactly the tensors that the same steps' full arrays give (``featurize``), so the
-    update scores what the rollout scored."""
-    from proas.policies.scorer import _collate
+    """The scorer's decisions keep only their turn and row (whose keys name rows of the
+    featurizer's tables); ``prepare`` packs them into exactly the tensors that the same steps'
+    full arrays give (``featurize``), so the update scores what the rollout scored."""
+    from proas.policies.scorer import _collate, _keyed
 
     policy = ScorerPolicy(bits=10, seed=0)
     ctxs = _episodes(task_ids("train")[:5], seed=13)
     decisions = []
     for i in range(0, len(ctxs), 23):
         decisions += policy.act(ctxs[i: i + 23], np.random.default_rng(i))
-    assert all("act" not in d.data and "pair" not in d.data for d in decisions)
+    assert all("act" not in d.data and "pair" not in d.data and "ctx" not in d.data for d in decisions)
     keyed = policy.prepare([d.data for d in decisions])
     full = []
     for ctx, d in zip(ctxs, decisions):
@@ -345,4 +345,4 @@ def test_decisions_record_keys_that_pack_as_the_arrays_do():
     logp = policy.evaluate(keyed).logp[:, 0].detach().numpy()
     assert np.allclose(logp, [d.logp for d in decisions], atol=1e-5)
     with pytest.raises(ValueError, match="tables"):
-        _collate([d.data for d in decisions[:3]])
+        _collate([_keyed(d.data) for d in decisions[:3]])

@@ -146,6 +146,13 @@ class Policy(abc.ABC):
         reused for the policy and its frozen reference)."""
         return list(data)
 
+    def preparer(self, data: Sequence[dict[str, Any]]) -> Callable[[Sequence[int]], Any]:
+        """``prepare`` for many batches of the same decisions (the update's minibatches): a
+        function of the positions in ``data`` of one batch's decisions, in batch order, that
+        returns what ``prepare([data[i] for i in positions])`` returns. A policy may pack
+        ``data`` once here so that each batch is only gathered."""
+        return lambda positions: self.prepare([data[i] for i in positions])
+
     def micro_batches(self, data: Sequence[dict[str, Any]], limit: int) -> list[list[int]]:
         """Split recorded decisions into the index groups one forward pass takes: consecutive
         runs of at most ``limit`` (a policy whose cost varies per decision bounds it too)."""

@@ -168,6 +168,13 @@ class Turn(NamedTuple):
     act_rows: _Ragged
     pair_rows: _Ragged
 
+    def context(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Context ``i``'s context ids, action keys and pair keys (views of the turn's arrays)."""
+        lo = int(self.counts[:i].sum())
+        hi = lo + int(self.counts[i])
+        return (self.ctx_ids[self.ctx_bounds[i]:self.ctx_bounds[i + 1]], self.act_keys[lo:hi],
+                self.pair_keys[lo:hi])
+
 
 class Featurizer:
     """Maps contexts and actions to hashed feature ids in ``[0, 2**bits)``.
@@ -200,6 +207,9 @@ class Featurizer:
         # candidate actions met by ``turn``, numbered: per number (verb number, verb word id,
         # action key, is help), named words (word id, not a number), admissible-list ids
         self._cnum: dict[str, int] = {}
+        #: (admissible, invalid candidates) -> (candidates, their numbers, how many are admissible);
+        #: the candidate lists are shared by the turns that meet them: read only
+        self._cand_cache: dict[tuple, tuple[list[str], list[int], int]] = {}
         self._c_verb, self._c_vwid, self._c_key, self._c_help = _Grow(), _Grow(), _Grow(), _Grow()
         self._c_named = _Ragged(2)
         self._c_cmd = _Ragged(1)
@@ -455,14 +465,23 @@ class Featurizer:
         keys), exactly what ``candidate_actions``, ``context_ids``, ``action_ids`` (with its key)
         and ``pair_ids`` give it."""
         act_table, pair_table = self._act_table, self._pair_table
-        return [(cands, ctx_ids, [act_table[k] for k in ak.tolist()], ak, [pair_table[k] for k in pk.tolist()], pk)
-                for cands, ctx_ids, ak, pk in self.turn(contexts)[0]]
+        cand_lists, turn = self.turn(contexts)
+        if turn is None:
+            return []
+        bounds, ends = turn.ctx_bounds.tolist(), np.cumsum(turn.counts).tolist()
+        out = []
+        for i, cands in enumerate(cand_lists):
+            lo, hi = ends[i] - len(cands), ends[i]
+            ak, pk = turn.act_keys[lo:hi], turn.pair_keys[lo:hi]
+            out.append((list(cands), turn.ctx_ids[bounds[i]:bounds[i + 1]], [act_table[k] for k in ak.tolist()], ak,
+                        [pair_table[k] for k in pk.tolist()], pk))
+        return out
 
-    def turn(self, contexts: list[Context]) -> tuple[list[tuple], Turn | None]:
-        """Per context: (candidates, context ids, action keys, pair keys), the keys naming rows of
-        the featurizer's tables (``batch`` gives the arrays); and the same for the whole turn,
-        flat in context order (``Turn``; None without contexts): what the scorer packs into one
-        forward pass.
+    def turn(self, contexts: list[Context]) -> tuple[list[list[str]], Turn | None]:
+        """Per context, its candidates (a list that other turns may share: read only); and the
+        turn's features, flat in context order (``Turn``; None without contexts): the context
+        ids, and the candidates' action keys and pair keys, which name rows of the featurizer's
+        tables (``batch`` gives the arrays); what the scorer packs into one forward pass.
 
         Each candidate action is numbered once and what its features need is kept in arrays by
         that number (``_register``), so a turn gathers its candidates' verbs, keys and words
@@ -471,7 +490,7 @@ class Featurizer:
         if not contexts:
             return [], None
         H = self.history_length
-        cnum, register = self._cnum, self._register
+        cnum, register, cand_cache = self._cnum, self._register, self._cand_cache
         if len(self._text_rows) >= _TEXT_CACHE:  # the text store starts over (between turns only)
             self._text_rows, self._text_index = _Ragged(), {}
         index = self._text_index
@@ -496,22 +515,30 @@ class Featurizer:
                 from proas.policies.base import candidate_actions
 
                 candidate_actions(ctx)  # raises the one-line error
-            # the candidates: admissible then invalid, each once, in order
-            seen = dict.fromkeys(ctx.admissible)
-            n_adm.append(len(seen))
-            seen.update(dict.fromkeys(ctx.invalid_candidates))
-            cands = list(seen)
-            if not cands:
-                from proas.errors import ProasError
+            # the candidates: admissible then invalid, each once, in order; with their numbers and
+            # how many are admissible, kept per (admissible, invalid) lists (a state's episodes
+            # and validations meet the same lists again)
+            lists = (tuple(ctx.admissible), tuple(ctx.invalid_candidates))
+            found = cand_cache.get(lists)
+            if found is None:
+                seen = dict.fromkeys(lists[0])
+                n = len(seen)
+                seen.update(dict.fromkeys(lists[1]))
+                cands = list(seen)
+                if not cands:
+                    from proas.errors import ProasError
 
-                raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
+                    raise ProasError(f"env {ctx.env_name!r} offered no candidate action at step {ctx.step}")
+                try:
+                    nums = list(map(cnum.__getitem__, cands))
+                except KeyError:  # a candidate met for the first time
+                    nums = list(map(register, cands))
+                found = (cands, nums, n)
+                _keep(cand_cache, lists, found, _LIST_CACHE)
+            cands, nums, n = found
+            n_adm.append(n)
             cand_lists.append(cands)
-            start = len(flat_nums)
-            try:
-                flat_nums.extend(map(cnum.__getitem__, cands))
-            except KeyError:  # a candidate met for the first time: the numbers again, from its list's start
-                del flat_nums[start:]
-                flat_nums.extend(map(register, cands))
+            flat_nums.extend(nums)
             task, obs_now, step = ctx.task, ctx.observation, ctx.step
             row = n_idx.get(step)
             texts.append(row if row is not None else new_text("n", step))
@@ -627,7 +654,5 @@ class Featurizer:
                 entry = self._pair_cache.get(key) or self._pair_entry(key)
                 self._code_keys[cd] = entry[1]
             pair_keys = self._code_keys[code]
-        out = [(cands, ctx_ids[bounds[i]:bounds[i + 1]], act_keys[c_off[i]:c_off[i + 1]],
-                pair_keys[c_off[i]:c_off[i + 1]]) for i, cands in enumerate(cand_lists)]
-        return out, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_rows, self._pair_rows)
+        return cand_lists, Turn(ctx_ids, bounds, n_c, act_keys, pair_keys, self._act_rows, self._pair_rows)
 

@@ -52,9 +52,10 @@ class ScorerModule(nn.Module):
         v = self.act(batch["act"], batch["act_off"])  # (distinct actions, d)
         w = self.pair(batch["pair"], batch["pair_off"]).squeeze(-1)  # (distinct pair tuples,)
         flat = (u[batch["owner"]] * v[batch["act_of"]]).sum(-1) + w[batch["pair_of"]]  # (C,)
-        out = torch.full(batch["shape"], float("-inf"), dtype=flat.dtype)
-        out[batch["owner"], batch["slot"]] = flat
-        return out
+        n, width = batch["shape"]
+        # each candidate's place in the padded rows (``pos``: owner * width + slot), one copy
+        out = torch.full((n * width,), float("-inf"), dtype=flat.dtype)
+        return out.index_copy(0, batch["pos"], flat).view(n, width)
 
 
 def _content_keys(arrays: list[np.ndarray]) -> np.ndarray:
@@ -93,12 +94,13 @@ def _pack(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, act: tup
     if n > 1:
         np.cumsum(counts[:-1], out=starts[1:])
     slot = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+    width = max(int(counts.max()) if n else 0, 1)
     return {
         "ctx": ctx, "ctx_off": ctx_off, "act": torch.from_numpy(act[0]), "act_off": torch.from_numpy(act[1]),
         "pair": torch.from_numpy(pair[0]), "pair_off": torch.from_numpy(pair[1]),
         "act_of": torch.from_numpy(act_of), "pair_of": torch.from_numpy(pair_of),
-        "owner": torch.from_numpy(owner), "slot": torch.from_numpy(slot),
-        "shape": (n, max(int(counts.max()) if n else 0, 1)),
+        "owner": torch.from_numpy(owner), "slot": torch.from_numpy(slot), "pos": torch.from_numpy(owner * width + slot),
+        "shape": (n, width),
     }
 
 
@@ -109,6 +111,12 @@ def _flat(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     if len(parts) > 1:
         np.cumsum(lengths[:-1], out=off[1:])
     return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), off
+
+
+def _keyed(data: dict[str, Any]) -> dict[str, Any]:
+    """A decision recorded by ``act`` (its turn and row) as context ids and candidate keys."""
+    ctx, act_key, pair_key = data["turn"].context(data["row"])
+    return {"ctx": ctx, "act_key": act_key, "pair_key": pair_key}
 
 
 def _collate(items: Sequence[dict[str, Any]], act_rows: Any = None, pair_rows: Any = None) -> dict[str, Any]:
@@ -157,6 +165,57 @@ def _collate_keys(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, 
     _, (a,), a_off = act_rows.gather(act_keys[act_first])
     _, (p,), p_off = pair_rows.gather(pair_keys[pair_first])
     return _pack(ctx, ctx_off, counts, (a, a_off), act_of, (p, p_off), pair_of)
+
+
+def _take(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs ``flat[starts[i]:starts[i] + lens[i]]`` joined in order, and where each starts
+    among them (``_flat`` of those runs)."""
+    off = np.cumsum(lens)
+    off -= lens
+    idx = (starts - off).repeat(lens)
+    idx += np.arange(len(idx), dtype=np.int64)
+    return flat[idx], off
+
+
+class _TurnRows:
+    """Decisions recorded by ``ScorerPolicy.act`` (each names its turn and its row in it),
+    packed for batches of them: the distinct turns' arrays are joined once, in order of first
+    occurrence, with each decision's runs in them, so that a batch is gathered with numpy
+    (``batch``) instead of joining its decisions' arrays one by one."""
+
+    def __init__(self, data: Sequence[dict[str, Any]]):
+        first: dict[int, Turn] = {}
+        for d in data:
+            first.setdefault(id(d["turn"]), d["turn"])
+        number = {key: k for k, key in enumerate(first)}
+        turns = list(first.values())
+        n = len(data)
+        turn_of = np.fromiter((number[id(d["turn"])] for d in data), dtype=np.int64, count=n)
+        row = np.fromiter((d["row"] for d in data), dtype=np.int64, count=n)
+        self.choice = torch.from_numpy(np.fromiter((d["choice"] for d in data), dtype=np.int64, count=n))
+        rows_before = np.cumsum([0] + [len(t.counts) for t in turns[:-1]])
+        ctx_before = np.cumsum([0] + [len(t.ctx_ids) for t in turns[:-1]])
+        cand_before = np.cumsum([0] + [len(t.act_keys) for t in turns[:-1]])
+        self.ctx = np.concatenate([t.ctx_ids for t in turns])
+        self.act = np.concatenate([t.act_keys for t in turns])
+        self.pair = np.concatenate([t.pair_keys for t in turns])
+        g = rows_before[turn_of] + row  # each decision's row among all the turns' rows
+        self.ctx_start = np.concatenate([t.ctx_bounds[:-1] + b for t, b in zip(turns, ctx_before)])[g]
+        self.ctx_len = np.concatenate([np.diff(t.ctx_bounds) for t in turns])[g]
+        self.counts = np.concatenate([t.counts for t in turns])[g]
+        self.cand_start = np.concatenate([np.cumsum(t.counts) - t.counts + b for t, b in zip(turns, cand_before)])[g]
+        self.act_rows, self.pair_rows = turns[0].act_rows, turns[0].pair_rows
+
+    def batch(self, positions: Sequence[int]) -> dict[str, Any]:
+        """``_collate`` of the decisions at ``positions`` (in that order), with their choices."""
+        p = np.asarray(positions, dtype=np.int64)
+        c, c_off = _take(self.ctx, self.ctx_start[p], self.ctx_len[p])
+        counts = self.counts[p]
+        cand, _ = _take(np.arange(len(self.act), dtype=np.int64), self.cand_start[p], counts)
+        batch = _collate_keys(torch.from_numpy(c), torch.from_numpy(c_off), counts, self.act[cand], self.pair[cand],
+                              self.act_rows, self.pair_rows)
+        batch["choice"] = self.choice[torch.from_numpy(p)]
+        return batch
 
 
 def _collate_turn(turn: Turn) -> dict[str, Any]:
@@ -246,7 +305,7 @@ class ScorerPolicy(Policy):
     def act(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float = 1.0) -> list[Decision]:
         if not contexts:
             return []
-        per_context, turn = self.features.turn(list(contexts))
+        cand_lists, turn = self.features.turn(list(contexts))
         scores = self.module.scores(_collate_turn(turn)).double()
         logp_t = torch.log_softmax(scores, dim=-1)
         # the entropy of the policy's own candidate distribution (temperature 1), whatever the
@@ -258,18 +317,27 @@ class ScorerPolicy(Policy):
             choices = _draw(torch.log_softmax(scores / temperature, dim=-1).numpy(), counts, rng)
         else:
             choices = [int(np.argmax(logp[i, :n])) for i, n in enumerate(counts)]
-        # a decision's data: the context ids and its candidates' keys into the featurizer's
-        # tables (``prepare`` looks the arrays up), the choice and the entropy
+        # a decision's data: its turn and its row in it (``prepare`` reads the context ids and
+        # the candidates' keys there), the choice and the entropy
         chosen = logp[np.arange(len(choices)), choices].tolist()
         return [Decision(action=cands[k], response=cands[k], malformed=False, logp=lp,
-                         data={"ctx": ctx_ids, "act_key": act_key, "pair_key": pair_key, "choice": k,
-                               "entropy": ent})
-                for (cands, ctx_ids, act_key, pair_key), k, lp, ent in zip(per_context, choices, chosen, entropy)]
+                         data={"turn": turn, "row": i, "choice": k, "entropy": ent})
+                for i, (cands, k, lp, ent) in enumerate(zip(cand_lists, choices, chosen, entropy))]
 
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        batch = _collate(data, self.features._act_rows, self.features._pair_rows)
+        if data and all("turn" in d for d in data):
+            return _TurnRows(data).batch(range(len(data)))
+        items = [_keyed(d) if "turn" in d else d for d in data]
+        batch = _collate(items, self.features._act_rows, self.features._pair_rows)
         batch["choice"] = torch.tensor([d["choice"] for d in data], dtype=torch.long)
         return batch
+
+    def preparer(self, data: Sequence[dict[str, Any]]):
+        """``prepare`` of batches of ``data``: decisions recorded by ``act`` are packed once
+        (``_TurnRows``) and each batch gathered from there."""
+        if data and all("turn" in d for d in data):
+            return _TurnRows(data).batch
+        return super().preparer(data)
 
     def evaluate(self, batch: dict[str, Any], module: nn.Module | None = None) -> TokenStats:
         module = module if module is not None else self.module

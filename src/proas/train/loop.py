@@ -437,6 +437,7 @@ class Trainer:
         updates = 0
         clip_high = a.resolved_clip_high()
         returns = torch.as_tensor(res.returns, dtype=torch.float32) if res.returns is not None else None
+        prepare = self.policy.preparer(data)  # each minibatch's ``prepare``, from data packed once
         for _ in range(a.ppo_epochs):
             order = self.rng.permutation(n)
             for start in range(0, n, mb):
@@ -445,7 +446,7 @@ class Trainer:
                 for group in self.policy.micro_batches([data[i] for i in idx], micro):
                     sub = idx[group]
                     weight = len(sub) / len(idx)
-                    prepared = self.policy.prepare([data[i] for i in sub])
+                    prepared = prepare(sub)
                     st = self.policy.evaluate(prepared)
                     if old_one is not None and st.logp.shape[1] == 1:
                         old = old_one[torch.from_numpy(sub)][:, None].to(st.logp)  # its device and dtype
