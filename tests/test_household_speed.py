@@ -94,7 +94,8 @@ def test_compiled_goals_agree_with_holds_in_played_games():
 def test_states_kept_per_game_give_what_the_state_gives():
     """An episode that reaches a state its game has seen reuses what was derived there (its
     ``sim.State``): the key names the dynamic facts, and the admissible commands, goal, abstract
-    state and invalid candidates are what the facts give when derived anew."""
+    state, invalid candidates, held objects and receptacle contents are what the facts give when
+    derived anew."""
     from proas.envs.household import TASK_TYPES, make_household_env
     from proas.envs.household.abstraction import abstract_state
     from proas.envs.household.sim import DYNAMIC, State
@@ -116,6 +117,9 @@ def test_states_kept_per_game_give_what_the_state_gives():
                     assert sim.won == fresh.won
                     assert sim.admissible_map() == fresh.admissible_map()
                     assert sim.admissible() == fresh.admissible()
+                    # a new state starts with what the state before derived from unchanged facts
+                    assert sim.held() == fresh.held()
+                    assert all(sim.contents(r) == fresh.contents(r) for r in sim.game.receptacles)
                     assert info["abstract_state"] == abstract_state(fresh, env.roles)
                     env._sim = fresh
                     assert info["invalid_candidates"] == env._invalid_candidates()
