@@ -90,6 +90,16 @@ def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
     return ids[keep]
 
 
+def run_positions(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the runs ``starts[i]:starts[i] + lens[i]`` joined in order, and where
+    each run starts among them."""
+    off = lens.cumsum()
+    off -= lens
+    idx = (starts - off).repeat(lens)
+    idx += np.arange(len(idx), dtype=np.int64)
+    return idx, off
+
+
 class _Grow:
     """A 1-D integer numpy array appended at the end (doubling its capacity when full)."""
 
@@ -131,12 +141,9 @@ class _Ragged:
         """For ``rows`` (row numbers, repeats allowed), row after row: which entry of ``rows`` each
         element comes from, the elements (one array per column), and where each row starts
         among them."""
-        starts, lens = self.starts.data[rows], self.lens.data[rows]
-        out_start = lens.cumsum()
-        out_start -= lens
+        lens = self.lens.data[rows]
+        idx, out_start = run_positions(self.starts.data[rows], lens)
         which = np.arange(len(rows), dtype=np.int64).repeat(lens)
-        idx = (starts - out_start).repeat(lens)
-        idx += np.arange(len(idx), dtype=np.int64)
         return which, [col.data[idx] for col in self.cols], out_start
 
     def first_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from proas.policies.base import Context, Decision, Policy, TokenStats, candidate_actions
-from proas.policies.features import Featurizer, Turn
+from proas.policies.features import Featurizer, Turn, run_positions
 
 __all__ = ["ScorerModule", "ScorerPolicy"]
 
@@ -167,16 +167,6 @@ def _collate_keys(ctx: torch.Tensor, ctx_off: torch.Tensor, counts: np.ndarray, 
     return _pack(ctx, ctx_off, counts, (a, a_off), act_of, (p, p_off), pair_of)
 
 
-def _runs(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The positions of the runs ``starts[i]:starts[i] + lens[i]`` joined in order, and where
-    each run starts among them (``_flat``'s offsets)."""
-    off = np.cumsum(lens)
-    off -= lens
-    idx = (starts - off).repeat(lens)
-    idx += np.arange(len(idx), dtype=np.int64)
-    return idx, off
-
-
 class _TurnRows:
     """Decisions recorded by ``ScorerPolicy.act`` (each names its turn and its row in it),
     packed for batches of them: the distinct turns' arrays are joined once, in order of first
@@ -209,10 +199,10 @@ class _TurnRows:
     def batch(self, positions: Sequence[int]) -> dict[str, Any]:
         """``_collate`` of the decisions at ``positions`` (in that order), with their choices."""
         p = np.asarray(positions, dtype=np.int64)
-        at, c_off = _runs(self.ctx_start[p], self.ctx_len[p])
+        at, c_off = run_positions(self.ctx_start[p], self.ctx_len[p])
         c = self.ctx[at]
         counts = self.counts[p]
-        cand, _ = _runs(self.cand_start[p], counts)
+        cand, _ = run_positions(self.cand_start[p], counts)
         batch = _collate_keys(torch.from_numpy(c), torch.from_numpy(c_off), counts, self.act[cand], self.pair[cand],
                               self.act_rows, self.pair_rows)
         batch["choice"] = self.choice[torch.from_numpy(p)]

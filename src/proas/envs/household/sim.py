@@ -519,10 +519,7 @@ class Sim:
         kind = act[0]
         if kind == "goto":
             r = act[1]
-            at = g.agent_at.get(r)
-            if at is None:  # pragma: no cover - a Game made by hand, without its tables
-                at = (a, g.rloc[r])
-            f["atlocation"] = {x for x in f["atlocation"] if x[0] != a} | {at}
+            f["atlocation"] = {x for x in f["atlocation"] if x[0] != a} | {g.agent_at[r]}
             return f"You arrive at {n(r)}. " + self._examine_r(r)
         if kind == "open":
             f["opened"].add((act[1],))
