@@ -4,6 +4,7 @@ reported before the trainer and torch load, and the help text keeps one set of c
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proas.cli import build_parser
+from proas.cli import build_parser, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,3 +189,18 @@ def test_play_takes_only_the_backends_there_are(capsys):
     assert exc.value.code == 2 and "invalid choice: 'fst'" in capsys.readouterr().err
     assert main(["play", "shop", "--task", "x", "--backend", "fast"]) == 2
     assert "household only" in capsys.readouterr().err
+
+
+def test_the_entry_point_returns_mains_status_and_freezes_what_is_left(monkeypatch):
+    """``run`` (the ``proas`` script, ``python -m proas``) passes ``main``'s exit status on and
+    moves what is left out of the collector's generations, which spares the passes over it on
+    the way out."""
+    monkeypatch.setattr(sys, "argv", ["proas", "train", "no_such_key=1"])
+    gc.unfreeze()
+    try:
+        assert run() == 2
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    proc = subprocess.run([sys.executable, "-m", "proas", "train", "no_such_key=1"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no_such_key" in proc.stderr

@@ -1,5 +1,5 @@
 import sys
 
-from proas.cli import main
+from proas.cli import run
 
-sys.exit(main())
+sys.exit(run())

@@ -2,6 +2,6 @@
 
 import sys
 
-from proas.cli import main
+from proas.cli import run
 
-sys.exit(main())
+sys.exit(run())
