@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from proas.errors import ProasError
 from proas.policies.base import Context, task_text
 from proas.policies.features import Featurizer, words
-from proas.policies.scorer import ScorerPolicy
+from proas.policies.scorer import ScorerPolicy, _BagSum
 
 torch.set_num_threads(1)
 
@@ -113,6 +113,51 @@ def test_adamw_decays_the_weights_it_updates_and_adam_does_not():
             p.grad = torch.zeros_like(p)
         opt.step()
         assert torch.allclose(policy.module.ctx.weight.detach(), before * factor, atol=1e-7), name
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy().view(np.int32)  # bit patterns: -0.0 and 0.0 differ
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 40), st.integers(1, 6))
+def test_the_bag_sum_gradient_is_torchs_bit_for_bit(seed, bags, dim):
+    """``_BagSum``'s backward makes torch's additions in torch's order: the gradients are the same
+    bits, for indices that repeat across and within bags, with empty bags and zero gradients."""
+    rng = np.random.default_rng(seed)
+    rows = 12
+    sizes = rng.integers(0, 9, bags)
+    sizes[0] = max(sizes[0], 3)
+    idx = torch.from_numpy(rng.integers(0, rows, int(sizes.sum())))
+    off = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64))
+    # magnitudes far apart, so that the order of the additions shows in the sum
+    grad = rng.standard_normal((bags, dim)) * 10.0 ** rng.integers(-6, 7, (bags, 1))
+    grad[rng.random((bags, dim)) < 0.1] = -0.0
+    grad = torch.from_numpy(grad.astype(np.float32))
+    weight = torch.from_numpy(rng.standard_normal((rows, dim)).astype(np.float32))
+    w1, w2 = weight.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    out1 = torch.nn.functional.embedding_bag(idx, w1, off, mode="sum")
+    out2 = _BagSum.apply(w2, idx, off)
+    assert np.array_equal(_bits(out1), _bits(out2))
+    out1.backward(grad)
+    out2.backward(grad)
+    assert np.array_equal(_bits(w1.grad), _bits(w2.grad))
+
+
+def test_the_bag_sum_gradient_depends_on_the_order_its_test_checks():
+    """Data like the test's above can tell orders apart: the same additions in another order (a
+    stable sort's, which differs from torch's here) give other bits, so a backward that sorts
+    otherwise fails that test."""
+    rng = np.random.default_rng(1)
+    idx = torch.from_numpy(rng.integers(0, 3, 64))
+    off = torch.arange(64)
+    grad = torch.from_numpy((rng.standard_normal((64, 1)) * 10.0 ** rng.integers(-6, 7, (64, 1))).astype(np.float32))
+    w = torch.zeros(3, 1, requires_grad=True)
+    _BagSum.apply(w, idx, off).backward(grad)
+    stable = torch.zeros(3, 1)
+    for j in torch.sort(idx, stable=True).indices.tolist():
+        stable[idx[j]] = stable[idx[j]] + grad[j]
+    assert not torch.equal(w.grad, stable)
 
 
 @settings(max_examples=200, deadline=None)
