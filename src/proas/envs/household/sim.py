@@ -301,8 +301,9 @@ class State:
 class Sim:
     """One episode of a ``Game``; ``reset`` / ``step`` mirror TextWorld's PddlEnv.
 
-    A state is named by its dynamic facts (``key``: one frozenset per ``DYNAMIC`` predicate,
-    rebuilt for the predicates an action changes); what is derived from a state is kept in the
+    A state is named by its dynamic facts (``key``: one frozenset per ``DYNAMIC`` predicate, the
+    very sets of ``facts``, which a command replaces where it changes them, so that a reset or a
+    clone copies no set); what is derived from a state is kept in the
     game's ``State`` of that key, so an episode that reaches a state the game has seen derives
     nothing again.
     """
@@ -315,9 +316,7 @@ class Sim:
         """An independent copy of this episode (the game is shared; it never changes)."""
         other = Sim.__new__(Sim)
         other.game = self.game
-        other.facts = dict(self.facts)  # the fixed facts are shared: nothing modifies them
-        for pred in DYNAMIC:
-            other.facts[pred] = set(self.facts[pred])
+        other.facts = dict(self.facts)  # frozensets: a command replaces those it changes
         # the state's derived facts are shared: a change of state moves to another ``State``
         other.won, other.moves, other.state, other.key, other.version = (self.won, self.moves, self.state, self.key,
                                                                           self.version)
@@ -332,9 +331,7 @@ class Sim:
         facts, text, self.key, self.state = g.start
         _started(g)
         self.won = self.state.won
-        self.facts = dict(facts)  # the fixed facts are shared: nothing modifies them
-        for pred in DYNAMIC:
-            self.facts[pred] = set(facts[pred])
+        self.facts = dict(facts)  # frozensets: a command replaces those it changes
         self.moves = 0
         self.version = 0
         return text
@@ -350,8 +347,6 @@ class Sim:
         facts = {k: frozenset(v) for k, v in self.facts.items()}
         # the fixed facts are these very sets in every episode: the goal indexes them
         self.facts = dict(facts)
-        for pred in DYNAMIC:
-            self.facts[pred] = set(facts[pred])
         g.goal_check = compile_goal(g.problem.goal, {k: v for k, v in facts.items() if k not in DYNAMIC})
         self.won = self._goal_holds()
         self.moves = 0
@@ -488,7 +483,7 @@ class Sim:
             f = self.facts
             key = list(self.key)
             for i in _CHANGED_AT[act[0]]:
-                key[i] = frozenset(f[DYNAMIC[i]])
+                key[i] = f[DYNAMIC[i]]
             self.key = key = tuple(key)
             states = self.game.states
             state = states.get(key)
@@ -519,51 +514,50 @@ class Sim:
         kind = act[0]
         if kind == "goto":
             r = act[1]
-            f["atlocation"] = {x for x in f["atlocation"] if x[0] != a} | {g.agent_at[r]}
+            f["atlocation"] = frozenset([x for x in f["atlocation"] if x[0] != a] + [g.agent_at[r]])
             return f"You arrive at {n(r)}. " + self._examine_r(r)
         if kind == "open":
-            f["opened"].add((act[1],))
+            f["opened"] = f["opened"] | {(act[1],)}
             return f"You open the {n(act[1])}. " + self._examine_r(act[1])
         if kind == "close":
-            f["opened"].discard((act[1],))
+            f["opened"] = f["opened"] - {(act[1],)}
             return f"You close the {n(act[1])}."
         if kind == "take":
             o, r = act[1], act[2]
-            f["inreceptacle"].discard((o, r))
-            f["not_inreceptacle"].add((o, r))
-            f["holds"].add((a, o))
-            f["holdsany"].add((a,))
-            f["objectatlocation"].discard((o, self.loc))
+            at = (o, self.loc)
+            f["inreceptacle"] = f["inreceptacle"] - {(o, r)}
+            f["not_inreceptacle"] = f["not_inreceptacle"] | {(o, r)}
+            f["holds"] = f["holds"] | {(a, o)}
+            f["holdsany"] = f["holdsany"] | {(a,)}
+            f["objectatlocation"] = f["objectatlocation"] - {at}
             return f"You pick up the {n(o)} from the {n(r)}."
         if kind == "put":
             o, r = act[1], act[2]
-            f["inreceptacle"].add((o, r))
-            f["not_inreceptacle"].discard((o, r))
-            f["objectatlocation"].add((o, self.loc))
-            f["holds"].discard((a, o))
-            f["holdsany"].discard((a,))
+            at = (o, self.loc)
+            f["inreceptacle"] = f["inreceptacle"] | {(o, r)}
+            f["not_inreceptacle"] = f["not_inreceptacle"] - {(o, r)}
+            f["objectatlocation"] = f["objectatlocation"] | {at}
+            f["holds"] = f["holds"] - {(a, o)}
+            f["holdsany"] = f["holdsany"] - {(a,)}
             return f"You move the {n(o)} to the {n(r)}."
         if kind == "clean":
-            f["isclean"].add((act[1],))
+            f["isclean"] = f["isclean"] | {(act[1],)}
             return f"You clean the {n(act[1])} using the {n(act[2])}."
         if kind == "heat":
-            f["ishot"].add((act[1],))
-            f["iscool"].discard((act[1],))
+            f["ishot"] = f["ishot"] | {(act[1],)}
+            f["iscool"] = f["iscool"] - {(act[1],)}
             return f"You heat the {n(act[1])} using the {n(act[2])}."
         if kind == "cool":
-            f["iscool"].add((act[1],))
-            f["ishot"].discard((act[1],))
+            f["iscool"] = f["iscool"] | {(act[1],)}
+            f["ishot"] = f["ishot"] - {(act[1],)}
             return f"You cool the {n(act[1])} using the {n(act[2])}."
         if kind == "toggle":
             o = act[1]
-            if (o,) in f["ison"]:
-                f["ison"].discard((o,))
-            else:
-                f["ison"].add((o,))
-            f["istoggled"].add((o,))
+            f["ison"] = f["ison"] ^ {(o,)}  # on if it was off, off if it was on
+            f["istoggled"] = f["istoggled"] | {(o,)}
             return f"You turn on the {n(o)}."
         if kind == "slice":
-            f["issliced"].add((act[1],))
+            f["issliced"] = f["issliced"] | {(act[1],)}
             return f"You sliced the {n(act[1])} with the {n(act[2])}."
         if kind == "examine_r":
             return self._examine_r(act[1])
