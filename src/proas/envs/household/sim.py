@@ -576,11 +576,12 @@ class Sim:
 
     def _examine_r(self, r: str) -> str:
         n = self.game.name
+        openable = self.game.is_("openable", r)
+        if openable and (r,) not in self.facts["opened"]:
+            return f"The {n(r)} is closed."  # its contents are not shown: not listed
         items = _listing([f"a {n(o)}" for o in self.contents(r)])
-        if self.game.is_("openable", r):
-            if (r,) in self.facts["opened"]:
-                return f"The {n(r)} is open. In it, you see {items}."
-            return f"The {n(r)} is closed."
+        if openable:
+            return f"The {n(r)} is open. In it, you see {items}."
         return f"On the {n(r)}, you see {items}."
 
     def _examine_o(self, o: str) -> str:
