@@ -127,8 +127,8 @@ def run() -> int:
 
     What the command leaves alive (a run's games, kept states and caches: millions of objects)
     is then moved out of the garbage collector's generations (``gc.freeze``): the interpreter's
-    passes over them on the way out took about 3 s after a 150-step household run, to free what
-    the process's end frees anyway. Nothing is written after ``main`` returns (every file proas
+    passes over them on the way out took seconds after a household run, to free what the
+    process's end frees anyway. Nothing is written after ``main`` returns (every file proas
     writes is closed by then), so this changes nothing but the time to exit. ``main`` itself,
     called in-process (tests, a notebook), leaves the collector as it was.
     """

@@ -34,11 +34,11 @@ __all__ = ["ScorerModule", "ScorerPolicy"]
 
 class _BagSum(torch.autograd.Function):
     """``F.embedding_bag(indices, weight, offsets, mode="sum")``, with torch's gradient made
-    at about half the cost.
+    more cheaply.
 
     torch's CPU backward sorts the indices (``indices.sort()``) and, index by index, adds the
     gradient of each bag the index occurs in, in that sorted order, into zeros: one BLAS call,
-    with its dispatch, per occurrence (a minibatch has about 14,000 context ids). This backward
+    with its dispatch, per occurrence (a minibatch has thousands of context ids). This backward
     sorts the same way (the same call, so equal indices come in the same order) and makes the
     same additions in the same order with one accumulating ``index_put_``, which adds serially
     in the order given: the gradient is torch's, bit for bit (``tests/test_policies_scorer.py``),
@@ -54,7 +54,7 @@ class _BagSum(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         indices, offsets = ctx.saved_tensors
         off = offsets.numpy()
-        bag = np.repeat(np.arange(len(off)), np.diff(off, append=indices.shape[0]))  # each index's bag
+        bag = np.repeat(np.arange(len(off), dtype=np.int64), np.diff(off, append=indices.shape[0]))  # each index's bag
         order = torch.sort(indices)
         rows = grad.contiguous().index_select(0, torch.from_numpy(bag).index_select(0, order.indices))
         out = grad.new_zeros((ctx.rows, grad.shape[1]))
