@@ -135,10 +135,9 @@ class Game:
     commands: dict[tuple, tuple[str, tuple]] = field(default_factory=dict, repr=False, compare=False)
     #: per receptacle: (examine command, openable, open command, close command, type, station verb)
     rec_info: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
-    #: (location, "go to" command) of every receptacle that has a location, in id order
-    gotos: list[tuple[str, tuple[str, tuple]]] = field(default_factory=list, repr=False, compare=False)
-    #: the "go to" commands of ``gotos``, text -> action (the first of a text), and per location
-    #: the texts that only receptacles there have (not admissible there)
+    #: the "go to" command of every receptacle that has a location, in id order, text -> action
+    #: (the first of a text), and per location the texts that only receptacles there have (not
+    #: admissible there)
     goto_all: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
     gotos_at: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     #: the receptacles of each type, in id order
@@ -193,13 +192,13 @@ class Game:
 
     def _tables(self) -> None:
         n = self.name
-        self.gotos = [(self.rloc[r], (f"go to {n(r)}", ("goto", r))) for r in self.receptacles if r in self.rloc]
+        gotos = [(self.rloc[r], f"go to {n(r)}", ("goto", r)) for r in self.receptacles if r in self.rloc]
         self.agent_at = {r: (self.agent, loc) for r, loc in self.rloc.items()}
         locs_of: dict[str, set[str]] = {}
-        for loc, (cmd, act) in self.gotos:
+        for loc, cmd, act in gotos:
             self.goto_all.setdefault(cmd, act)
             locs_of.setdefault(cmd, set()).add(loc)
-        for loc, (cmd, _) in self.gotos:
+        for loc, cmd, _ in gotos:
             if locs_of[cmd] == {loc}:
                 self.gotos_at.setdefault(loc, []).append(cmd)
         openable = self.static.get("openable", set())
@@ -407,7 +406,7 @@ class Sim:
             return out
         g, f = self.game, self.facts
         loc = self.loc
-        # every "go to" but those of the receptacles here, in the order of ``gotos``
+        # every "go to" but those of the receptacles here, in the order of ``goto_all``
         out: dict[str, tuple] = dict(g.goto_all)
         for cmd in g.gotos_at.get(loc, ()):
             del out[cmd]
