@@ -50,7 +50,7 @@ def test_the_lm_is_anchored_to_its_start_by_kl_unless_told_otherwise():
         ("seed=abc", "seed"),
         ("algo.estimator=ppo2", "algo.estimator='ppo2' is not one of"),
         ("algo.shaping=magic", "algo.shaping"),
-        ("train.steps=0", "train.steps=0 must be > 0"),
+        ("train.steps=0", "train.steps=0 is outside [1, "),
         ("env.invalid_action_penalty=-1", "env.invalid_action_penalty"),
         ("algo.graph.prune=1.5", "algo.graph.prune"),
         ("algo.graph.source=load", "algo.graph.path"),

@@ -8,7 +8,8 @@ default. The command line overrides it with dotted keys, the convention of verl 
 
 ``env=household`` is shorthand for ``env.name=household``, likewise ``policy=lm`` for
 ``policy.kind=lm``. Unknown keys, values of the wrong type and values outside their allowed set
-are ``ProasError`` with one line naming the key. The resolved config is written to the run
+or range (each numeric field declares its range beside its default: ``ranged``) are
+``ProasError`` with one line naming the key. The resolved config is written to the run
 directory as ``config.yaml``; ``--resume`` reads it back from there.
 
 Defaults follow verl-agent's GRPO ALFWorld script (docs/training.md, "Settings against verl-agent's
@@ -36,8 +37,10 @@ from proas.credit import SHAPINGS as CREDIT_SHAPINGS
 from proas.credit.registry import ESTIMATOR_ALIASES, estimator_name, estimator_names, estimator_spec
 from proas.envs.base import SUCCESS_REWARD
 from proas.errors import ProasError
+from proas.ranges import Range
 from proas.termtext import printable
 from proas.train.overrides import check_override
+from proas.types import MAX_ABS_NUMBER
 
 __all__ = [
     "AlgoConfig",
@@ -72,6 +75,22 @@ CRITIC_FEATURES = ("state", "context")
 LM_KL_COEF = 0.01
 
 
+def ranged(interval: str, default: Any = None, *, factory: Any = None) -> Any:
+    """A numeric field: its default and the range its use needs (``proas.ranges.Range``, an
+    interval such as ``"[0, 1)"`` or ``"[F32_TINY, F32]"``), kept in the field's metadata, where
+    ``check_ranges`` reads it when a config is read. The ranges follow one rule (docs/training.md,
+    "Numeric ranges"): a float that meets a float32 tensor stays within float32 (a positive one
+    at or above its smallest normal value, which is not zero on the tensor); a reward within
+    ``proas.types.MAX_ABS_NUMBER``; a size small enough to allocate; a count >= 1 (>= 0 where 0
+    means "never" or "all"); a probability or fraction in [0, 1]; a temperature >= 0; a seed in
+    numpy's [0, 2**32 - 1]. A None default (an optional field) is checked when set; a list's
+    range holds for each of its items."""
+    meta = {"range": Range.parse(interval)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class FixedTrainSet:
     #: directory with ``schedule.jsonl`` + ``manifest.json`` (``proas.tasksets``); None samples
@@ -87,7 +106,7 @@ class FixedValSet:
     #: first ``size`` ids of the env's ``valid`` split when none is shipped
     path: Optional[str] = None
     #: number of validation tasks (the paper's 128)
-    size: int = 128
+    size: int = ranged("[1, 2**20]", 128)
 
 
 @dataclass
@@ -96,18 +115,18 @@ class EnvConfig:
     #: takes the ``options`` dict as keyword arguments and returns a ``proas.envs.base.Env``)
     name: str = "household"
     #: tasks per RL step (verl-agent's ``data.train_batch_size``)
-    tasks_per_step: int = 16
+    tasks_per_step: int = ranged("[1, 2**16]", 16)
     #: trajectories per task, G (verl-agent's ``env.rollout.n``)
-    group_size: int = 8
+    group_size: int = ranged("[1, 2**16]", 8)
     #: episode step limit; None = the env's own (50 household, 15 shop)
-    max_steps: Optional[int] = None
+    max_steps: Optional[int] = ranged("[1, 2**16]", None)
     #: cost of an invalid action, i.e. a response that cannot be parsed into an action (verl-agent's
     #: ``invalid_action_penalty_coef`` on ``is_action_valid``), subtracted from that step's final
     #: advantage. Actions the env rejects are ProAS's unreasonable steps instead (docs/training.md)
-    invalid_action_penalty: float = 0.1
+    invalid_action_penalty: float = ranged(f"[0, {MAX_ABS_NUMBER}]", 0.1)
     #: outcome reward of a won episode (verl-agent: 10 x won); by default the envs' own win reward,
     #: ``proas.envs.base.SUCCESS_REWARD``
-    success_reward: float = SUCCESS_REWARD
+    success_reward: float = ranged(f"(0, {MAX_ABS_NUMBER}]", SUCCESS_REWARD)
     #: keyword arguments for the env's constructor
     options: dict[str, Any] = field(default_factory=dict)
     fixed_train_set: FixedTrainSet = field(default_factory=FixedTrainSet)
@@ -117,9 +136,9 @@ class EnvConfig:
 @dataclass
 class ScorerConfig:
     #: width of the bilinear context-action interaction
-    dim: int = 16
+    dim: int = ranged("[1, 4096]", 16)
     #: log2 of the hashed feature table size (household's vocabulary needs a few thousand rows)
-    hash_bits: int = 14
+    hash_bits: int = ranged("[4, 24]", 14)
     #: optimiser: sgd | adam | adamw. SGD's steps scale with the gradient; with successes this
     #: rare at the start (about 1 episode in 100 on household), Adam's per-weight normalisation
     #: turns a single lucky group, and the entropy bonus between them, into full-size steps that
@@ -127,15 +146,15 @@ class ScorerConfig:
     #: both (docs/study-protocol.md)
     optimizer: str = "sgd"
     #: adamw's decoupled weight decay (verl-agent's actor: 0.01); unused by sgd and adam
-    weight_decay: float = 0.01
+    weight_decay: float = ranged("[0, F32]", 0.01)
     #: learning rate (sgd; about 0.01-0.03 for adam). 2.0 learns faster on household but its
     #: success rate falls back after step 110 (docs/training.md)
-    lr: float = 1.0
+    lr: float = ranged("[F32_TINY, F32]", 1.0)
     #: std of the initial weights (small: the untrained policy is close to uniform)
-    init_std: float = 0.01
+    init_std: float = ranged("[0, F32]", 0.01)
     #: observation/action pairs of history the scorer sees, as the lm prompt shows them
     #: (verl-agent's ``history_length``: 2); older steps are invisible to it
-    history_length: int = 2
+    history_length: int = ranged("[0, 1024]", 2)
     #: start from the scorer of this run or checkpoint directory (an SFT run: its best
     #: checkpoint) instead of random weights; hash_bits and dim must match it
     init_from: Optional[str] = None
@@ -152,19 +171,21 @@ class LMConfig:
     #: tokenizer directory; None = ``model_path``
     tokenizer_path: Optional[str] = None
     #: AdamW learning rate (verl-agent: 1e-6); the peak rate when warming up or decaying
-    lr: float = 1e-6
+    lr: float = ranged("[F32_TINY, F32]", 1e-6)
     #: AdamW's decoupled weight decay (verl-agent's actor: 0.01), not applied to biases and
     #: normalisation weights (as the Hugging Face Trainer); the same optimiser for SFT and RL
-    weight_decay: float = 0.01
+    weight_decay: float = ranged("[0, F32]", 0.01)
     #: learning rate after the warmup: ``constant`` (verl-agent's actor), ``linear`` or
     #: ``cosine`` (to 0 at the last step; ``transformers.get_scheduler``). RL steps it once per
     #: RL step (verl's unit), SFT once per batch (TRL's)
     lr_schedule: str = "constant"
     #: share of the steps spent warming up linearly from 0 (verl-agent: 0, no warmup)
-    warmup_ratio: float = 0.0
+    warmup_ratio: float = ranged("[0, 1)", 0.0)
     #: LoRA rank; 0 trains every weight
-    lora_rank: int = 0
-    lora_alpha: int = 32
+    lora_rank: int = ranged("[0, 2**16]", 0)
+    #: LoRA's scale numerator (the update is scaled by ``lora_alpha / lora_rank``); 0 would
+    #: scale it away
+    lora_alpha: int = ranged("[1, 2**16]", 32)
     #: start from this model instead of ``model_path``/``model_config``: a proas run or checkpoint
     #: directory of an lm policy (an SFT run: its best checkpoint, LoRA merged) or a Hugging Face
     #: model directory; the KL reference is this initial model
@@ -189,19 +210,19 @@ class LMConfig:
     #: ``auto`` = cuda when present
     device: str = "auto"
     #: response budget per step (verl-agent: 512)
-    max_new_tokens: int = 512
+    max_new_tokens: int = ranged("[1, 2**20]", 512)
     #: prompt budget (verl-agent: 2048 household, 4096 shop); longer prompts lose the oldest
     #: history, then the middle of the observation, never the task or instructions
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = ranged("[1, 2**20]", 2048)
     #: observation/action pairs of history in the prompt (verl-agent: 2)
-    history_length: int = 2
+    history_length: int = ranged("[0, 1024]", 2)
     #: sequences per forward pass in the loss (score mode: decisions per pass, acting too)
-    micro_batch_size: int = 8
+    micro_batch_size: int = ranged("[1, 2**16]", 8)
     #: score mode: at most this many tokens per forward pass, on top of ``micro_batch_size``
     #: (``expand``: candidates x the widest prompt plus candidate, the cached tokens, as the
     #: prompt's KV cache is copied for every candidate; ``packed``: see ``score_impl``); memory
     #: follows this product (a pass keeps at least one decision)
-    score_tokens_per_pass: int = 262144
+    score_tokens_per_pass: int = ranged("[1, INT32]", 262144)
     #: score mode's forward passes: ``expand`` (encode each prompt, copy its KV cache once per
     #: candidate, score the candidates on the copies), ``packed`` (one sequence per decision:
     #: the prompt, then every candidate, under a 4D mask that lets each candidate see the
@@ -229,9 +250,9 @@ class PolicyConfig:
     #: ``scorer`` (fast CPU policy over candidate actions) or ``lm`` (Hugging Face causal LM)
     kind: str = "scorer"
     #: sampling temperature during training rollouts
-    temperature: float = 1.0
+    temperature: float = ranged("[F32_TINY, F32]", 1.0)
     #: sampling temperature during validation (verl-agent: 0.4, sampled)
-    val_temperature: float = 0.4
+    val_temperature: float = ranged("[0, F32]", 0.4)
     scorer: ScorerConfig = field(default_factory=ScorerConfig)
     lm: LMConfig = field(default_factory=LMConfig)
 
@@ -247,9 +268,9 @@ class GraphConfig:
     #: merge each step's successful trajectories (False = the paper's ``static`` ablation)
     evolve: bool = True
     #: fraction of state-action edges removed before training (the ``incomplete`` ablation: 0.4)
-    prune: float = 0.0
+    prune: float = ranged("[0, 1)", 0.0)
     #: at most this many training tasks are replayed by the oracle to build the graph (0 = all)
-    oracle_tasks: int = 0
+    oracle_tasks: int = ranged("[0, INT32]", 0)
     #: reasonableness rule: ``transition`` ((s_t, s_t+1) is an ARG edge; the paper's "invalid
     #: state transition"), ``state_action`` ((s_t, a_t) labels an ARG edge) or ``node``
     #: (s_t+1 is an ARG node; the first version's rule)
@@ -267,12 +288,12 @@ class AlgoConfig:
     #: GRPO/DAPO: divide by the group std (False = Dr.GRPO, mean only)
     norm_by_std: bool = True
     #: discount for GiGPO step returns and GAE (verl-agent: 0.95 GiGPO; 1.0 PPO)
-    gamma: float = 0.95
+    gamma: float = ranged("(0, 1]", 0.95)
     #: GAE lambda for ``ppo``. verl's default and verl-agent's PPO scripts use 1.0 (Monte Carlo
     #: returns minus V); 0.95 (PPO's paper) credits an action by the change in V it brings, so the
     #: critic, not the whole episode's outcome, carries the signal (docs/credit.md, "GAE and its
     #: critic")
-    lam: float = 0.95
+    lam: float = ranged("[0, 1]", 0.95)
     #: GiGPO / MiGPO normalisation: mean_norm | mean_std_norm; None = verl-agent's script for
     #: the env (household: mean_std_norm, as its ALFWorld script; shop and others: mean_norm)
     gigpo_mode: Optional[str] = None
@@ -281,33 +302,33 @@ class AlgoConfig:
     #: trajectory (``trajectories``)
     group_stats: str = "steps"
     #: GiGPO weight of the anchor-state term
-    step_weight: float = 1.0
+    step_weight: float = ranged(f"[0, {MAX_ABS_NUMBER}]", 1.0)
     #: PPO clip below 1 (ratio >= 1 - clip_low)
-    clip_low: float = 0.2
+    clip_low: float = ranged("[0, 1]", 0.2)
     #: PPO clip above 1; None = 0.28 for dapo (clip-higher), else 0.2
-    clip_high: Optional[float] = None
+    clip_high: Optional[float] = ranged("[0, F32]", None)
     #: dual clip for negative advantages (verl's clip_ratio_c)
-    dual_clip: float = 3.0
+    dual_clip: float = ranged("(1, F32]", 3.0)
     #: token-mean | seq-mean-token-mean | seq-mean-token-sum
     loss_agg: str = "token-mean"
     #: low-variance KL (k3) to the frozen initial policy; 0 = off; None = 0.01 for the ``lm``
     #: policy (verl-agent's LLM scripts; it anchors RL to the SFT or pretrained start) and 0 for
     #: the ``scorer``, which starts near uniform, where a KL anchor only slows learning
-    kl_coef: Optional[float] = None
+    kl_coef: Optional[float] = ranged("[0, F32]", None)
     #: entropy bonus (verl: 0.001)
-    entropy_coef: float = 0.001
+    entropy_coef: float = ranged("[0, F32]", 0.001)
     #: passes over the batch per step
-    ppo_epochs: int = 1
+    ppo_epochs: int = ranged("[1, INT32]", 1)
     #: steps per optimiser update (verl-agent's ppo_mini_batch_size counts step rows: 256)
-    minibatch_size: int = 256
+    minibatch_size: int = ranged("[1, INT32]", 256)
     #: gradient-norm clip
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ranged("[F32_TINY, F32]", 1.0)
     #: DAPO dynamic sampling: drop groups whose outcome rewards are all equal and roll out more
     #: tasks, up to ``max_gen_batches`` rollouts; None = on for dapo only
     dynamic_sampling: Optional[bool] = None
-    max_gen_batches: int = 10
+    max_gen_batches: int = ranged("[1, INT32]", 10)
     #: learning rate of the critic (``ppo`` only; a hashed-feature value model, Adam)
-    critic_lr: float = 0.01
+    critic_lr: float = ranged("[F32_TINY, F32]", 0.01)
     #: what the critic sees (``ppo`` only): ``state`` (the scorer's context features plus the
     #: env's abstract state and that state crossed with the step count) or ``context`` (the
     #: context features alone, which cannot fit a state's value); proas.train.critic
@@ -353,17 +374,17 @@ class AlgoConfig:
 @dataclass
 class TrainConfig:
     #: RL steps
-    steps: int = 150
+    steps: int = ranged("[1, INT32]", 150)
     #: validate every N steps (and after the last); 0 = never
-    val_every: int = 10
+    val_every: int = ranged("[0, INT32]", 10)
     #: validate the untrained policy before step 0
     val_before_train: bool = True
     #: after the last step, validate the final policy again at each of these temperatures
     #: (0 = greedy), on the same tasks with the same sampling seed; recorded as
     #: ``val_t<T>/sr``, ``val_t<T>/errors``, ``val_t<T>/entropy`` (docs/study-protocol.md)
-    final_val_temperatures: list[float] = field(default_factory=list)
+    final_val_temperatures: list[float] = ranged("[0, F32]", factory=list)
     #: write a resumable checkpoint every N steps (and after the last)
-    save_every: int = 10
+    save_every: int = ranged("[0, INT32]", 10)
     #: parent directory of run directories
     out_dir: str = "runs"
     #: run directory name; None = ``<env>-<policy>-<estimator>-<shaping>-s<seed>-<time>``
@@ -371,19 +392,19 @@ class TrainConfig:
     #: torch CPU threads. 1 is fastest for the scorer: its ops are small, and a second OpenMP
     #: thread spin-waits (50x slower per call measured on a busy 2-core machine); raise it for
     #: the lm policy on CPU
-    threads: int = 1
+    threads: int = ranged("[1, 1024]", 1)
     #: show a rich progress bar (off when stdout is not a terminal)
     progress: bool = True
     #: write the step's rollouts with their per-step credit to ``rollouts/step_N.jsonl.gz`` every
     #: N steps (and at the last) for ``proas inspect`` and ``proas probe stats``; about 90 KiB a
     #: step on household; 0 = never
-    rollout_log_every: int = 10
+    rollout_log_every: int = ranged("[0, INT32]", 10)
 
 
 @dataclass
 class Config:
     #: seeds task sampling, weights, action sampling, graph pruning
-    seed: int = 0
+    seed: int = ranged("[0, SEED]", 0)
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -395,43 +416,70 @@ _SHORTHANDS = {"env": "env.name", "policy": "policy.kind", "estimator": "algo.es
                "shaping": "algo.shaping"}
 
 
-#: the range of ``seed``: every RNG the run seeds (numpy, torch, Python) takes it as it is
-SEED_RANGE = (0, 2**32)
+#: the largest scorer table (``policy.scorer.dim`` x ``2**policy.scorer.hash_bits`` weights;
+#: the scorer keeps two, 4 GiB each at this size): a product that still fits in memory
+MAX_SCORER_TABLE = 2**30
+#: the most episodes a step may roll out (``env.tasks_per_step`` x ``env.group_size``), each an
+#: env game held in memory
+MAX_EPISODES_PER_STEP = 2**20
 
 
-def _check_numbers(obj: Any, prefix: str = "") -> None:
-    """Every number of the config is finite, and every count is >= 0: a NaN rate or an
-    infinite penalty would otherwise train to the end and exit 0, and a negative count would be
-    read as Python reads a negative index (``oracle_tasks=-5``: all but five tasks)."""
+def field_ranges(cls: type | None = None, prefix: str = "") -> dict[str, Range]:
+    """Every numeric config key (dotted, in config order) and its declared range: the table
+    ``check_ranges`` applies, read from the fields' metadata (``ranged``)."""
+    import dataclasses
+
+    cls = Config if cls is None else cls
+    out: dict[str, Range] = {}
+    for f in dataclasses.fields(cls):
+        if "range" in f.metadata:
+            out[prefix + f.name] = f.metadata["range"]
+        elif dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+            out.update(field_ranges(f.default_factory, f"{prefix}{f.name}."))
+    return out
+
+
+def check_ranges(obj: Any, prefix: str = "") -> None:
+    """Every number of the config lies in its field's declared range (``ranged``): one line
+    naming the key, the value and the range otherwise. Unchecked, a NaN rate or an infinite
+    penalty would train to the end and exit 0, a rate of 1e300 is inf on the float32 weights, a
+    negative count is read as Python reads a negative index (``oracle_tasks=-5``: all but five
+    tasks) and a width of 10**9 cannot be allocated. A number in a field with no declared range
+    (none: tests/test_input_ranges.py checks that every numeric field declares one) must at
+    least be finite."""
     import dataclasses
 
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         key = prefix + f.name
         if dataclasses.is_dataclass(value):
-            _check_numbers(value, key + ".")
+            check_ranges(value, key + ".")
             continue
-        items = value if isinstance(value, list) else [value]
-        for v in items:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+        rng = f.metadata.get("range")
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):  # None: an optional key left unset
                 continue
-            if isinstance(v, float) and not math.isfinite(v):
+            if rng is not None and v not in rng:
+                raise ProasError(f"config: {key} holds {v!r}, outside {rng}" if isinstance(value, list)
+                                 else f"config: {rng.problem(key, v)}")
+            if rng is None and isinstance(v, float) and not math.isfinite(v):
                 raise ProasError(f"config: {key}={v!r} must be a finite number")
-            if isinstance(v, int) and v < 0:
-                raise ProasError(f"config: {key}={v!r} must be >= 0")
 
 
 def _validate(cfg: Config) -> None:
-    _check_numbers(cfg)
-    if not SEED_RANGE[0] <= cfg.seed < SEED_RANGE[1]:
-        raise ProasError(f"config: seed={cfg.seed} must be in [0, 2**32)")
+    check_ranges(cfg)
+    scorer = cfg.policy.scorer
+    if scorer.dim << scorer.hash_bits > MAX_SCORER_TABLE:
+        raise ProasError(f"config: policy.scorer.dim={scorer.dim} x 2**policy.scorer.hash_bits={scorer.hash_bits} is "
+                         f"{scorer.dim << scorer.hash_bits} weights a table; at most 2**30")
+    episodes = cfg.env.tasks_per_step * cfg.env.group_size
+    if episodes > MAX_EPISODES_PER_STEP:
+        raise ProasError(f"config: env.tasks_per_step={cfg.env.tasks_per_step} x env.group_size={cfg.env.group_size} "
+                         f"is {episodes} episodes a step; at most 2**20")
+
     def choice(key: str, value: Any, allowed: tuple) -> None:
         if value not in allowed:
             raise ProasError(f"config: {key}={value!r} is not one of {', '.join(allowed)}")
-
-    def positive(key: str, value: float, allow_zero: bool = False) -> None:
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ProasError(f"config: {key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
     choice("policy.kind", cfg.policy.kind, POLICIES)
     choice("algo.estimator", cfg.algo.estimator, ESTIMATORS)
@@ -452,61 +500,8 @@ def _validate(cfg: Config) -> None:
     choice("algo.graph.source", cfg.algo.graph.source, GRAPH_SOURCES)
     if cfg.algo.graph.source == "load" and not cfg.algo.graph.path:
         raise ProasError("config: algo.graph.source=load needs algo.graph.path=<graph file>")
-    if not 0.0 <= cfg.algo.graph.prune < 1.0:
-        raise ProasError(f"config: algo.graph.prune={cfg.algo.graph.prune} must be in [0, 1)")
     if not cfg.env.name:
         raise ProasError("config: env.name must not be empty")
-    for key, val in [
-        ("env.tasks_per_step", cfg.env.tasks_per_step),
-        ("env.group_size", cfg.env.group_size),
-        ("env.fixed_val_set.size", cfg.env.fixed_val_set.size),
-        ("train.steps", cfg.train.steps),
-        ("train.threads", cfg.train.threads),
-        ("algo.ppo_epochs", cfg.algo.ppo_epochs),
-        ("algo.minibatch_size", cfg.algo.minibatch_size),
-        ("algo.max_gen_batches", cfg.algo.max_gen_batches),
-        ("policy.temperature", cfg.policy.temperature),
-        ("policy.scorer.dim", cfg.policy.scorer.dim),
-        ("policy.scorer.lr", cfg.policy.scorer.lr),
-        ("policy.lm.lr", cfg.policy.lm.lr),
-        ("policy.lm.max_new_tokens", cfg.policy.lm.max_new_tokens),
-        ("policy.lm.micro_batch_size", cfg.policy.lm.micro_batch_size),
-        ("policy.lm.score_tokens_per_pass", cfg.policy.lm.score_tokens_per_pass),
-        ("algo.critic_lr", cfg.algo.critic_lr),
-        ("algo.dual_clip", cfg.algo.dual_clip),
-    ]:
-        positive(key, val)
-    for key, val in [
-        ("env.invalid_action_penalty", cfg.env.invalid_action_penalty),
-        ("algo.entropy_coef", cfg.algo.entropy_coef),
-        ("algo.clip_low", cfg.algo.clip_low),
-        ("algo.max_grad_norm", cfg.algo.max_grad_norm),
-        ("train.val_every", cfg.train.val_every),
-        ("train.save_every", cfg.train.save_every),
-        ("train.rollout_log_every", cfg.train.rollout_log_every),
-        ("policy.val_temperature", cfg.policy.val_temperature),
-        ("policy.lm.lora_rank", cfg.policy.lm.lora_rank),
-        ("policy.lm.history_length", cfg.policy.lm.history_length),
-        ("policy.lm.weight_decay", cfg.policy.lm.weight_decay),
-        ("policy.scorer.history_length", cfg.policy.scorer.history_length),
-        ("policy.scorer.weight_decay", cfg.policy.scorer.weight_decay),
-    ]:
-        positive(key, val, allow_zero=True)
-    for temp in cfg.train.final_val_temperatures:
-        if not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
-            raise ProasError(f"config: train.final_val_temperatures holds {temp!r}; each must be a number >= 0")
-    if cfg.algo.clip_high is not None:
-        positive("algo.clip_high", cfg.algo.clip_high, allow_zero=True)
-    if cfg.algo.kl_coef is not None:
-        positive("algo.kl_coef", cfg.algo.kl_coef, allow_zero=True)
-    if cfg.env.max_steps is not None:
-        positive("env.max_steps", cfg.env.max_steps)
-    if cfg.algo.dual_clip <= 1.0:
-        raise ProasError(f"config: algo.dual_clip={cfg.algo.dual_clip} must be > 1")
-    if not 0.0 < cfg.algo.gamma <= 1.0 or not 0.0 <= cfg.algo.lam <= 1.0:
-        raise ProasError("config: algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
-    if not 4 <= cfg.policy.scorer.hash_bits <= 24:
-        raise ProasError("config: policy.scorer.hash_bits must be in [4, 24]")
     lm = cfg.policy.lm
     if cfg.policy.kind == "lm" and not (lm.model_path or lm.model_config or lm.init_from):
         raise ProasError(
@@ -515,8 +510,6 @@ def _validate(cfg: Config) -> None:
         )
     if lm.init_from and (lm.model_path or lm.model_config):
         raise ProasError("config: policy.lm.init_from replaces policy.lm.model_path / model_config; set only one")
-    if not 0.0 <= lm.warmup_ratio < 1.0:
-        raise ProasError(f"config: policy.lm.warmup_ratio={lm.warmup_ratio} must be in [0, 1)")
     problem = lm_options.attn_problem(lm.attn_implementation, lm.mode, lm.score_impl, lm.gradient_checkpointing)
     if problem:
         raise ProasError(f"config: {problem}")
