@@ -135,8 +135,10 @@ def test_serve_refuses_a_busy_port_a_missing_checkpoint_and_other_hosts(served, 
         make_server(server, "127.0.0.1", port)
     assert proas_main(["serve", str(tmp_path / "nothing")]) == 2
     assert proas_main(["serve", str(server.directory), "--host", "0.0.0.0"]) == 2
-    assert proas_main(["serve", str(server.directory), "--max-body", "0"]) == 2
-    assert proas_main(["serve", str(server.directory), "--max-queue", "-1"]) == 2
+    for option, value in (("--max-body", "0"), ("--max-queue", "-1")):  # refused as the command line is parsed
+        with pytest.raises(SystemExit) as stop:
+            proas_main(["serve", str(server.directory), option, value])
+        assert stop.value.code == 2
     assert "loopback addresses only" in capsys.readouterr().err
 
 

@@ -105,7 +105,9 @@ def test_sft_refuses_bad_input(tmp_path):
     train_sft(c, tmp_path / "b", SFTOptions(epochs=1, max_tasks=2))
     with pytest.raises(ProasError, match="already"):
         train_sft(c, tmp_path / "b", SFTOptions(epochs=1, max_tasks=2))
-    assert proas_main(["sft", *TOY, "--run-dir", str(tmp_path / "c"), "--epochs", "-1"]) == 2
+    with pytest.raises(SystemExit) as stop:  # refused as the command line is parsed
+        proas_main(["sft", *TOY, "--run-dir", str(tmp_path / "c"), "--epochs", "-1"])
+    assert stop.value.code == 2 and not (tmp_path / "c").exists()
 
 
 def test_teacher_data_of_the_scorer_and_the_lm():

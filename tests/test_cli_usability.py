@@ -148,12 +148,13 @@ def test_metavars_follow_one_convention():
         if mv is None or not re.fullmatch(METAVAR, mv):
             bad.append(f"{name}: metavar {mv!r}")
             continue
-        if a.type is int and mv not in INT_METAVARS:
+        kind = getattr(a.type, "kind", a.type)  # a proas.ranges.Number: int or float
+        if kind is int and mv not in INT_METAVARS:
             bad.append(f"{name}: an integer named {mv} (one of {sorted(INT_METAVARS)})")
-        if a.type is float and mv not in FLOAT_METAVARS:
+        if kind is float and mv not in FLOAT_METAVARS:
             bad.append(f"{name}: a number named {mv} (one of {sorted(FLOAT_METAVARS)})")
         if a.option_strings and a.option_strings[-1] != "--out":  # --out is a file or a folder
-            by_flag.setdefault((a.option_strings[-1], a.type), set()).add(mv)
+            by_flag.setdefault((a.option_strings[-1], kind), set()).add(mv)
     bad += [f"{flag}: named {sorted(mvs)}" for (flag, _), mvs in by_flag.items() if len(mvs) > 1]
     for path, parser in _walk(build_parser()):
         for a in parser._actions:

@@ -39,8 +39,11 @@ def test_export_writes_alfworld_layout(tmp_path, capsys):
 
 
 def test_export_bad_limit_is_an_error(tmp_path, capsys):
-    assert cli.main(["household", "export", "--out", str(tmp_path), "--limit", "-1"]) == 2
+    with pytest.raises(SystemExit) as stop:  # refused as the command line is parsed
+        cli.main(["household", "export", "--out", str(tmp_path), "--limit", "-1"])
+    assert stop.value.code == 2
     assert "--limit" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.alfworld

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from proas.errors import ProasError
+from proas.ranges import SECONDS, integer, number, seed
 
 _OVERRIDES_HELP = "config overrides of `proas train` (env=..., policy=..., env.fixed_val_set.size=...)"
 
@@ -16,10 +16,11 @@ def register(sub) -> None:
                        description="Direct baseline: the untrained policy of a `proas train` config on its "
                                    "validation set (the figures of step 0 of an RL run).")
     d.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
-    d.add_argument("--tasks", type=int, default=None, help="number of validation tasks (default: the config's)")
-    d.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: "
+    d.add_argument("--tasks", type=integer("[1, INT32]"),
+                   default=None, help="number of validation tasks (default: the config's)")
+    d.add_argument("--temperature", type=number("[0, F32]"), default=None, help="sampling temperature (default: "
                    "policy.val_temperature)")
-    d.add_argument("--seed", type=int, default=None, help="validation sampling seed (default: as RL step 0)")
+    d.add_argument("--seed", type=seed(), default=None, help="validation sampling seed (default: as RL step 0)")
     d.add_argument("--save", metavar="RUN_DIR", help="also save the untrained policy as a run directory "
                    "(for proas eval / serve / probe)")
     d.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -30,13 +31,14 @@ def register(sub) -> None:
                                    "training tasks, validate like RL runs, keep the best checkpoint.")
     s.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     s.add_argument("--run-dir", required=True, metavar="DIR", help="the run directory to create")
-    s.add_argument("--epochs", type=int, default=10, help="passes over the oracle trajectories (default 10)")
-    s.add_argument("--lr", type=float, default=None, metavar="RATE",
+    s.add_argument("--epochs", type=integer("[1, INT32]"),
+                   default=10, help="passes over the oracle trajectories (default 10)")
+    s.add_argument("--lr", type=number("[F32_TINY, F32]"), default=None, metavar="RATE",
                    help="learning rate (default: Adam 0.01 for the scorer, policy.lm.lr for the lm)")
-    s.add_argument("--batch-size", type=int, default=64, help="oracle steps per gradient step")
-    s.add_argument("--val-every", type=int, default=1, help="validate every N epochs")
-    s.add_argument("--max-tasks", type=int, default=None, help="use at most N training tasks")
-    s.add_argument("--sequence-loss", type=float, default=0.0, metavar="WEIGHT",
+    s.add_argument("--batch-size", type=integer("[1, 2**20]"), default=64, help="oracle steps per gradient step")
+    s.add_argument("--val-every", type=integer("[1, INT32]"), default=1, help="validate every N epochs")
+    s.add_argument("--max-tasks", type=integer("[1, INT32]"), default=None, help="use at most N training tasks")
+    s.add_argument("--sequence-loss", type=number("[0, F32]"), default=0.0, metavar="WEIGHT",
                    help="lm only: add WEIGHT x the next-token loss over each whole demonstration (prompt "
                         "and response), as TRL trains when not completion-only (default 0: off)")
     s.set_defaults(func=_sft)
@@ -46,17 +48,17 @@ def register(sub) -> None:
                                    "ReAct format of `proas react`. Loopback addresses only.")
     v.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="the run (its best checkpoint) or checkpoint to serve")
     v.add_argument("--host", default="127.0.0.1", metavar="HOST", help="loopback address to bind (default 127.0.0.1)")
-    v.add_argument("--port", type=int, default=8000, help="port (0 = any free port; default 8000)")
-    v.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
+    v.add_argument("--port", type=integer("[0, 65535]"), default=8000, help="port (0 = any free port; default 8000)")
+    v.add_argument("--seed", type=seed(), default=0, help="seed of the sampling generator")
     v.add_argument("--model-name", default=None, metavar="NAME",
                    help="the model id to report (default: from the checkpoint)")
-    v.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
+    v.add_argument("--max-body", type=integer("[1, INT32]"), default=1 << 20, metavar="BYTES",
                    help="largest request body; a larger one is answered 413 (default 1 MiB)")
-    v.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
+    v.add_argument("--read-timeout", type=number(SECONDS), default=10.0, metavar="SECONDS",
                    help="seconds to receive a request body, else 408 (default 10)")
-    v.add_argument("--max-queue", type=int, default=256, metavar="N",
+    v.add_argument("--max-queue", type=integer("[0, 2**20]"), default=256, metavar="N",
                    help="requests that may wait for the policy; more are answered 503 (default 256)")
-    v.add_argument("--keep-alive", type=float, default=5.0, metavar="SECONDS",
+    v.add_argument("--keep-alive", type=number(SECONDS), default=5.0, metavar="SECONDS",
                    help="seconds an idle keep-alive connection stays open (default 5)")
     v.set_defaults(func=_serve)
 
@@ -66,14 +68,17 @@ def register(sub) -> None:
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     r.add_argument("--base-url", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
     r.add_argument("--model", required=True, metavar="NAME", help="model name sent with each request")
-    r.add_argument("--tasks", type=int, default=None, help="number of validation tasks (default: the config's)")
-    r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature sent with each request "
+    r.add_argument("--tasks", type=integer("[1, INT32]"),
+                   default=None, help="number of validation tasks (default: the config's)")
+    r.add_argument("--temperature", type=number("[0, F32]"),
+                   default=0.0, help="sampling temperature sent with each request "
                    "(default 0.0)")
-    r.add_argument("--seed", type=int, default=None, help="send a per-request seed derived from this")
-    r.add_argument("--retries", type=int, default=4, help="retries per request on connection errors, 429, 5xx")
-    r.add_argument("--backoff", type=float, default=0.5, metavar="SECONDS",
+    r.add_argument("--seed", type=seed(), default=None, help="send a per-request seed derived from this")
+    r.add_argument("--retries", type=integer("[0, 16]"),
+                   default=4, help="retries per request on connection errors, 429, 5xx")
+    r.add_argument("--backoff", type=number("[0, 60]"), default=0.5, metavar="SECONDS",
                    help="first retry delay in seconds (doubles)")
-    r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="seconds per request")
+    r.add_argument("--timeout", type=number(SECONDS), default=60.0, metavar="SECONDS", help="seconds per request")
     r.add_argument("--api-key-env", default=None, metavar="VAR", help="send the key in this env variable")
     r.add_argument("--out", default=None, metavar="FILE.jsonl", help="write the trajectories (with replies)")
     r.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -94,8 +99,6 @@ def _direct(args) -> int:
     # reported at once, not after seconds of imports
     from proas.train.config import build_config
 
-    if args.tasks is not None and args.tasks <= 0:
-        raise ProasError("--tasks must be > 0")
     cfg = build_config(args.overrides)
     from proas.baselines.direct import direct_eval
 
@@ -151,10 +154,6 @@ def _serve(args) -> int:
 def _react(args) -> int:
     from proas.train.config import build_config
 
-    if args.tasks is not None and args.tasks <= 0:
-        raise ProasError("--tasks must be > 0")
-    if args.retries < 0 or args.backoff < 0 or args.timeout <= 0:
-        raise ProasError("--retries and --backoff must be >= 0, --timeout > 0")
     cfg = build_config(args.overrides)
     from proas.baselines.common import env_name, val_result, validation_ids
     from proas.baselines.react import ChatClient, api_key_from_env, run_react

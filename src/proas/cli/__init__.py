@@ -70,7 +70,8 @@ def _conventions(parser: argparse.ArgumentParser) -> None:
     """The help's conventions, applied to every command in one place (checked by
     tests/test_cli_usability.py): subcommands are named COMMAND; a whole number that its command
     does not name is N (SEED for a seed, PORT for a port), a temperature T; and every option
-    with a default says it."""
+    with a default says it. A number's type is a ``proas.ranges.Number`` (its range checked as
+    it is parsed), whose ``kind`` is ``int`` or ``float``."""
     for a in parser._actions:
         if isinstance(a, argparse._SubParsersAction):
             a.metavar = "COMMAND"
@@ -80,9 +81,10 @@ def _conventions(parser: argparse.ArgumentParser) -> None:
         if isinstance(a, argparse._HelpAction) or a.nargs == 0:
             continue
         if a.metavar is None and a.choices is None:
-            if a.type is int:
+            kind = getattr(a.type, "kind", a.type)
+            if kind is int:
                 a.metavar = "SEED" if "seed" in a.dest else "PORT" if a.dest == "port" else "N"
-            elif a.type is float and "temperature" in a.dest:
+            elif kind is float and "temperature" in a.dest:
                 a.metavar = "T"
         if (a.option_strings and a.help and a.default is not None and a.default is not argparse.SUPPRESS
                 and "default" not in a.help):  # (a default of 0 is shown too: `0 in (None, False)` holds)

@@ -22,6 +22,7 @@ from proas.credit.registry import (
 )
 from proas.errors import ProasError
 from proas.fileio import atomic_write_all, check_output_path
+from proas.ranges import seed
 from proas.termtext import printable
 from proas.types import Trajectory, TrajectoryFormatError
 
@@ -241,7 +242,7 @@ def register(sub) -> None:
     p.add_argument("--group-stats", choices=list(GROUP_STATS), default=None,
                    help="group mean/std over the group's step rows (steps, verl-agent's default) "
                         f"or one sample per trajectory (trajectories); {', '.join(estimators_taking('group_stats'))}")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random-label ablation")
+    p.add_argument("--seed", type=seed(), default=0, help="seed of the random-label ablation")
     p.add_argument("--estimator-option", action="append", metavar="KEY=VALUE",
                    help="an option of the estimator, e.g. gamma=0.95 (docs/credit.md lists them)")
     p.add_argument("--shaping-option", action="append", metavar="KEY=VALUE", help=", ".join(SHAPING_OPTIONS))

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from proas.errors import ProasError
+from proas.ranges import SECONDS, integer, number, seed
 
 RUN_HELP = """\
 Run a study's grid of `proas train` runs in parallel processes.
@@ -25,14 +26,15 @@ def register(sub) -> None:
     r = esub.add_parser("run", help="run a study's grid", description=RUN_HELP,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", metavar="CONFIG", help="study config (.yaml) or shipped study name")
-    r.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the study's)")
+    r.add_argument("--seeds", type=seed(), nargs="+", help="seeds (default: the study's)")
     r.add_argument("--rows", nargs="+", metavar="ROW", help="row ids to run (default: every runnable row)")
     r.add_argument("--envs", nargs="+", metavar="ENV", help="environments (default: the study's)")
-    r.add_argument("--steps", type=int, help="step budget (default: the study's; a smaller one is a reduced "
+    r.add_argument("--steps", type=integer("[1, INT32]"),
+                   help="step budget (default: the study's; a smaller one is a reduced "
                    "setting and the report says so)")
-    r.add_argument("--jobs", "-j", type=int, default=None, help="runs at a time (default: CPU cores)")
+    r.add_argument("--jobs", "-j", type=integer("[1, 4096]"), default=None, help="runs at a time (default: CPU cores)")
     r.add_argument("--out", default="results/runs", metavar="DIR", help="results directory (default: results/runs)")
-    r.add_argument("--time-limit", type=float, metavar="SECONDS", help="stop every run after this long "
+    r.add_argument("--time-limit", type=number(SECONDS), metavar="SECONDS", help="stop every run after this long "
                    "(checkpoints kept; run the command again to resume)")
     r.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     r.set_defaults(func=_run)
@@ -43,7 +45,8 @@ def register(sub) -> None:
     rep = sub.add_parser("report", help="tables (Markdown, CSV) and learning curves of a results directory")
     rep.add_argument("results", metavar="RESULTS_DIR", help="the --out of `proas experiment run`")
     rep.add_argument("--out", metavar="DIR", help="where to write report.md, CSVs and PNGs (default: RESULTS_DIR)")
-    rep.add_argument("--steps", type=int, help="step budget for 'best checkpoint within' (default: each study's)")
+    rep.add_argument("--steps", type=integer("[1, INT32]"),
+                     help="step budget for 'best checkpoint within' (default: each study's)")
     rep.add_argument("--studies", nargs="+", metavar="STUDY", help="only these saved studies")
     rep.add_argument("--no-plots", action="store_true", help="skip the PNG curves")
     rep.set_defaults(func=_report)
@@ -215,14 +218,8 @@ def _run(args) -> int:
 
     study = load_study(args.config)
     if args.steps is not None:
-        if args.steps <= 0:
-            raise ProasError("--steps must be > 0")
         study.steps = args.steps
-    if args.seeds is not None and any(s < 0 for s in args.seeds):
-        raise ProasError("--seeds must be >= 0")
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    if jobs <= 0:
-        raise ProasError("--jobs must be > 0")
     out = Path(args.out)
     specs = study.runs(out, seeds=args.seeds, rows=args.rows, envs=args.envs)
     status = plan(study, specs, out.resolve())
@@ -256,8 +253,6 @@ def _list(args) -> int:
 def _report(args) -> int:
     from proas.experiments.report import make_report
 
-    if args.steps is not None and args.steps <= 0:
-        raise ProasError("--steps must be > 0")
     path = make_report(Path(args.results), Path(args.out) if args.out else None, budget=args.steps,
                        studies=args.studies, plots=not args.no_plots)
     print(f"report: {path}")

@@ -17,6 +17,7 @@ from rich.console import Console
 from proas.errors import ProasError
 from proas.fileio import atomic_write_bytes
 from proas.inspect.view import inspection, select
+from proas.ranges import integer
 from proas.rollout_log import read_rollouts
 from proas.termtext import printable
 
@@ -74,30 +75,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
-def _step(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
-    return n
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser("inspect", help="show why each step of a logged batch got its credit (terminal or HTML)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory (with rollouts/)")
-    p.add_argument("--step", type=_step, default=None, metavar="STEP",
+    p.add_argument("--step", type=integer("[0, INT32]"), default=None, metavar="STEP",
                    help="RL step to inspect (default: the newest logged)")
     p.add_argument("--task", default=None, metavar="TASK_ID", help="group id or task id (default: the most "
                    "informative group, "
@@ -107,9 +88,10 @@ def register(sub: Any) -> None:
         "--html", default=None, metavar="FILE.html", help="write a self-contained page with the reference graph"
     )
     p.add_argument("--graph", default=None, metavar="FILE", help="reference graph file (default: the run's checkpoint)")
-    p.add_argument("--max-nodes", type=_positive, default=300, metavar="N",
+    p.add_argument("--max-nodes", type=integer("[1, 2**20]"), default=300, metavar="N",
                    help="cap on the graph states drawn (default 300)")
     p.add_argument("--observations", action="store_true", help="show each step's observation in the step table "
                    "(needs about 160 columns; shown anyway from 180)")
-    p.add_argument("--width", type=_positive, default=None, metavar="N", help="terminal width (default: detected)")
+    p.add_argument("--width", type=integer("[1, 10000]"),
+                   default=None, metavar="N", help="terminal width (default: detected)")
     p.set_defaults(func=cmd_inspect)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+from proas.ranges import integer, seed
+
 
 def register(sub) -> None:
     lm = sub.add_parser(
@@ -35,8 +37,9 @@ def register(sub) -> None:
     t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides of `proas train` "
                    "(env.options..., env.fixed_train_set.path=..., policy.lm.history_length=...)")
     t.add_argument("--env", default=None, metavar="ENV", help="the env (shorthand for env.name=...)")
-    t.add_argument("--vocab", type=int, default=4096, help="vocabulary size (default 4096)")
-    t.add_argument("--max-tasks", type=int, default=None, help="use at most N training tasks, evenly spaced")
+    t.add_argument("--vocab", type=integer("[300, 2**20]"), default=4096, help="vocabulary size (default 4096)")
+    t.add_argument("--max-tasks", type=integer("[1, INT32]"),
+                   default=None, help="use at most N training tasks, evenly spaced")
     t.add_argument("--span", choices=("line", "word"), default="line", help="merges may span words within a line "
                    "(default: short prompts) or stay within words")
     t.add_argument("--out", required=True, metavar="DIR", help="the directory to write (new or empty)")
@@ -47,11 +50,11 @@ def register(sub) -> None:
                                     "tokenizer's vocabulary) with the tokenizer, for policy.lm.model_path=OUT.")
     m.add_argument("--tokenizer", required=True, metavar="DIR", help="a tokenizer directory (proas lm tokenizer)")
     m.add_argument("--size", default="small", metavar="SIZE", help="tiny | small | base | large (default small)")
-    m.add_argument("--layers", type=int, default=None, help="override the number of layers")
-    m.add_argument("--hidden-size", type=int, default=None, help="override the hidden size")
-    m.add_argument("--heads", type=int, default=None, help="override the attention heads")
-    m.add_argument("--max-positions", type=int, default=8192, help="longest sequence (default 8192)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    m.add_argument("--layers", type=integer("[1, 1024]"), default=None, help="override the number of layers")
+    m.add_argument("--hidden-size", type=integer("[1, 2**16]"), default=None, help="override the hidden size")
+    m.add_argument("--heads", type=integer("[1, 1024]"), default=None, help="override the attention heads")
+    m.add_argument("--max-positions", type=integer("[1, 2**20]"), default=8192, help="longest sequence (default 8192)")
+    m.add_argument("--seed", type=seed(), default=0, help="seed of the initial weights")
     m.add_argument("--out", required=True, metavar="DIR", help="the directory to write (new or empty)")
     m.set_defaults(func=_new_model)
 

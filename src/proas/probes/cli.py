@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from proas.errors import ProasError
+from proas.ranges import integer, number, seed
 
 
 def register(sub) -> None:
@@ -15,9 +16,10 @@ def register(sub) -> None:
     s = ps.add_parser("stats", help="unreasonable steps in successes, NA steps in failures, over training")
     s.add_argument("runs", nargs="+", metavar="RUN_DIR", help="training runs (their checkpoints and rollout logs)")
     s.add_argument("--out", required=True, metavar="DIR", help="where stats.csv/.md/.png go")
-    s.add_argument("--tasks", type=int, default=32, help="training tasks per checkpoint (fresh rollouts only)")
-    s.add_argument("--group", type=int, default=4, help="rollouts per task (fresh rollouts only)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the fresh rollouts")
+    s.add_argument("--tasks", type=integer("[1, 2**16]"),
+                   default=32, help="training tasks per checkpoint (fresh rollouts only)")
+    s.add_argument("--group", type=integer("[1, 2**16]"), default=4, help="rollouts per task (fresh rollouts only)")
+    s.add_argument("--seed", type=seed(), default=0, help="seed of the fresh rollouts")
     s.set_defaults(func=_stats)
 
     for name, helptext in (("esr", "ESR with vs without an injected segment of K unreasonable actions"),
@@ -25,21 +27,24 @@ def register(sub) -> None:
         e = ps.add_parser(name, help=helptext)
         e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="the policy (proas eval's resolution)")
         e.add_argument("--out", required=True, metavar="DIR", help=f"where {name}.csv/.md/.png go")
-        e.add_argument("--tasks", type=int, default=8, help="validation tasks to probe, evenly spaced over "
+        e.add_argument("--tasks", type=integer("[1, 2**16]"),
+                       default=8, help="validation tasks to probe, evenly spaced over "
                        "the validation set (default 8)")
-        e.add_argument("--n", type=int, default=50, help="continuations per state (default 50)")
-        e.add_argument("--temperature", type=float, default=None, help="sampling temperature "
+        e.add_argument("--n", type=integer("[1, 2**16]"), default=50, help="continuations per state (default 50)")
+        e.add_argument("--temperature", type=number("[0, F32]"), default=None, help="sampling temperature "
                        "(default: the run's policy.temperature)")
-        e.add_argument("--seed", type=int, default=0, help="seed of the sampled continuations")
+        e.add_argument("--seed", type=seed(), default=0, help="seed of the sampled continuations")
         if name == "esr":
-            e.add_argument("--k", type=int, action="append", default=None,
+            e.add_argument("--k", type=integer("[1, 2**16]"), action="append", default=None,
                            help="length of the injected segment; repeat for several (default 4)")
-            e.add_argument("--cut", type=float, default=0.5, metavar="FRACTION",
+            e.add_argument("--cut", type=number("[0, 1]"), default=0.5, metavar="FRACTION",
                            help="the clean prefix: this fraction of the oracle walkthrough (default 0.5)")
             e.set_defaults(func=_esr)
         else:
-            e.add_argument("--rollouts", type=int, default=2, help="episodes per task to find failures")
-            e.add_argument("--points", type=int, default=4, help="suppression points per failed trajectory")
+            e.add_argument("--rollouts", type=integer("[1, 2**16]"),
+                           default=2, help="episodes per task to find failures")
+            e.add_argument("--points", type=integer("[1, 2**16]"),
+                           default=4, help="suppression points per failed trajectory")
             e.add_argument("--graph", default=None, metavar="FILE", help="reference graph file (default: the "
                            "checkpoint's, else the oracle graph of the training tasks)")
             e.set_defaults(func=_fd)
@@ -58,8 +63,6 @@ def _setup(args):
     from proas.baselines.common import env_name, load_policy, validation_ids
     from proas.envs import make_factory
 
-    if args.tasks <= 0 or args.n <= 0:
-        raise ProasError("--tasks and --n must be > 0")
     policy, cfg, directory, _ = load_policy(args.target)
     make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()

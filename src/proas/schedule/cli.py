@@ -15,6 +15,7 @@ from typing import Any
 
 from proas import envs, tasksets
 from proas.errors import ProasError
+from proas.ranges import integer, seed
 from proas.termtext import printable
 
 
@@ -105,17 +106,19 @@ def register(sub: Any) -> None:
     ssub.required = True
     mk = ssub.add_parser("make", help="write the validation set and a training schedule for one env and seed")
     mk.add_argument("--env", required=True, metavar="ENV", help=f"environment: {', '.join(envs.names())}")
-    mk.add_argument("--seed", type=int, required=True, help="schedule seed (the paper uses 0, 1, 2)")
+    mk.add_argument("--seed", type=seed(), required=True, help="schedule seed (the paper uses 0, 1, 2)")
     mk.add_argument("--ppo", action="store_true", help="PPO schedule: 128 task slots a step, under fix_train_set_ppo/")
-    mk.add_argument("--steps", type=int, default=150, help="RL steps (default 150)")
-    mk.add_argument("--per-step", type=int, default=None, help="tasks a step (default 16, or 128 with --ppo)")
+    mk.add_argument("--steps", type=integer("[1, 2**20]"), default=150, help="RL steps (default 150)")
+    mk.add_argument("--per-step", type=integer("[1, 2**16]"),
+                    default=None, help="tasks a step (default 16, or 128 with --ppo)")
     mk.add_argument("--out", default=None, metavar="DIR",
                     help="data root to write under (default: the package's shipped data)")
     mk.set_defaults(func=cmd_make)
     tv = ssub.add_parser("make-tuning-val", help="write a tuning validation set (tasks no study evaluates on)")
     tv.add_argument("--env", required=True, metavar="ENV", help=f"environment: {', '.join(tuning_splits())}")
-    tv.add_argument("--size", type=int, default=128, help="tasks (default 128; all of a smaller split)")
-    tv.add_argument("--draw-seed", type=int, default=0, help="seed of the draw from the split (default 0)")
+    tv.add_argument("--size", type=integer("[1, 2**20]"),
+                    default=128, help="tasks (default 128; all of a smaller split)")
+    tv.add_argument("--draw-seed", type=seed(), default=0, help="seed of the draw from the split (default 0)")
     tv.add_argument("--out", default=None, metavar="FILE",
                     help="the .jsonl to write (default: the package's tuning_val_set/ENV.jsonl)")
     tv.set_defaults(func=cmd_make_tuning_val)

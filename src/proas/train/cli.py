@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from proas.errors import ProasError
+from proas.ranges import integer, number, seed
 
 TRAIN_HELP = """\
 Train a policy with multi-turn group RL and ProAS credit.
@@ -32,12 +32,14 @@ def register(sub) -> None:
     e = sub.add_parser("eval", help="evaluate a trained policy on the validation set")
     e.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="a run directory (its best checkpoint) or a "
                    "checkpoint directory / state.pt")
-    e.add_argument("--tasks", type=int, default=None, help="number of validation tasks, spread evenly over the "
+    e.add_argument("--tasks", type=integer("[1, INT32]"),
+                   default=None, help="number of validation tasks, spread evenly over the "
                    "task types of the whole validation set (the types take turns, each its next task in set "
                    "order); default: the run's own validation tasks")
-    e.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's "
+    e.add_argument("--temperature", type=number("[0, F32]"),
+                   default=None, help="sampling temperature (default: the run's "
                    "policy.val_temperature; 0 = greedy)")
-    e.add_argument("--seed", type=int, default=None, help="seed of the evaluation's sampling (default: the seed "
+    e.add_argument("--seed", type=seed(), default=None, help="seed of the evaluation's sampling (default: the seed "
                    "of the run's own validation at the checkpoint's step, which gives its figure again)")
     e.add_argument("--json", action="store_true", help="print the figures as JSON")
     e.set_defaults(func=_eval)
@@ -79,8 +81,6 @@ def _eval(args) -> int:
 
     from proas.train.evaluate import evaluate_checkpoint, print_val_table
 
-    if args.tasks is not None and args.tasks <= 0:
-        raise ProasError("--tasks must be > 0")
     res, info = evaluate_checkpoint(Path(args.target), tasks=args.tasks, temperature=args.temperature,
                                     seed=args.seed)
     if args.json:

@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from proas.envs.household.env import game_file, task_ids
-from proas.errors import ProasError
 from proas.fileio import atomic_write_text
+from proas.ranges import integer
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     ids = list(args.task) if args.task else task_ids(args.split)
     if args.limit is not None:
-        if args.limit < 0:
-            raise ProasError("--limit must be >= 0")
         ids = ids[: args.limit]
     for task_id in ids:
         game_file(task_id, args.out)
@@ -47,7 +45,7 @@ def register(sub: Any) -> None:
     ex.add_argument("--split", default="valid", choices=("train", "valid_seen", "valid_unseen", "valid"),
                     help="the split to export (default valid, the fixed 128)")
     ex.add_argument("--task", action="append", metavar="TASK_ID", help="a task id (repeatable); overrides --split")
-    ex.add_argument("--limit", type=int, default=None, help="export only the first N tasks")
+    ex.add_argument("--limit", type=integer("[0, INT32]"), default=None, help="export only the first N tasks")
     ex.add_argument("--logic", metavar="DIR", default=None,
                     help="also write ALFWorld's domain and grammar (alfred.pddl, alfred.twl2) here: "
                          "$ALFWORLD_DATA/logic, where AlfredTWEnv's config reads them")

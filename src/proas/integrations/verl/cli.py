@@ -7,6 +7,7 @@ import time
 
 from proas.errors import ProasError
 from proas.fileio import check_output_path
+from proas.ranges import integer, number, seed
 
 
 def cmd_build_graph(args) -> int:
@@ -67,9 +68,9 @@ def register(sub) -> None:
     g.add_argument("--variant", default="oracle", choices=["oracle", "incomplete", "distill"],
                    help="which graph (see above)")
     g.add_argument("--out", required=True, metavar="FILE", help="where to save the graph, e.g. arg.json.gz")
-    g.add_argument("--tasks", type=int, default=None, help="use only the first N training tasks")
-    g.add_argument("--seed", type=int, default=0, help="seeds the incomplete variant's pruning")
-    g.add_argument("--prune", type=float, default=0.4, metavar="FRACTION",
+    g.add_argument("--tasks", type=integer("[1, INT32]"), default=None, help="use only the first N training tasks")
+    g.add_argument("--seed", type=seed(), default=0, help="seeds the incomplete variant's pruning")
+    g.add_argument("--prune", type=number("[0, 1)"), default=0.4, metavar="FRACTION",
                    help="share of state-action pairs removed (incomplete)")
     g.add_argument("--from", dest="source", default=None, metavar="FILE",
                    help="distill: a saved graph (.json.gz/.json) or a trajectory JSONL")
@@ -83,6 +84,6 @@ def register(sub) -> None:
     )
     s.add_argument("--env", required=True, choices=["household", "shop"], help="the env whose training tasks it writes")
     s.add_argument("--out", required=True, metavar="FILE", help="sft.parquet or sft.jsonl")
-    s.add_argument("--tasks", type=int, default=None, help="use only the first N training tasks")
+    s.add_argument("--tasks", type=integer("[1, INT32]"), default=None, help="use only the first N training tasks")
     s.set_defaults(func=cmd_sft_data)
 
