@@ -36,8 +36,8 @@ from typing import Literal, Protocol, get_args
 import numpy as np
 
 from proas.credit.batch import CreditBatch
-from proas.credit.registry import ESTIMATORS, estimator_spec, register_estimator
-from proas.types import Trajectory, group_by
+from proas.credit.registry import ESTIMATORS, estimator_spec, in_range, register_estimator
+from proas.types import MAX_ABS_NUMBER, Trajectory, group_by
 
 __all__ = [
     "ESTIMATORS",
@@ -84,6 +84,12 @@ GROUP_STATS: tuple[str, ...] = get_args(GroupStats)
 NormMode = Literal["mean_norm", "mean_std_norm"]
 #: REINFORCE++'s batch whitening: every step row a sample, or one per trajectory
 WhitenOver = Literal["steps", "trajectories"]
+#: the numeric options' ranges (``proas.credit.registry.in_range``): a discount, GAE's lambda,
+#: a weight or reward scale (at most a reward's bound, ``MAX_ABS_NUMBER``) and the std floor ε
+Discount = in_range(float, "(0, 1]")
+Lambda = in_range(float, "[0, 1]")
+Weight = in_range(float, f"[0, {MAX_ABS_NUMBER}]")
+Epsilon = in_range(float, f"(0, {MAX_ABS_NUMBER}]")
 
 
 def takes_group_stats(name: str) -> bool:
@@ -204,7 +210,7 @@ def grpo(
     batch: CreditBatch,
     *,
     norm_by_std: bool = True,
-    epsilon: float = 1e-6,
+    epsilon: Epsilon = 1e-6,
     group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
@@ -224,7 +230,7 @@ def dapo(
     batch: CreditBatch,
     *,
     norm_by_std: bool = True,
-    epsilon: float = 1e-6,
+    epsilon: Epsilon = 1e-6,
     group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
@@ -240,10 +246,10 @@ def dapo(
 def gigpo(
     batch: CreditBatch,
     *,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
+    gamma: Discount = 0.95,
+    step_weight: Weight = 1.0,
     mode: NormMode = "mean_norm",
-    epsilon: float = 1e-6,
+    epsilon: Epsilon = 1e-6,
     group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
@@ -296,7 +302,7 @@ def rloo(batch: CreditBatch) -> BaseAdvantage:
 
 
 @register_estimator("reinforce_pp", outcome_only=True)
-def reinforce_pp(batch: CreditBatch, *, epsilon: float = 1e-8, whiten_over: WhitenOver = "steps") -> BaseAdvantage:
+def reinforce_pp(batch: CreditBatch, *, epsilon: Epsilon = 1e-8, whiten_over: WhitenOver = "steps") -> BaseAdvantage:
     """REINFORCE++ with baseline (arXiv:2501.03262; verl's ``reinforce_plus_plus_baseline``).
 
     ``R_i − mean_g`` (a group of one: mean 0), then whitened over the whole batch: mean
@@ -322,11 +328,11 @@ def migpo(
     batch: CreditBatch,
     *,
     milestones: np.ndarray,
-    gamma: float = 0.9,
-    scale: float = 10.0,
-    step_weight: float = 1.0,
+    gamma: Discount = 0.9,
+    scale: Weight = 10.0,
+    step_weight: Weight = 1.0,
     mode: NormMode = "mean_norm",
-    epsilon: float = 1e-6,
+    epsilon: Epsilon = 1e-6,
     group_stats: GroupStats = "steps",
     step_penalty: np.ndarray | None = None,
 ) -> BaseAdvantage:
@@ -373,10 +379,10 @@ def migpo(
 def gae(
     batch: CreditBatch,
     *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
+    gamma: Discount = 1.0,
+    lam: Lambda = 1.0,
     whiten: bool = True,
-    epsilon: float = 1e-8,
+    epsilon: Epsilon = 1e-8,
     bootstrap_truncated: bool = False,
     values: np.ndarray | None = None,
     final_values: np.ndarray | None = None,

@@ -7,6 +7,8 @@ option's type, default and allowed values are written once, in the function that
 - the annotation gives the type (``bool``, ``int``, ``float``, ``str``) or, for ``Literal[...]``,
   the allowed strings; an ``np.ndarray`` option is a *per-batch array* (``step_penalty``,
   ``milestones``), computed for each batch by the caller rather than set in a config;
+- a number's annotation may carry its allowed range (``in_range(float, "(0, 1]")``, a
+  ``proas.ranges.Range``); a number outside, or any non-finite number, is refused;
 - the default is the parameter's default (an option without one must be given).
 
 Everything that names estimators, shapings or their options reads from here: ``compute_credit``
@@ -19,12 +21,16 @@ the options it takes, and the verl hook checks its options at start-up. docs/cre
 from __future__ import annotations
 
 import inspect
+import math
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+
+from proas.ranges import Range
+from proas.types import MAX_ABS_NUMBER
 
 __all__ = [
     "ESTIMATORS",
@@ -40,6 +46,7 @@ __all__ = [
     "estimator_names",
     "estimator_spec",
     "estimators_taking",
+    "in_range",
     "register_estimator",
     "register_shaping",
     "shaping_spec",
@@ -53,14 +60,15 @@ class Option:
     """One keyword option of an estimator or a shaping.
 
     ``type`` is ``bool``, ``int``, ``float``, ``str`` or ``np.ndarray`` (a per-batch array);
-    ``choices`` are the allowed values of a ``Literal`` option; ``default`` is
-    ``inspect.Parameter.empty`` when the option must be given.
+    ``choices`` are the allowed values of a ``Literal`` option; ``range`` those of a number
+    (``in_range``); ``default`` is ``inspect.Parameter.empty`` when the option must be given.
     """
 
     name: str
     type: type
     default: Any = _REQUIRED
     choices: tuple[str, ...] | None = None
+    range: Range | None = None
 
     @property
     def per_batch(self) -> bool:
@@ -89,17 +97,35 @@ class Option:
             ok = isinstance(value, numbers) and not is_bool
         if not ok:
             raise ValueError(f"{owner} option {self.name} must be a {self.type.__name__}, got {value!r}")
+        if self.type in (int, float):
+            try:
+                number = self.type(value)
+            except OverflowError:  # an integer too large for a float
+                raise ValueError(f"{owner} option {self.name} must be a finite number, got {value!r}") from None
+            if self.range is not None and number not in self.range:
+                raise ValueError(f"{owner} option {self.range.problem(self.name, number)}")
+            if not math.isfinite(number):
+                raise ValueError(f"{owner} option {self.name}={number!r} must be a finite number")
+
+
+def in_range(kind: type, interval: str) -> Any:
+    """The annotation of a numeric option with its allowed range: ``Annotated[kind, Range]``
+    (``gamma: Discount = 0.95`` with ``Discount = in_range(float, "(0, 1]")``)."""
+    return Annotated[kind, Range.parse(interval)]
 
 
 def _options_of(fn: Callable, skip: int) -> tuple[Option, ...]:
     """The keyword options of ``fn`` after its first ``skip`` positional parameters."""
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
     out = []
     for param in list(inspect.signature(fn).parameters.values())[skip:]:
         hint = hints.get(param.name)
         if hint is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"{fn.__name__}: option {param.name} must be a keyword with a type annotation")
-        choices = None
+        choices, rng = None, None
+        if typing.get_origin(hint) is Annotated:
+            hint, *extras = typing.get_args(hint)
+            rng = next((x for x in extras if isinstance(x, Range)), None)
         if typing.get_origin(hint) is Literal:
             choices, kind = tuple(typing.get_args(hint)), str
         elif hint in (bool, int, float, str):
@@ -108,7 +134,7 @@ def _options_of(fn: Callable, skip: int) -> tuple[Option, ...]:
             kind = np.ndarray
         else:
             raise TypeError(f"{fn.__name__}: option {param.name} has an unsupported type {hint!r}")
-        out.append(Option(param.name, kind, param.default, choices))
+        out.append(Option(param.name, kind, param.default, choices, rng))
     return tuple(out)
 
 
@@ -252,8 +278,8 @@ SHAPINGS: dict[str, ShapingSpec] = {}
 
 #: the shaping options, shared by all shapings: APR's ε and the progress-reward bonus weight
 SHAPING_OPTIONS: dict[str, Option] = {
-    "epsilon": Option("epsilon", float, 1e-6),
-    "progress_coef": Option("progress_coef", float, 1.0),
+    "epsilon": Option("epsilon", float, 1e-6, range=Range.parse(f"(0, {MAX_ABS_NUMBER}]")),
+    "progress_coef": Option("progress_coef", float, 1.0, range=Range.parse(f"[0, {MAX_ABS_NUMBER}]")),
 }
 
 
