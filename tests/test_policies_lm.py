@@ -556,3 +556,80 @@ def test_the_trainer_runs_a_step_with_either_score_impl(tmp_path, impl):
 def test_score_impl_is_checked():
     with pytest.raises(ProasError, match="policy.lm.score_impl"):
         build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.score_impl=guess"])
+
+
+# ---- the passes' inputs, built with numpy scatters, against the plain per-list loop they replace
+
+def _loop_expand_inputs(items, pad):
+    n, width = len(items), max(len(p) for p, _ in items)
+    ids, mask = torch.full((n, width), pad), torch.zeros((n, width), dtype=torch.long)
+    for i, (p, _) in enumerate(items):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    flat = [c for _, cs in items for c in cs]
+    length = max(len(c) for c in flat)
+    cids, cmask = torch.full((len(flat), length), pad), torch.zeros((len(flat), length), dtype=torch.long)
+    for j, c in enumerate(flat):
+        cids[j, : len(c)] = torch.tensor(c)
+        cmask[j, : len(c)] = 1
+    owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs])
+    return [ids, mask, cids, cmask, owner]
+
+
+def _loop_packed_inputs(items, pad):
+    n = len(items)
+    width = max(len(p) + sum(len(c) for c in cs) for p, cs in items)
+    ids, seg = torch.full((n, width), pad), torch.full((n, width), -1)
+    pos = torch.zeros((n, width), dtype=torch.long)
+    rows, cols, owner, flat = [], [], [], 0
+    for i, (p, cs) in enumerate(items):
+        ids[i, : len(p)], seg[i, : len(p)], pos[i, : len(p)] = torch.tensor(p), 0, torch.arange(len(p))
+        at = len(p)
+        for k, c in enumerate(cs):
+            ids[i, at: at + len(c)] = torch.tensor(c)
+            seg[i, at: at + len(c)] = k + 1
+            pos[i, at: at + len(c)] = torch.arange(len(p), len(p) + len(c))
+            rows += [i] * len(c)
+            cols += [len(p) - 1, *range(at, at + len(c) - 1)]
+            owner += [flat] * len(c)
+            at += len(c)
+            flat += 1
+    return [ids, seg, pos, torch.tensor(rows), torch.tensor(cols), torch.tensor(owner)]
+
+
+class _Recorder(torch.nn.Module):
+    """Wraps a causal LM and keeps every forward pass's keyword tensors."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.calls = inner, []
+
+    def forward(self, **kw):
+        self.calls.append({k: v.clone() for k, v in kw.items() if isinstance(v, torch.Tensor)})
+        return self.inner(**kw)
+
+
+@pytest.mark.parametrize("impl", ["expand", "packed"])
+def test_score_pass_inputs_equal_the_per_list_loop(impl):
+    p = scored(score_impl=impl)
+    p.module.eval()
+    items = packed_items(p)
+    pad = p.tokenizer.pad_token_id
+    rec = _Recorder(p.module)
+    with torch.no_grad():
+        got = p.candidate_logps(items, module=rec)
+    if impl == "expand":
+        ids, mask, cids, cmask, owner = _loop_expand_inputs(items, pad)
+        first, second = rec.calls
+        assert torch.equal(first["input_ids"], ids) and torch.equal(first["attention_mask"], mask)
+        assert torch.equal(second["input_ids"], cids[:, :-1])
+        assert torch.equal(second["attention_mask"], torch.cat([mask[owner], cmask[:, :-1]], dim=1))
+    else:
+        ids, seg, pos, rows, cols, owner = _loop_packed_inputs(items, pad)
+        (call,) = rec.calls
+        assert torch.equal(call["input_ids"], ids) and torch.equal(call["position_ids"], pos)
+        # the token log-probs the loop's (row, column) pairs and owners give, summed per candidate
+        logits = p.module(input_ids=ids, attention_mask=call["attention_mask"], position_ids=pos).logits
+        tok = torch.log_softmax(logits[rows, cols].float(), dim=-1).gather(1, ids[seg > 0][:, None]).squeeze(1)
+        sums = torch.zeros(int(owner.max()) + 1).index_add(0, owner, tok)
+        assert torch.equal(torch.cat(got), sums)

@@ -14,6 +14,19 @@ from proas.policies.lm.model import _cache_kwarg, _last_logits
 from proas.policies.lm.prompt import score_response
 
 
+def _ragged(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, row, offset, lengths)`` of a list of token lists, flattened: ``values[k]`` is
+    token ``offset[k]`` of list ``row[k]``. Lets a pass's padded tensors be filled with one
+    numpy scatter each instead of a tensor per list."""
+    lengths = np.fromiter((len(q) for q in seqs), dtype=np.int64, count=len(seqs))
+    total = int(lengths.sum())
+    values = np.fromiter((t for q in seqs for t in q), dtype=np.int64, count=total)
+    row = np.repeat(np.arange(len(seqs), dtype=np.int64), lengths)
+    starts = np.cumsum(lengths) - lengths
+    offset = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+    return values, row, offset, lengths
+
+
 class ScoringMixin:
     """``LMPolicy``'s score mode: a decision's prompt and candidates, their scores
     (``candidate_logps``, by the ``expand`` or ``packed`` passes), acting and the loss's
@@ -124,24 +137,25 @@ class ScoringMixin:
         dev = self.device
         pad = self.tokenizer.pad_token_id
         n = len(items)
-        width = max(len(p) for p, _ in items)
-        ids = torch.full((n, width), pad, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, (p, _) in enumerate(items):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
+        vals, row, off, lens = _ragged([p for p, _ in items])
+        width = int(lens.max())
+        col = off + np.repeat(width - lens, lens)  # left padding
+        ids_np = np.full((n, width), pad, dtype=np.int64)
+        mask_np = np.zeros((n, width), dtype=np.int64)
+        ids_np[row, col] = vals
+        mask_np[row, col] = 1
+        ids, mask = torch.from_numpy(ids_np).to(dev), torch.from_numpy(mask_np).to(dev)
         out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                      use_cache=True, **_last_logits(1))
-        owner = torch.tensor([i for i, (_, cs) in enumerate(items) for _ in cs], dtype=torch.long, device=dev)
-        flat = [c for _, cs in items for c in cs]
-        length = max(len(c) for c in flat)
-        cids = torch.full((len(flat), length), pad, dtype=torch.long)
-        cmask = torch.zeros((len(flat), length), dtype=torch.long)
-        for j, c in enumerate(flat):
-            cids[j, : len(c)] = torch.tensor(c)
-            cmask[j, : len(c)] = 1
-        cids, cmask = cids.to(dev), cmask.to(dev)
+        counts = np.fromiter((len(cs) for _, cs in items), dtype=np.int64, count=n)
+        owner = torch.from_numpy(np.repeat(np.arange(n, dtype=np.int64), counts)).to(dev)
+        vals, row, off, lens = _ragged([c for _, cs in items for c in cs])
+        length = int(lens.max())
+        cids_np = np.full((len(lens), length), pad, dtype=np.int64)
+        cmask_np = np.zeros((len(lens), length), dtype=np.int64)
+        cids_np[row, off] = vals  # right padding
+        cmask_np[row, off] = 1
+        cids, cmask = torch.from_numpy(cids_np).to(dev), torch.from_numpy(cmask_np).to(dev)
         # the prompt's last logits predict every candidate's first token
         first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(1, cids[:, :1])
         tok = [first]
@@ -173,29 +187,37 @@ class ScoringMixin:
         dev = self.device
         pad = self.tokenizer.pad_token_id
         n = len(items)
-        width = max(len(p) + sum(len(c) for c in cs) for p, cs in items)
-        ids = torch.full((n, width), pad, dtype=torch.long)
-        seg = torch.full((n, width), -1, dtype=torch.long)  # 0: prompt, k + 1: candidate k, -1: padding
-        pos = torch.zeros((n, width), dtype=torch.long)
-        rows: list[int] = []  # (row, column) of the logits predicting each candidate token
-        cols: list[int] = []
-        owner: list[int] = []  # the candidate (over all decisions) each token belongs to
-        flat = 0
-        for i, (p, cs) in enumerate(items):
-            ids[i, : len(p)] = torch.tensor(p)
-            seg[i, : len(p)] = 0
-            pos[i, : len(p)] = torch.arange(len(p))
-            at = len(p)
-            for k, c in enumerate(cs):
-                ids[i, at: at + len(c)] = torch.tensor(c)
-                seg[i, at: at + len(c)] = k + 1
-                pos[i, at: at + len(c)] = torch.arange(len(p), len(p) + len(c))
-                rows += [i] * len(c)
-                cols += [len(p) - 1, *range(at, at + len(c) - 1)]
-                owner += [flat] * len(c)
-                at += len(c)
-                flat += 1
-        ids, seg, pos = ids.to(dev), seg.to(dev), pos.to(dev)
+        plen = np.fromiter((len(p) for p, _ in items), dtype=np.int64, count=n)
+        ncand = np.fromiter((len(cs) for _, cs in items), dtype=np.int64, count=n)
+        # the prompts, at columns 0..len-1 of their rows
+        pv, prow, poff, _ = _ragged([p for p, _ in items])
+        # the candidates, one after another after their prompt: candidate j (over all decisions)
+        # belongs to decision cdec[j], is its candidate number ck[j] and starts at column cstart[j]
+        cv, crow, coff, clen = _ragged([c for _, cs in items for c in cs])
+        flat = len(clen)
+        cdec = np.repeat(np.arange(n, dtype=np.int64), ncand)
+        ck = np.arange(flat, dtype=np.int64) - (np.cumsum(ncand) - ncand)[cdec]
+        dtot = np.bincount(cdec, weights=clen, minlength=n).astype(np.int64)  # candidate tokens per decision
+        before = np.cumsum(clen) - clen - (np.cumsum(dtot) - dtot)[cdec]  # of the decision's earlier candidates
+        cstart = plen[cdec] + before
+        width = int((plen + dtot).max())
+        ids_np = np.full((n, width), pad, dtype=np.int64)
+        seg_np = np.full((n, width), -1, dtype=np.int64)  # 0: prompt, k + 1: candidate k, -1: padding
+        pos_np = np.zeros((n, width), dtype=np.int64)
+        ids_np[prow, poff] = pv
+        seg_np[prow, poff] = 0
+        pos_np[prow, poff] = poff
+        tdec = cdec[crow]  # each candidate token's decision (row of the pass)
+        tcol = cstart[crow] + coff
+        ids_np[tdec, tcol] = cv
+        seg_np[tdec, tcol] = ck[crow] + 1
+        pos_np[tdec, tcol] = plen[tdec] + coff
+        # (row, column) of the logits predicting each candidate token: the prompt's last column
+        # for a candidate's first token, the column before it for the others
+        rows = tdec
+        cols = np.where(coff == 0, plen[tdec] - 1, tcol - 1)
+        owner = crow  # the candidate (over all decisions) each token belongs to
+        ids, seg, pos = torch.from_numpy(ids_np).to(dev), torch.from_numpy(seg_np).to(dev), torch.from_numpy(pos_np).to(dev)
         seen = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # (rows, query, key)
         seen &= torch.ones((width, width), dtype=torch.bool, device=dev).tril()
         # additive, 0 where seen and the dtype's minimum elsewhere, (batch, 1, query, key): the
@@ -209,13 +231,12 @@ class ScoringMixin:
         keep = width - min(len(p) for p, _ in items) + 1
         logits = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
                         **_last_logits(keep)).logits
-        cols_t = torch.tensor(cols, dtype=torch.long, device=dev) - (width - logits.shape[1])
-        picked = logits[torch.tensor(rows, dtype=torch.long, device=dev), cols_t]  # (candidate tokens, vocab)
-        tgt = ids[seg > 0]  # the candidate tokens, in the same order
+        cols_t = torch.from_numpy(cols - (width - logits.shape[1])).to(dev)
+        picked = logits[torch.from_numpy(rows).to(dev), cols_t]  # (candidate tokens, vocab)
+        tgt = torch.from_numpy(cv).to(dev)  # the candidate tokens, in the same order
         tok = torch.log_softmax(picked.float(), dim=-1).gather(1, tgt[:, None]).squeeze(1)
-        sums = torch.zeros(flat, dtype=tok.dtype, device=dev).index_add(
-            0, torch.tensor(owner, dtype=torch.long, device=dev), tok)
-        return list(torch.split(sums, [len(cs) for _, cs in items]))
+        sums = torch.zeros(flat, dtype=tok.dtype, device=dev).index_add(0, torch.from_numpy(owner).to(dev), tok)
+        return list(torch.split(sums, ncand.tolist()))
 
     @torch.no_grad()
     def _act_score(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float) -> list[Decision]:
