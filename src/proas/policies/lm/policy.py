@@ -85,6 +85,7 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
         self.score_impl = score_impl
         self._warned_truncation = False
         self._resp_cache: dict[str, list[int]] = {}
+        self._prompt_memo: dict[str, list[int]] = {}
         self.tokenizer = tokenizer
         self.device = device
         self.max_new_tokens = max_new_tokens

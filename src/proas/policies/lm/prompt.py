@@ -75,12 +75,24 @@ def project_action(response: str, env_name: str = "") -> tuple[str, bool]:
 
 class PromptMixin:
     """``LMPolicy``'s prompt encoding: the chat-template ids of a step, trimmed to
-    ``max_prompt_tokens`` (reads ``tokenizer``, ``history_length``, ``max_prompt_tokens``)."""
+    ``max_prompt_tokens`` (reads ``tokenizer``, ``history_length``, ``max_prompt_tokens`` and the
+    memo ``_prompt_memo``, a dict from a user message to its ids)."""
 
     def _chat_ids(self, ctx: Context, history_length: int) -> list[int]:
-        text = self.tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(ctx, history_length)}],
-                                                  tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """The chat-template ids of the step's user message, memoised by the message: the
+        episodes of a group share their first prompt, and a policy that has learnt a task
+        repeats its states, so a turn's prompts often repeat (a new list each call: callers
+        may extend it)."""
+        content = build_prompt(ctx, history_length)
+        memo = self._prompt_memo
+        ids = memo.get(content)
+        if ids is None:
+            if len(memo) >= 50_000:
+                memo.clear()
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                                      tokenize=False, add_generation_prompt=True)
+            ids = memo[content] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids)
 
     def encode_prompt(self, ctx: Context, reserve: int = 0) -> list[int]:
         """The prompt's token ids within ``max_prompt_tokens - reserve`` (see ``fit_prompt``)."""
