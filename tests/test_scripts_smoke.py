@@ -46,6 +46,8 @@ SMOKE = {
     "heldout_train_means.py": "python",
     "repeat_schedule.py": "python",
     "lm_sft_sweep.sh": "bash",
+    "lm_profile_device.sh": "bash",
+    "lm_step_profile.py": "python",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
     "run_lm_competent.sh": "bash",
