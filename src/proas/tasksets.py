@@ -35,6 +35,7 @@ __all__ = [
     "GENERATOR_VERSION",
     "Schedule",
     "ValSet",
+    "check_schedule_args",
     "default_root",
     "draw_schedule",
     "load_schedule",
@@ -65,12 +66,20 @@ def default_root() -> Path:
     return Path(__file__).resolve().parent / "data"
 
 
+def _env_name(env: str) -> str:
+    """``env`` as a file or folder name under the data root: a plain name, never a path."""
+    if (not isinstance(env, str) or not env or env in (".", "..") or "/" in env or "\\" in env
+            or any(ord(c) < 32 for c in env)):
+        raise ProasError(f"env name {env!r} cannot name a task set file: it must be a plain name")
+    return env
+
+
 def val_set_path(env: str, root: str | Path | None = None) -> Path:
-    return Path(root if root is not None else default_root()) / VAL_DIR / f"{env}.jsonl"
+    return Path(root if root is not None else default_root()) / VAL_DIR / f"{_env_name(env)}.jsonl"
 
 
 def tuning_val_set_path(env: str, root: str | Path | None = None) -> Path:
-    return Path(root if root is not None else default_root()) / TUNE_DIR / f"{env}.jsonl"
+    return Path(root if root is not None else default_root()) / TUNE_DIR / f"{_env_name(env)}.jsonl"
 
 
 def _val_manifest_path(val_path: Path) -> Path:
@@ -79,7 +88,16 @@ def _val_manifest_path(val_path: Path) -> Path:
 
 def schedule_dir(env: str, seed: int, root: str | Path | None = None, ppo: bool = False) -> Path:
     base = Path(root if root is not None else default_root())
-    return base / (PPO_DIR if ppo else GRPO_DIR) / f"seed{seed}" / env
+    return base / (PPO_DIR if ppo else GRPO_DIR) / f"seed{seed}" / _env_name(env)
+
+
+def check_schedule_args(env: str, seed: int, steps: int, per_step: int) -> None:
+    """Refuse, before anything is drawn or written, a schedule's env name that is not a plain
+    name, a seed < 0 (it names the ``seed{N}`` folder), and steps or tasks a step < 1."""
+    _env_name(env)
+    for name, value, least in (("seed", seed, 0), ("steps", steps, 1), ("per_step", per_step, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ProasError(f"schedule of {env}: {name} must be an integer >= {least}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,16 @@ def _check_ids(ids: Sequence[str], what: str) -> list[str]:
     return ids
 
 
+def _val_ids(env: str, task_ids: Sequence[str]) -> list[str]:
+    ids = _check_ids(task_ids, f"validation set of {env}")
+    if not ids:
+        raise ProasError(f"validation set of {env}: no task ids given")
+    dup = _first_duplicate(ids)
+    if dup is not None:
+        raise ProasError(f"validation set of {env}: task {dup!r} appears twice; tasks must be unique")
+    return ids
+
+
 def make_val_set(
     env: str,
     task_ids: Sequence[str],
@@ -137,12 +165,7 @@ def make_val_set(
     its manifest beside it) when given; ``kind`` is recorded in the manifest (``tuning_val_set``
     for the tuning sets of the held-out study, docs/study-protocol.md).
     """
-    ids = _check_ids(task_ids, f"validation set of {env}")
-    if not ids:
-        raise ProasError(f"validation set of {env}: no task ids given")
-    dup = _first_duplicate(ids)
-    if dup is not None:
-        raise ProasError(f"validation set of {env}: task {dup!r} appears twice; tasks must be unique")
+    ids = _val_ids(env, task_ids)
     path = Path(path) if path is not None else val_set_path(env, root)
     if not path.name.endswith(".jsonl"):
         raise ProasError(f"{path}: a validation set is a .jsonl file")
@@ -257,17 +280,21 @@ def make_schedule(
     The validation set of ``env`` must already exist under ``root`` (``make_val_set``) unless
     ``val_ids`` is given, in which case it is written first. The schedule is drawn from
     ``train_ids`` minus the validation tasks; the manifest records the validation set's hash and
-    the (empty) overlap, and ``load_schedule`` checks both again.
+    the (empty) overlap, and ``load_schedule`` checks both again. Every input is checked, and the
+    schedule drawn, before anything is written.
     """
-    if val_ids is not None:
-        make_val_set(env, val_ids, root, source=source)
-    val = load_val_set(env, root)
-    val_set = set(val.task_ids)
+    check_schedule_args(env, seed, steps, per_step)
+    val_set = set(_val_ids(env, val_ids) if val_ids is not None else load_val_set(env, root).task_ids)
     pool = [t for t in _check_ids(train_ids, f"training pool of {env}") if t not in val_set]
+    if not pool:
+        raise ProasError(f"training pool of {env}: no task left once the validation tasks are taken out")
     batches = draw_schedule(pool, steps, per_step, seed)
     overlap = sorted({t for b in batches for t in b} & val_set)
     if overlap:  # pragma: no cover - the pool excludes them; kept as a guard for future draws
         raise ProasError(f"schedule for {env} seed {seed} shares task {overlap[0]!r} with the validation set")
+    if val_ids is not None:
+        make_val_set(env, val_ids, root, source=source)
+    val = load_val_set(env, root)
     out_dir = schedule_dir(env, seed, root, ppo)
     sched_path = out_dir / SCHEDULE_FILE
     atomic_write_jsonl(sched_path, ({"step": k, "tasks": b} for k, b in enumerate(batches)))
@@ -452,7 +479,8 @@ def _check_fields(obj: dict[str, Any], fields: dict[str, type], where: str) -> N
             ok = isinstance(value, kind)
         if not ok:
             want = {int: "an integer >= 0", str: "a string", dict: "an object"}[kind]
-            raise ProasError(f"{where}: field {key!r} must be {want}, got {_kind(value)}")
+            got = value if kind is int and isinstance(value, int) and not isinstance(value, bool) else _kind(value)
+            raise ProasError(f"{where}: field {key!r} must be {want}, got {got}")
 
 
 def _kind(value: Any) -> str:

@@ -163,11 +163,7 @@ def _heldout_select(args) -> int:
 
 
 def _heldout_analyse(args) -> int:
-    import csv
-    import io
-
-    import yaml
-
+    from proas.experiments.datafiles import csv_text, load_yaml, output_file
     from proas.experiments.heldout import (
         CSV_FIELDS,
         analyse,
@@ -176,7 +172,8 @@ def _heldout_analyse(args) -> int:
         render_secondary,
         secondary,
     )
-    from proas.fileio import atomic_write_bytes
+    from proas.experiments.spec import parse_study
+    from proas.fileio import atomic_write_all
 
     sources = [Path(x) for x in args.sources]
     if args.study:
@@ -194,21 +191,24 @@ def _heldout_analyse(args) -> int:
             raise ProasError("no heldout_main, heldout_sft or heldout_other study config under the sources' studies/ "
                              "(run the grid first, or name it with --study)")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # every study checked and analysed before anything is written: the study's name makes the
+    # output files' names, so it goes through the study checker (a plain name, never a path)
+    files: list[tuple[Path, bytes]] = []
+    lines = []
     for path in saved:
-        study = yaml.safe_load(path.read_text(encoding="utf-8"))
-        rows, pairs = analyse(sources, study)
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write_bytes(out / f"{study['study']}_per_seed.csv", buf.getvalue().encode("utf-8"))
+        data = load_yaml(path, "study config")
+        name = parse_study(data, str(path), check_overrides=False).name
+        rows, pairs = analyse(sources, data)
+        per_seed = output_file(out, f"{name}_per_seed.csv")
+        files.append((per_seed, csv_text(CSV_FIELDS, rows, lineterminator="\r\n").encode("utf-8")))
         text = (render_pairs(pairs) + "\n\nSecondary readings, Δ = compared − reference, mean [95% CI] over the "
                 "paired seeds (SR and errors in points, length in steps, entropy in nats):\n\n"
                 + render_secondary(secondary(rows, pairs)) + "\n\nPer row, mean over the seeds run (± std over "
                 "seeds for the primary), in points:\n\n" + render_rows(rows) + "\n")
-        atomic_write_bytes(out / f"{study['study']}_pairs.md", text.encode("utf-8"))
-        print(f"{study['study']}: {len(rows)} runs; wrote {out}/{study['study']}_per_seed.csv and _pairs.md")
+        files.append((output_file(out, f"{name}_pairs.md"), text.encode("utf-8")))
+        lines.append(f"{name}: {len(rows)} runs; wrote {per_seed} and _pairs.md")
+    atomic_write_all(files)
+    print("\n".join(lines))
     return 0
 
 

@@ -222,9 +222,19 @@ def config_path(start: str = "random") -> Path:
 # --------------------------------------------------------------------------- reading runs
 
 
+#: the metrics the selection and the analysis read from a run's records
+FIGURE_KEYS = ("val/sr", "val/ts", "train/sr", "train/error_rate", "train/steps",
+               *(f"{key}/{m}" for key in ("val", "val_t1", "val_t0") for m in ("sr", "errors", "entropy")))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """A run's metrics records by step (the trainer's reader; a resumed run repeats steps, the
-    last record of each counts)."""
+    last record of each counts). A figure the study reads (``FIGURE_KEYS``) that is not a finite
+    number is a one-line error, never a NaN in a table."""
     from proas.train.checkpoint import read_metrics
 
     path = run_dir / "metrics.jsonl"
@@ -232,6 +242,10 @@ def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
     for n, rec in enumerate(read_metrics(path), 1):
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
             raise ProasError(f"{path}: record {n} is not an object with an integer 'step'")
+        for key in FIGURE_KEYS:
+            if rec.get(key) is not None and not _finite(rec[key]):
+                raise ProasError(f"{path}: record {n} (step {rec['step']}): {key} is {str(rec[key])[:40]!r}, "
+                                 "not a finite number")
         by_step[rec["step"]] = rec
     return [by_step[k] for k in sorted(by_step)]
 
@@ -244,6 +258,26 @@ def mean_val(records: list[dict[str, Any]], key: str = "val/sr", window: tuple[i
     if any(s not in got for s in want):
         return None
     return sum(got[s] for s in want) / len(want)
+
+
+def run_commit(run_dir: Path) -> str | None:
+    """The commit a run's ``summary.json`` records (None: no summary, or none recorded); a summary
+    that is not a JSON object, or a commit that is not text, is a one-line error."""
+    from proas.fileio import read_utf8
+
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(read_utf8(path, "a run's summary.json is UTF-8 JSON"))
+    except (ValueError, RecursionError):
+        raise ProasError(f"{path}: not valid JSON") from None
+    if not isinstance(summary, dict):
+        raise ProasError(f"{path}: not a JSON object")
+    commit = summary.get("commit")
+    if commit is not None and not isinstance(commit, str):
+        raise ProasError(f"{path}: 'commit' is {type(commit).__name__}, not text")
+    return commit
 
 
 #: the validations a run record keeps (steps 0, 10, ..., 150)
@@ -259,8 +293,7 @@ def run_record(run_dir: Path, env: str, row: str, seed: int) -> dict[str, Any] |
     if metric is None:
         return None
     vals = {r["step"]: r["val/sr"] for r in recs if r.get("val/sr") is not None}
-    summary = run_dir / "summary.json"
-    commit = json.loads(summary.read_text(encoding="utf-8")).get("commit") if summary.exists() else None
+    commit = run_commit(run_dir)
     return {"env": env, "row": row, "seed": seed, "commit": commit, "tuning_metric": metric,
             **{f"val{k}": vals.get(k) for k in VAL_STEPS}, "source": "run"}
 
@@ -283,28 +316,52 @@ def collect(results: Path) -> Records:
     return out
 
 
+def _number(cell: str, column: str, path: Path, line: int) -> float:
+    """A CSV cell as a finite number; anything else is a one-line error naming the line."""
+    try:
+        value = float(cell)
+    except ValueError:
+        raise ProasError(f"{path}: line {line}: {column} is {cell[:40]!r}, not a number") from None
+    if not math.isfinite(value):
+        raise ProasError(f"{path}: line {line}: {column} is {cell!r}, not a finite number")
+    return value
+
+
+def _seed(cell: str, path: Path, line: int) -> int:
+    try:
+        return int(cell)
+    except ValueError:
+        raise ProasError(f"{path}: line {line}: seed is {cell[:40]!r}, not an integer") from None
+
+
+def _once(out: dict, key: tuple, lines: dict, path: Path, line: int) -> None:
+    """Refuse a run a CSV holds twice: which of the two counts would be a silent guess."""
+    if key in out:
+        raise ProasError(f"{path}: line {line}: run {'/'.join(map(str, key))} appears twice (also line {lines[key]})")
+    lines[key] = line
+
+
 def read_records(path: Path) -> Records:
     """Run records from a CSV written by :func:`write_records` (``tuning/runs.csv``)."""
-    import csv
+    from proas.experiments.datafiles import read_csv
 
     out: Records = {}
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = {"env", "row", "seed", "tuning_metric"} - set(reader.fieldnames or ())
-        if missing:
-            raise ProasError(f"{path}: not a run-records CSV (no column(s) {', '.join(sorted(missing))})")
-        for n, row in enumerate(reader, 2):
-            try:
-                rec: dict[str, Any] = {k: (None if v in ("", None) else v) for k, v in row.items()}
-                rec["seed"] = int(row["seed"])
-                for k in ("tuning_metric", *(f"val{s}" for s in VAL_STEPS)):
-                    if rec.get(k) is not None:
-                        rec[k] = float(rec[k])
-            except ValueError as exc:
-                raise ProasError(f"{path}: line {n}: {exc}") from None
-            if rec["tuning_metric"] is None or not math.isfinite(rec["tuning_metric"]):
-                raise ProasError(f"{path}: line {n}: no finite tuning_metric")
-            out[(rec["env"], rec["row"], rec["seed"])] = rec
+    lines: dict[tuple, int] = {}
+    header, rows = read_csv(path, "run-records CSV")
+    missing = {"env", "row", "seed", "tuning_metric"} - set(header)
+    if missing:
+        raise ProasError(f"{path}: not a run-records CSV (no column(s) {', '.join(sorted(missing))})")
+    for n, row in rows:
+        rec: dict[str, Any] = {k: (None if v == "" else v) for k, v in row.items()}
+        rec["seed"] = _seed(row["seed"], path, n)
+        for k in ("tuning_metric", *(f"val{s}" for s in VAL_STEPS)):
+            if rec.get(k) is not None:
+                rec[k] = _number(rec[k], k, path, n)
+        if rec["tuning_metric"] is None:
+            raise ProasError(f"{path}: line {n}: no finite tuning_metric")
+        key = (rec["env"], rec["row"], rec["seed"])
+        _once(out, key, lines, path, n)
+        out[key] = rec
     return out
 
 
@@ -323,17 +380,12 @@ def load_records(sources: Iterable[Path]) -> Records:
 
 
 def write_records(records: Records, path: Path) -> None:
-    import csv
-    import io
-
+    from proas.experiments.datafiles import csv_text
     from proas.fileio import atomic_write_bytes
 
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=RECORD_FIELDS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for key in sorted(records):  # floats as Python writes them: read back exactly
-        w.writerow(records[key])
-    atomic_write_bytes(Path(path), buf.getvalue().encode("utf-8"))
+    # floats as Python writes them: read back exactly
+    text = csv_text(RECORD_FIELDS, (records[key] for key in sorted(records)))
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
 @dataclass
@@ -542,8 +594,7 @@ def run_figures(run_dir: Path) -> dict[str, Any] | None:
         for m in ("sr", "errors", "entropy"):
             v = last.get(f"{key}/{m}")
             out[f"t{t}_{m}"] = v
-    summary = run_dir / "summary.json"
-    out["commit"] = json.loads(summary.read_text(encoding="utf-8")).get("commit") if summary.exists() else None
+    out["commit"] = run_commit(run_dir)
     by_step = dict(vals)
     out.update({f"val{k}": by_step.get(k) for k in VAL_STEPS})
     return out
@@ -599,30 +650,30 @@ EvalRecords = dict[tuple[str, str, int], dict[str, Any]]
 
 
 def read_per_seed(path: Path) -> EvalRecords:
-    """The per-seed rows of a CSV written by ``analyse`` (``*_per_seed.csv``)."""
-    import csv
+    """The per-seed rows of a CSV written by ``analyse`` (``*_per_seed.csv``). A figure that is
+    not a finite number, or a run given twice, is a one-line error."""
+    from proas.experiments.datafiles import read_csv
 
     out: EvalRecords = {}
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = {"row", "env", "seed", "primary"} - set(reader.fieldnames or ())
-        if missing:
-            raise ProasError(f"{path}: not a per-seed CSV (no column(s) {', '.join(sorted(missing))})")
-        for n, row in enumerate(reader, 2):
-            rec: dict[str, Any] = {}
-            try:
-                for k, v in row.items():
-                    if k in ("row", "env", "commit"):
-                        rec[k] = v or None
-                    elif k == "seed":
-                        rec[k] = int(v)
-                    else:
-                        rec[k] = None if v in ("", None) else float(v)
-            except (TypeError, ValueError) as exc:
-                raise ProasError(f"{path}: line {n}: {exc}") from None
-            if rec.get("primary") is None or not math.isfinite(rec["primary"]):
-                raise ProasError(f"{path}: line {n}: no finite primary metric")
-            out[(rec["row"], rec["env"], rec["seed"])] = rec
+    lines: dict[tuple, int] = {}
+    header, rows = read_csv(path, "per-seed CSV")
+    missing = {"row", "env", "seed", "primary"} - set(header)
+    if missing:
+        raise ProasError(f"{path}: not a per-seed CSV (no column(s) {', '.join(sorted(missing))})")
+    for n, row in rows:
+        rec: dict[str, Any] = {}
+        for k, v in row.items():
+            if k in ("row", "env", "commit"):
+                rec[k] = v or None
+            elif k == "seed":
+                rec[k] = _seed(v, path, n)
+            else:
+                rec[k] = None if v == "" else _number(v, k, path, n)
+        if rec.get("primary") is None:
+            raise ProasError(f"{path}: line {n}: no finite primary metric")
+        key = (rec["row"], rec["env"], rec["seed"])
+        _once(out, key, lines, path, n)
+        out[key] = rec
     return out
 
 

@@ -25,7 +25,6 @@ less noisy than the best of 16 validations) and "Δ train SR", the difference of
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -34,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
+from proas.experiments.datafiles import csv_text, load_yaml, output_file
 from proas.experiments.spec import RowSpec, Study, env_dir, load_study
-from proas.fileio import atomic_write_bytes, atomic_write_text
+from proas.fileio import atomic_write_all, atomic_write_bytes
 
 __all__ = ["RunCurve", "best_within", "collect_runs", "first_reach", "last_within", "make_report", "speedup",
            "summarise", "t_quantile", "train_curve", "train_sr_mean", "train_window", "welch_ci"]
@@ -91,25 +91,38 @@ class RunCurve:
         return [(int(r["step"]), 100.0 * float(r["val/sr"])) for r in self.val if int(r["step"]) <= budget]
 
 
+#: the metrics the report reads from a run's records: each must be a finite number where present
+REPORT_KEYS = ("val/sr", "val/ts", "train/sr", *(f"val/sr/{t}" for t, _ in HOUSEHOLD_TYPES))
+
+
 def read_run(run_dir: Path) -> RunCurve | None:
-    """The run's validation records; None when it has none yet. Corrupt lines are an error."""
+    """The run's validation records; None when it has none yet. Corrupt lines, and a figure the
+    report reads (``REPORT_KEYS``) that is not a finite number, are one-line errors."""
+    from proas.fileio import read_utf8
+
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return None
     val: list[dict[str, Any]] = []
     train_sr: dict[int, float] = {}
     steps_done = 0
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_utf8(path, "a run's metrics.jsonl is UTF-8").splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-            step = int(rec["step"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError):
             if n == len(lines):  # a record cut off by a kill mid-write: the run stopped there
                 break
             raise ProasError(f"{path}:{n}: not a metrics record") from None
+        step = rec.get("step") if isinstance(rec, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ProasError(f"{path}:{n}: not a metrics record (a JSON object with an integer 'step' >= 0)")
+        for key in REPORT_KEYS:
+            v = rec.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise ProasError(f"{path}:{n}: {key} is {str(v)[:40]!r}, not a finite number")
         steps_done = max(steps_done, step)
         if rec.get("val/sr") is not None:
             val.append(rec)
@@ -118,11 +131,9 @@ def read_run(run_dir: Path) -> RunCurve | None:
     planned = None
     cfg = run_dir / "config.yaml"
     if cfg.exists():
-        import yaml
-
         try:
-            planned = int(yaml.safe_load(cfg.read_text())["train"]["steps"])
-        except Exception:  # noqa: BLE001 - the budget note is informative only
+            planned = int(load_yaml(cfg, "run config")["train"]["steps"])
+        except (ProasError, KeyError, TypeError, ValueError, OverflowError):  # the budget note is informative only
             planned = None
     if not val:
         return None
@@ -589,9 +600,18 @@ def render_table(study: Study, rows: list[RowResult],
 
 
 def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> bool:
+    """Write :func:`plot_png`'s figure to ``path``; False (nothing written) when there is nothing to plot."""
+    png = plot_png(study, rows, budget)
+    if png is None:
+        return False
+    atomic_write_bytes(path, png)
+    return True
+
+
+def plot_png(study: Study, rows: list[RowResult], budget: int) -> bytes | None:
     """Validation SR vs step, seed mean with a ±1 std band; one panel per env (and per base/+ProAS
     pair in a main study), each with the training SR (10-step means, see ``train_curve``) beside
-    it, the Train SR column's window shaded. Returns False when there is nothing to plot."""
+    it, the Train SR column's window shaded, as PNG bytes. None when there is nothing to plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -611,7 +631,7 @@ def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> 
             if group:
                 panels.append((env, f"{env}: {study.title}", group))
     if not panels:
-        return False
+        return None
     # each panel is a (validation, training) pair of axes side by side, two pairs to a figure row
     pairs = 2 if len(panels) >= 2 else 1
     ncols = 2 * pairs
@@ -654,8 +674,7 @@ def plot_study(study: Study, rows: list[RowResult], path: Path, budget: int) -> 
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return True
+    return buf.getvalue()
 
 
 def load_saved_studies(results: Path, names: list[str] | None = None) -> list[Study]:
@@ -679,12 +698,13 @@ def load_saved_studies(results: Path, names: list[str] | None = None) -> list[St
 def make_report(results: Path, out: Path | None = None, *, budget: int | None = None,
                 studies: list[str] | None = None, plots: bool = True) -> Path:
     """Write ``report.md``, one ``<study>.csv`` and one ``<study>_curves.png`` per study; return
-    the path of report.md."""
+    the path of report.md. Every study is read and checked before any file is written, and the
+    files are written all or none."""
     results = Path(results)
     if not results.is_dir():
         raise ProasError(f"{results}: no such results directory")
     out = Path(out) if out is not None else results
-    out.mkdir(parents=True, exist_ok=True)
+    files: list[tuple[Path, bytes]] = []
     parts = ["# Results", ""]
     for study in load_saved_studies(results, studies):
         b = budget or study.steps
@@ -722,11 +742,12 @@ def make_report(results: Path, out: Path | None = None, *, budget: int | None = 
         parts += ["", table, ""]
         if notes:
             parts += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
-        buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerows(csv_rows)
-        atomic_write_text(out / f"{study.name}.csv", buf.getvalue())
-        if plots and plot_study(study, rows, out / f"{study.name}_curves.png", b):
+        files.append((output_file(out, f"{study.name}.csv"), csv_text(csv_rows[0], csv_rows[1:]).encode("utf-8")))
+        png = plot_png(study, rows, b) if plots else None
+        if png is not None:
+            files.append((output_file(out, f"{study.name}_curves.png"), png))
             parts += [f"![{study.title}]({study.name}_curves.png)", ""]
     path = out / "report.md"
-    atomic_write_text(path, "\n".join(parts))
+    files.append((path, "\n".join(parts).encode("utf-8")))
+    atomic_write_all(files)
     return path

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from proas.errors import ProasError
+from proas.experiments.datafiles import output_file
 from proas.experiments.spec import RunSpec, Study, env_dir
 from proas.fileio import atomic_write_text
 
@@ -214,7 +215,8 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
     status = plan(study, specs, out)
     (out / "studies").mkdir(parents=True, exist_ok=True)
     if study.source and Path(study.source).is_file():
-        atomic_write_text(out / "studies" / f"{study.name}.yaml", Path(study.source).read_text(encoding="utf-8"))
+        atomic_write_text(output_file(out / "studies", f"{study.name}.yaml"),
+                          Path(study.source).read_text(encoding="utf-8"))
     skipped = [s.key for s in specs if status[s.key] == DONE]
     pending = [s for s in specs if status[s.key] != DONE]
     by_key = {s.key: s for s in specs}

@@ -27,8 +27,10 @@ Format (see docs/experiments.md)::
       - {id: distill, ..., needs: [teacher],
          overrides: [algo.graph.path={out}/{env}/teacher/seed{seed}/checkpoints/step_{steps:06d}/graph.json]}
 
-Placeholders in overrides (``str.format``): ``{env}``, ``{seed}``, ``{steps}`` (the budget),
-``{out}`` (the results directory, absolute) and ``{data}`` (the shipped task sets). Unless a
+Placeholders in overrides: ``{env}``, ``{seed}``, ``{steps}`` (the budget), ``{out}`` (the
+results directory, absolute) and ``{data}`` (the shipped task sets), each plain or with a short
+numeric format (``{steps:06d}``); any other (``{out.__class__}``, ``{0}``, ``{seed!r}``) is
+refused. Rows must not need each other in a cycle. Unless a
 row sets ``env.fixed_train_set.path`` itself, the runner adds the fixed schedule of the run's
 seed and env (``schedule: group``, 16 tasks a step, or ``schedule: ppo``, 128 task slots a step).
 Two studies may define the same row id; the runs are shared when the resolved overrides agree
@@ -38,6 +40,7 @@ Two studies may define the same row id; the runs are shared when the resolved ov
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -56,6 +59,9 @@ _ROW_KEYS = {"id", "label", "overrides", "base", "not_run", "needs", "hidden", "
              "sft", "envs"}
 _TOP_KEYS = {"study", "title", "kind", "reference", "envs", "seeds", "steps", "common", "env_overrides",
              "rows", "description"}
+#: the placeholders an override may hold, and the format specs they may have (``{steps:06d}``)
+PLACEHOLDERS = ("env", "seed", "steps", "out", "data")
+_FORMAT_SPEC = re.compile(r"0?[0-9]{0,2}d?")
 
 
 @dataclass(frozen=True)
@@ -174,14 +180,72 @@ class Study:
                  *self.env_overrides.get(env, ()), *row.overrides]
         resolved = []
         for item in items:
+            where = f"study {self.name}, row {row.id}"
+            check_placeholders(item, where)
             try:
                 resolved.append(item.format(**subst))
             except (KeyError, IndexError, ValueError) as exc:
-                raise ProasError(f"study {self.name}, row {row.id}: bad placeholder in {item!r} ({exc})") from None
+                raise ProasError(f"{where}: bad placeholder in {item!r} ({exc})") from None
         if not any(x.split("=", 1)[0] == "env.fixed_train_set.path" for x in resolved):
             folder = "fixed_train_set" if row.schedule == "group" else "fix_train_set_ppo"
             resolved.insert(3, f"env.fixed_train_set.path={data / folder / f'seed{seed}' / env}")
         return tuple(resolved)
+
+
+def check_placeholders(item: str, where: str) -> None:
+    """Refuse any placeholder of ``item`` but the plain ones of ``PLACEHOLDERS``: ``str.format``
+    would otherwise reach attributes and items (``{out.__class__}``), positions (``{0}``) and
+    conversions (``{seed!r}``), and a wide format (``{seed:999999999}``) would fill memory."""
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(item) if f is not None]
+    except ValueError as exc:
+        raise ProasError(f"{where}: bad placeholder in {item!r} ({exc})") from None
+    for f, spec, conv in fields:
+        if f not in PLACEHOLDERS or conv is not None or not _FORMAT_SPEC.fullmatch(spec or ""):
+            shown = "{" + f + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            raise ProasError(f"{where}: placeholder {shown} in {item!r} is not allowed; use "
+                             + ", ".join("{" + p + "}" for p in PLACEHOLDERS) + " (optionally with a format "
+                             "such as {steps:06d})")
+
+
+def _text(value: Any, default: str, where: str) -> str:
+    """A text field (a label, a title): absent gives ``default``; a number is written as text."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ProasError(f"{where} must be text")
+    return str(value)
+
+
+def _ref(value: Any, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ProasError(f"{where} must be a row id")
+    return value
+
+
+def _cycle(rows: list[RowSpec]) -> list[str] | None:
+    """A cycle in the rows' ``needs`` (row ids, the first repeated at the end), or None."""
+    needs = {r.id: r.needs for r in rows}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(rid: str, path: list[str]) -> list[str] | None:
+        state[rid] = 1
+        for dep in needs.get(rid, ()):
+            if state.get(dep) == 1:  # on the path: the path from it back to it is the cycle
+                return path[path.index(dep):] + [dep]
+            if state.get(dep) is None:
+                found = visit(dep, path + [dep])
+                if found:
+                    return found
+        state[rid] = 2
+        return None
+
+    for r in rows:
+        if state.get(r.id) is None:
+            found = visit(r.id, [r.id])
+            if found:
+                return found
+    return None
 
 
 def _strs(value: Any, where: str) -> tuple[str, ...]:
@@ -192,8 +256,11 @@ def _strs(value: Any, where: str) -> tuple[str, ...]:
     return tuple(str(x) for x in value)
 
 
-def parse_study(data: Any, where: str) -> Study:
-    """Check a study's structure; every problem is a ``ProasError`` naming the file and key."""
+def parse_study(data: Any, where: str, *, check_overrides: bool = True) -> Study:
+    """Check a study's structure; every problem is a ``ProasError`` naming the file and key.
+
+    ``check_overrides``: also build every runnable row's trainer config (what running needs;
+    reading a finished study's results does not)."""
     if not isinstance(data, dict):
         raise ProasError(f"{where}: an experiment config must be a mapping")
     unknown = set(data) - _TOP_KEYS
@@ -240,7 +307,7 @@ def parse_study(data: Any, where: str) -> Study:
         if not_run is not None and (not isinstance(not_run, str) or not not_run.strip()):
             raise ProasError(f"{at}: 'not_run' must be the reason, as text")
         overrides = _strs(r.get("overrides"), f"{at}: overrides")
-        untrained_of = r.get("untrained_of")
+        untrained_of = _ref(r.get("untrained_of"), f"{at}: 'untrained_of'")
         sft = _strs(r.get("sft"), f"{at}: sft") if "sft" in r else None
         if not not_run and not untrained_of and not overrides and sft is None:
             raise ProasError(f"{at}: a row needs 'overrides', 'untrained_of', 'sft' or a 'not_run' reason")
@@ -252,15 +319,15 @@ def parse_study(data: Any, where: str) -> Study:
         rows.append(
             RowSpec(
                 id=rid,
-                label=str(r.get("label", rid)),
+                label=_text(r.get("label"), rid, f"{at}: 'label'"),
                 overrides=overrides,
-                base=r.get("base"),
+                base=_ref(r.get("base"), f"{at}: 'base'"),
                 not_run=not_run,
                 untrained_of=untrained_of,
                 needs=_strs(r.get("needs"), f"{at}: needs"),
                 hidden=bool(r.get("hidden", False)),
                 schedule=schedule,
-                note=r.get("note"),
+                note=None if r.get("note") is None else _text(r.get("note"), "", f"{at}: 'note'"),
                 sft=sft,
                 envs=row_envs,
             )
@@ -270,12 +337,15 @@ def parse_study(data: Any, where: str) -> Study:
         for ref in [x for x in (r.base, r.untrained_of) if x] + list(r.needs):
             if ref not in ids:
                 raise ProasError(f"{where}: row {r.id!r} refers to unknown row {ref!r}")
-    reference = data.get("reference")
+    cycle = _cycle(rows)
+    if cycle:
+        raise ProasError(f"{where}: rows need each other in a cycle ({' -> '.join(cycle)}); no run of them could start")
+    reference = _ref(data.get("reference"), f"{where}: 'reference'")
     if kind == "ablation" and reference not in ids:
         raise ProasError(f"{where}: an ablation study needs 'reference' naming one of its rows")
     study = Study(
         name=name,
-        title=str(data.get("title", name)),
+        title=_text(data.get("title"), name, f"{where}: 'title'"),
         kind=kind,
         envs=envs,
         seeds=tuple(seeds),
@@ -284,10 +354,11 @@ def parse_study(data: Any, where: str) -> Study:
         common=_strs(data.get("common"), f"{where}: common"),
         env_overrides={str(k): _strs(v, f"{where}: env_overrides.{k}") for k, v in env_over.items()},
         reference=reference,
-        description=str(data.get("description", "")),
+        description=_text(data.get("description"), "", f"{where}: 'description'"),
         source=where,
     )
-    _check_overrides(study)
+    if check_overrides:
+        _check_overrides(study)
     return study
 
 
@@ -330,14 +401,9 @@ def study_path(name_or_path: str) -> Path:
 
 
 def load_study(name_or_path: str | Path) -> Study:
-    import yaml
+    """A study config, read without YAML aliases or duplicate keys (``datafiles.load_yaml``) and
+    checked (``parse_study``)."""
+    from proas.experiments.datafiles import load_yaml
 
     path = study_path(str(name_or_path))
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise ProasError(f"{path}: not valid YAML" + (f" (line {line + 1})" if line is not None else "")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProasError(f"{path}: cannot read ({exc})") from None
-    return parse_study(data, str(path))
+    return parse_study(load_yaml(path, "experiment config"), str(path))

@@ -25,7 +25,8 @@ def cmd_make(args: argparse.Namespace) -> int:
     val_ids = list(env.task_ids("valid"))
     train_ids = list(env.task_ids("train"))
     per_step = args.per_step if args.per_step is not None else (128 if args.ppo else 16)
-    val_path = tasksets.make_val_set(args.env, val_ids, args.out, source=source)
+    # the validation set is written by make_schedule, once every input is checked and the
+    # schedule drawn: a refused option leaves nothing behind (by default in the shipped data)
     out_dir = tasksets.make_schedule(
         args.env,
         train_ids,
@@ -34,9 +35,11 @@ def cmd_make(args: argparse.Namespace) -> int:
         per_step=per_step,
         ppo=args.ppo,
         root=args.out,
+        val_ids=val_ids,
         source=source,
         made_by=_command_line(args),
     )
+    val_path = tasksets.val_set_path(args.env, args.out)
     sched = tasksets.load_schedule(out_dir)
     print(f"validation set: {val_path} ({len(val_ids)} tasks)")
     print(f"schedule: {out_dir} ({len(sched.steps)} steps x {sched.per_step} tasks, seed {args.seed}); verified")
