@@ -243,19 +243,36 @@ def test_rows_that_need_each_other_are_refused_before_anything_runs(tmp_path, ca
 # --------------------------------------------------------------------------- schedule make
 
 
+def _exit_code(argv) -> int:
+    """``main``'s status, or argparse's when it refuses an option as it parses it."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
 @pytest.mark.parametrize("option", [["--seed", "-1"], ["--seed", "1", "--steps", "0"],
                                     ["--seed", "1", "--per-step", "-2"]])
 def test_schedule_make_checks_its_options_before_writing_anything(tmp_path, monkeypatch, capsys, option):
     root = tmp_path / "data"
-    assert main(["schedule", "make", "--env", "shop", *option, "--out", str(root)]) == 2
-    assert "must be an integer >=" in _error(capsys)
+    assert _exit_code(["schedule", "make", "--env", "shop", *option, "--out", str(root)]) == 2
+    assert "is outside" in capsys.readouterr().err  # the option's range, as argparse parses it
     assert not root.exists()
     # without --out the shipped data is the root: a refused option leaves that untouched too
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     monkeypatch.setattr(tasksets, "default_root", lambda: shipped)
-    assert main(["schedule", "make", "--env", "shop", *option]) == 2
+    assert _exit_code(["schedule", "make", "--env", "shop", *option]) == 2
     assert _files(shipped) == set()
+
+
+@pytest.mark.parametrize("kw", [{"seed": -1}, {"steps": 0}, {"per_step": -2}])
+def test_make_schedule_checks_its_arguments_before_writing_anything(tmp_path, kw):
+    # the library call behind the command, which a script can reach without the parser
+    root = tmp_path / "data"
+    with pytest.raises(ProasError, match="must be an integer >="):
+        tasksets.make_schedule("shop", [f"train-{k}" for k in range(40)], root=root, **{"seed": 1, **kw})
+    assert not root.exists()
 
 
 # --------------------------------------------------------------------------- tracebacks -> one line
