@@ -1,0 +1,175 @@
+"""A grid of lm RL runs side by side on one machine, against a reference copy of the code.
+
+The lm study runs many ``proas train policy=lm`` processes at once on one GPU machine (one per
+run, one CPU thread each). This benchmark times such a grid, ``--runs`` runs per env (seeds
+0..runs-1), with the code under test and with a reference copy of the package (``--ref``: a
+directory holding the ``proas`` package, e.g. ``git archive COMMIT src | tar x -C REF``), one
+grid after the other on the same machine, and prints:
+
+- each grid's wall time and its runs' mean seconds per step (rollout and update);
+- the ratio of the reference grid's wall time to each other grid's;
+- whether each run's metrics of its first step (the rollout before any update: training SR,
+  reward, episode length, env errors) equal the reference run's of the same env and seed.
+  Later steps are not compared: GPU kernels with atomic additions (the embedding's backward)
+  make two runs of the same code drift apart after the first update.
+
+With ``--mps`` a third grid runs the code under test under the CUDA MPS daemon
+(``nvidia-cuda-mps-control -d``, stopped afterwards), which lets the processes' kernels share
+the GPU instead of taking turns.
+
+One GPU machine (models built here with ``proas lm tokenizer`` / ``proas lm new-model``)::
+
+    python benchmarks/lm_grid.py --ref /tmp/ref --runs 8 --steps 3 --mps
+
+A smoke run (what CI runs: CPU, one tiny run per env, one step of 2 tasks x 2, the reference
+being this code)::
+
+    python benchmarks/lm_grid.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+#: the first step's metrics that must agree between the grids (the rollout before any update)
+FIRST_STEP = ("train/sr", "train/reward", "train/steps", "train/error_rate", "train/trajectories")
+
+
+def _env(src: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _models(root: Path, envs: list[str], quick: bool) -> dict[str, str]:
+    """Each env's model directory: a tokenizer trained on the env's text and a from-scratch
+    model (``small``; ``tiny`` for ``--quick``), made once with this code."""
+    out = {}
+    for env in envs:
+        model = root / "models" / env
+        if not (model / "config.json").exists():
+            span = "word" if env == "household" else "line"
+            tok = root / "tok" / env
+            for cmd in (["lm", "tokenizer", "--env", env, "--vocab", "512" if quick else "4096", "--max-tasks",
+                         "20" if quick else "200", "--span", span, "--out", str(tok)],
+                        ["lm", "new-model", "--tokenizer", str(tok), "--size", "tiny" if quick else "small",
+                         "--out", str(model)]):
+                subprocess.run([sys.executable, "-m", "proas", *cmd], env=_env(SRC), check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out[env] = str(model)
+    return out
+
+
+def _grid(label: str, src: Path, out: Path, models: dict[str, str], args) -> dict:
+    out.mkdir(parents=True)
+    procs = []
+    t0 = time.perf_counter()
+    for seed in range(args.runs):
+        for env, model in models.items():
+            over = ["policy=lm", "policy.lm.mode=score", f"policy.lm.model_path={model}", f"env={env}", f"seed={seed}",
+                    f"train.steps={args.steps}", "train.val_before_train=false", "train.val_every=0",
+                    "train.save_every=100000", "train.rollout_log_every=0", "train.progress=false",
+                    f"train.out_dir={out}", f"train.run_name={env}-s{seed}", *args.overrides]
+            if env == "household" and args.household_max_steps:
+                over.append(f"env.max_steps={args.household_max_steps}")
+            log = open(out / f"{env}-s{seed}.log", "w")
+            procs.append((subprocess.Popen([sys.executable, "-m", "proas", "train", *over], env=_env(src),
+                                           stdout=log, stderr=subprocess.STDOUT), log))
+    bad = 0
+    for p, log in procs:
+        bad += p.wait() != 0
+        log.close()
+    wall = time.perf_counter() - t0
+    runs = {}
+    for m in sorted(out.glob("*/metrics.jsonl")):
+        recs = [json.loads(x) for x in m.read_text().splitlines() if x.strip()]
+        runs[m.parent.name] = [r for r in recs if "time/step" in r]
+    return {"label": label, "wall": wall, "failed": bad, "runs": runs}
+
+
+def _mean(runs: dict, key: str) -> float:
+    vals = [r[key] for steps in runs.values() for r in steps[1:] or steps]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ref", default=None, help="a directory holding the reference proas package (default: this code)")
+    ap.add_argument("--runs", type=int, default=8, help="runs per env (seeds 0..N-1)")
+    ap.add_argument("--steps", type=int, default=3, help="RL steps per run")
+    ap.add_argument("--envs", nargs="+", default=["household", "shop"])
+    ap.add_argument("--household-max-steps", type=int, default=0, help="household episode limit (0: the env's)")
+    ap.add_argument("--mps", action="store_true", help="a third grid under the CUDA MPS daemon")
+    ap.add_argument("--work", default=None, help="where models and runs go (default: a temporary directory)")
+    ap.add_argument("--quick", action="store_true", help="CPU smoke run: one tiny run per env, one step of 2 tasks x 2")
+    ap.add_argument("overrides", nargs="*", help="config overrides key=value for every run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs, args.steps, args.household_max_steps = 1, 1, 3
+        args.overrides = ["env.tasks_per_step=2", "env.group_size=2", "policy.lm.device=cpu",
+                          "algo.graph.oracle_tasks=20", *args.overrides]
+    ref = Path(args.ref).resolve() if args.ref else SRC
+    if not (ref / "proas" / "__init__.py").exists():
+        print(f"--ref {ref}: no proas package there", file=sys.stderr)
+        return 2
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="lm_grid_"))
+    try:
+        models = _models(work, args.envs, args.quick)
+        grids = [_grid("reference", ref, work / "ref", models, args), _grid("this code", SRC, work / "new", models, args)]
+        if args.mps:
+            grids.append(_mps_grid(work, models, args))
+        base = grids[0]
+        print(f"lm grid: {args.runs} run(s) x {args.envs}, {args.steps} steps each; reference {ref}")
+        for g in grids:
+            if g is None:
+                continue
+            ratio = base["wall"] / g["wall"] if g["wall"] else float("nan")
+            same = sum(1 for name, steps in g["runs"].items() if steps and base["runs"].get(name)
+                       and all(steps[0].get(k) == base["runs"][name][0].get(k) for k in FIRST_STEP))
+            print(f"  {g['label']:<12} wall {g['wall']:7.1f} s  x{ratio:5.2f}  step {_mean(g['runs'], 'time/step'):6.2f} s "
+                  f"(rollout {_mean(g['runs'], 'time/rollout'):6.2f}, update {_mean(g['runs'], 'time/update'):6.2f})  "
+                  f"runs {len(g['runs'])} failed {g['failed']}  first step equal to the reference: {same}/{len(g['runs'])}")
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _mps_grid(work: Path, models: dict[str, str], args) -> dict | None:
+    ctl = shutil.which("nvidia-cuda-mps-control")
+    if ctl is None:
+        print("  no nvidia-cuda-mps-control: no MPS grid")
+        return None
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(work / "mps"), CUDA_MPS_LOG_DIRECTORY=str(work / "mpslog"))
+    for d in ("mps", "mpslog"):
+        (work / d).mkdir(exist_ok=True)
+    if subprocess.run([ctl, "-d"], env=env).returncode != 0:
+        print("  the MPS daemon did not start: no MPS grid")
+        return None
+    saved = {k: os.environ.get(k) for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        return _grid("this + MPS", SRC, work / "mps_runs", models, args)
+    finally:
+        subprocess.run([ctl], input="quit\n", text=True, env=env)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+if __name__ == "__main__":
+    sys.exit(main())
