@@ -334,3 +334,18 @@ def test_sigterm_stops_the_runner_and_its_children(tmp_path):
     time.sleep(2)
     assert len(metrics.read_text()) == size  # the child was stopped with its runner
     assert not (metrics.parent / "summary.json").exists()
+
+
+def test_a_run_waits_only_for_needed_rows_that_run_on_its_env():
+    # one start per env (each row on one env), and a row on both envs that needs both starts:
+    # each env's run waits for its own env's start, never for a run that does not exist
+    study = parse_study({
+        "study": "s", "title": "t", "kind": "main", "envs": ["household", "shop"], "seeds": [0], "steps": 2,
+        "rows": [
+            {"id": "start_h", "label": "h", "envs": ["household"], "overrides": ["algo.shaping=none"]},
+            {"id": "start_s", "label": "s", "envs": ["shop"], "overrides": ["algo.shaping=none"]},
+            {"id": "rl", "label": "rl", "needs": ["start_h", "start_s"], "overrides": ["algo.shaping=proas"]},
+        ]}, "s.yaml", check_overrides=False)
+    needs = {(r.env, r.row): r.needs for r in study.runs(Path("/tmp/out"))}
+    assert needs[("household", "rl")] == ("start_h",)
+    assert needs[("shop", "rl")] == ("start_s",)

@@ -168,8 +168,10 @@ class Study:
                         continue
                     if row.envs is not None and env not in row.envs:
                         continue
+                    # a needed row that does not run on this env has no run here to wait for
+                    needs = tuple(d for d in row.needs if self.row(d).envs is None or env in self.row(d).envs)
                     specs.append(RunSpec(self.name, row.id, env, int(seed),
-                                         self.resolve(row, env, int(seed), out, data), row.needs,
+                                         self.resolve(row, env, int(seed), out, data), needs,
                                          command="sft" if row.sft is not None else "train",
                                          args=row.sft or ()))
         return specs
