@@ -9,8 +9,8 @@ never removed on its machine; a writer on another machine sharing the folder is 
 age alone. Temporaries without a process id (older versions of proas) go by age.
 
 A directory of files (an exported model, a tokenizer) is written the same way, whole:
-``atomic_dir`` stages it in a hidden ``.NAME.PID.RANDOM.tmp`` directory beside the target and
-renames it into place once every file is written and fsynced.
+``atomic_dir`` stages it in a hidden ``.NAME.PID.RANDOM.tmp`` directory and moves it into place
+once every file is written and fsynced.
 
 Files proas *reads* as data (checkpoints, model and tokenizer files) are opened with
 ``open_regular``: a regular file only, never a FIFO or a device (opening a FIFO blocks for ever,
@@ -318,33 +318,38 @@ def check_output_dir(path: str | os.PathLike, what: str = "output directory") ->
                 raise ProasError(f"{what} {path}: exists and is not empty; choose another directory")
         except OSError as exc:
             raise ProasError(f"{what} {path}: cannot be read ({exc.strerror})") from None
-        parent = path.parent
+        writable = path
     else:
-        parent = path.parent
-        while not parent.exists():
-            if parent.is_symlink() or parent == parent.parent:  # a dangling link or a missing root
-                raise ProasError(f"{what} {path}: {parent} cannot be created")
-            parent = parent.parent
-        if not parent.is_dir():
-            raise ProasError(f"{what} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ProasError(f"{what} {path}: no permission to write in {parent}")
+        writable = path.parent
+        while not writable.exists():
+            if writable.is_symlink() or writable == writable.parent:  # a dangling link or a missing root
+                raise ProasError(f"{what} {path}: {writable} cannot be created")
+            writable = writable.parent
+        if not writable.is_dir():
+            raise ProasError(f"{what} {path}: {writable} is not a directory")
+    if not os.access(writable, os.W_OK | os.X_OK):
+        raise ProasError(f"{what} {path}: no permission to write in {writable}")
     return path
 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, what: str = "output directory") -> Iterator[Path]:
-    """Write directory ``path`` whole or not at all: yield a hidden staging directory beside it
-    (``.NAME.PID.RANDOM.tmp``) to fill; on success fsync its files and rename it to ``path``
-    (new, or an empty directory, which it replaces). On any exception the staging directory is
-    removed and ``path`` is left as it was. ``path`` is checked first (``check_output_dir``)."""
+    """Write directory ``path`` whole or not at all: yield a hidden staging directory
+    (``.NAME.PID.RANDOM.tmp``) to fill; on success fsync its files and move them into place. A
+    new ``path`` is staged beside it and renamed to it; an existing empty one (the current
+    folder, say) is staged inside it and its files renamed up into it, so the folder itself
+    stays. On any exception the staging directory (and anything moved) is removed and ``path``
+    is left as it was. ``path`` is checked first (``check_output_dir``)."""
     path = check_output_dir(path, what)
+    existing = path.is_dir()
+    where = path if existing else path.parent
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(path.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
+        where.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(where)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name or 'out'}.{os.getpid()}.", suffix=".tmp", dir=where))
     except OSError as exc:
         raise ProasError(f"{what} {path}: cannot be created ({exc.strerror})") from None
+    moved: list[Path] = []
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700; give it a plain mkdir's mode
         yield tmp
@@ -356,13 +361,29 @@ def atomic_dir(path: str | os.PathLike, what: str = "output directory") -> Itera
                 finally:
                     os.close(fd)
         _fsync_dir(tmp)
-        try:
-            os.replace(tmp, path)  # over an empty directory too (rename(2))
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                raise ProasError(f"{what} {path}: was written to meanwhile; nothing was written") from None
-            raise
+        if existing:
+            for entry in sorted(os.scandir(tmp), key=lambda e: e.name):
+                target = path / entry.name
+                if target.exists() or target.is_symlink():
+                    raise ProasError(f"{what} {path}: was written to meanwhile ({entry.name}); nothing was written")
+                os.rename(entry.path, target)
+                moved.append(target)
+            os.rmdir(tmp)
+            _fsync_dir(path)
+        else:
+            try:
+                os.rename(tmp, path)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                    raise ProasError(f"{what} {path}: was created meanwhile; nothing was written") from None
+                raise
     except BaseException:
+        for target in moved:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(path.parent)
