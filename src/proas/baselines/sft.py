@@ -46,7 +46,7 @@ from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
 from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml
-from proas.train.loop import val_seed, validate, write_run_config
+from proas.train.loop import val_seed, validate, weights_finite, write_run_config
 from proas.train.rundir import absolute_paths
 from proas.train.warm_start import build_policy, init_source_record
 
@@ -258,6 +258,7 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
         best = rec0["val/sr"]
         _save_best(run_dir, cfg, policy, 0, rec0, init_source)
     record(rec0)
+    params = [p for g in optimizer.param_groups for p in g["params"]]  # checked finite after each step
     for epoch in range(1, opts.epochs + 1):
         order = rng.permutation(len(data))
         losses, seq_losses, norms, rates = [], [], [], []
@@ -287,6 +288,10 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
             if scheduler is not None:
                 rates.append(scheduler.get_last_lr()[0])
             optimizer.step()
+            if not weights_finite(params):
+                raise ProasError(f"sft: the weights are not finite after an optimiser step in epoch {epoch} (the "
+                                 "learning rate or weight decay is too large for float32); lower --lr (the best "
+                                 f"checkpoint so far is kept in {run_dir / 'best'})")
             if scheduler is not None:
                 scheduler.step()
             losses.append(float(choice_loss.detach()))

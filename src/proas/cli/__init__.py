@@ -10,10 +10,13 @@ and a config typo answer before any of it loads (``benchmarks/cli_start.py``,
 
 A ``ProasError`` (bad input, missing or corrupt file, malformed config) becomes one line on
 stderr and exit status 2, its control and bidi characters escaped (``proas.termtext.printable``).
-So does a write the storage refuses (a full disk, a read-only or forbidden folder:
-``STORAGE_ERRNOS``): every file proas writes is written atomically, so what was complete before
-the failure (a run's last complete checkpoint) is intact, and ``--resume`` continues from there
-once there is room.
+So does every error of the operating system (an ``OSError`` with an ``errno``): a path that is
+missing (``ENOENT``), a file where a folder should be or below one (``ENOTDIR``, ``EISDIR``),
+a loop of links (``ELOOP``), a name too long, and a write the storage refuses (a full disk, a
+read-only or forbidden folder: ``STORAGE_ERRNOS``), where the line adds that every file proas
+writes is written atomically, so what was complete before the failure (a run's last complete
+checkpoint) is intact, and ``--resume`` continues from there once there is room. A closed pipe
+on stdout (``proas tasks | head``) ends the command quietly with status 141, as a shell's.
 """
 
 from __future__ import annotations
@@ -99,9 +102,15 @@ STORAGE_ERRNOS = frozenset(
 )
 
 
-def _storage_error(exc: OSError) -> str:
-    where = f" ({exc.filename})" if exc.filename is not None else ""
-    return f"{exc.strerror or exc}{where}; every file completed before is intact (a run resumes with --resume)"
+def _os_error(exc: OSError) -> str:
+    """The one line of an operating system's error: what it says and the path(s) it names, and,
+    for a storage that refuses a write, that what was complete before is intact."""
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    where = f" ({' -> '.join(paths)})" if paths else ""
+    line = f"{exc.strerror or exc}{where}"
+    if exc.errno in STORAGE_ERRNOS:
+        line += "; every file completed before is intact (a run resumes with --resume)"
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,14 +122,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"proas: error: {printable(exc, newlines=False)}", file=sys.stderr)
         return 2
     except OSError as exc:
-        if exc.errno not in STORAGE_ERRNOS:
+        if exc.errno is None:  # not the system's: a library's own message, which says more with its traceback
             raise
-        print(f"proas: error: {printable(_storage_error(exc), newlines=False)}", file=sys.stderr)
+        if exc.errno == errno.EPIPE:  # the reader of our output went away (``proas tasks | head``)
+            _quiet_stdout()
+            return 141  # 128 + SIGPIPE, as a shell reports a command killed by the broken pipe
+        print(f"proas: error: {printable(_os_error(exc), newlines=False)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("proas: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it on the way out does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # (a stdout without a file descriptor: nothing to flush into a pipe)
+        pass
 
 
 def run() -> int:

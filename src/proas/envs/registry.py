@@ -84,16 +84,24 @@ def make_factory(name: str, options: Mapping[str, Any] | None = None, *, config:
     module_name, _, attr = path.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:  # (an empty or relative module name)
         raise ProasError(f"{label} cannot be imported ({exc})") from None
+    if not callable(fn):
+        raise ProasError(f"{label} names a {type(fn).__name__}, not an env factory (a function or class that "
+                         "returns an env)")
     opts = dict(options or {})
     where = "config: env.options" if config else f"the options {sorted(opts)}"
 
     def make_one() -> Env:
         try:
-            return fn(**opts)
+            env = fn(**opts)
         except TypeError as exc:
             raise ProasError(f"{where} do not fit env {name!r} ({exc})") from None
+        if not isinstance(env, Env):  # the protocol of proas.envs.base: reset, step, oracle, task_ids, ...
+            missing = [m for m in ("name", "max_steps", "reset", "step", "oracle", "task_ids") if not hasattr(env, m)]
+            raise ProasError(f"{label} is not an env factory: it returned a {type(env).__name__}, which lacks "
+                             f"{', '.join(missing)} (the env protocol, proas.envs.base.Env)")
+        return env
 
     return make_one
 

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import torch
 
 from proas.errors import ProasError
+from proas.fileio import atomic_dir, check_output_dir
 
 __all__ = ["SCRATCH_SIZES", "build_env_tokenizer", "new_model_dir"]
 
@@ -51,15 +52,14 @@ def build_env_tokenizer(texts: Iterable[str], vocab_size: int, out: str | Path, 
 
     if vocab_size < 300:
         raise ProasError("--vocab must be >= 300 (the 256 bytes, the special tokens and some merges)")
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise ProasError(f"{out}: exists and is not empty; choose another directory")
+    check_output_dir(out)  # before the texts are drawn: a bad --out fails before the oracle walk
     texts = list(texts)
     tok = train_tokenizer(texts, vocab_size, span)
-    tok.save_pretrained(out)
-    (out / "proas_tokenizer.json").write_text(json.dumps(
-        {**(meta or {}), "vocab_size": vocab_size, "trained_vocab": len(tok), "span": span, "texts": len(texts)},
-        indent=1) + "\n")
+    with atomic_dir(out) as tmp:  # the whole directory or nothing
+        tok.save_pretrained(tmp)
+        (tmp / "proas_tokenizer.json").write_text(json.dumps(
+            {**(meta or {}), "vocab_size": vocab_size, "trained_vocab": len(tok), "span": span,
+             "texts": len(texts)}, indent=1) + "\n")
     return tok
 
 
@@ -74,13 +74,8 @@ def new_model_dir(tokenizer_dir: str | Path, out: str | Path, size: str = "small
 
     if size not in SCRATCH_SIZES:
         raise ProasError(f"--size {size!r} is not one of {', '.join(SCRATCH_SIZES)}")
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise ProasError(f"{out}: exists and is not empty; choose another directory")
-    try:
-        tokenizer = load_tokenizer(str(tokenizer_dir))
-    except (OSError, ValueError) as exc:
-        raise ProasError(f"{tokenizer_dir}: cannot load a tokenizer ({str(exc).splitlines()[0]})") from None
+    check_output_dir(out)
+    tokenizer = load_tokenizer(str(tokenizer_dir), "--tokenizer")
     arch = dict(SCRATCH_SIZES[size], **{k: v for k, v in arch_overrides.items() if v is not None})
     if arch["hidden_size"] % arch["num_attention_heads"] or arch["num_attention_heads"] % arch["num_key_value_heads"]:
         raise ProasError("hidden size must divide by the heads, and the heads by the key-value heads")
@@ -91,6 +86,7 @@ def new_model_dir(tokenizer_dir: str | Path, out: str | Path, size: str = "small
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     model = Qwen2ForCausalLM(config)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with atomic_dir(out) as tmp:  # the whole directory or nothing
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return model

@@ -58,11 +58,21 @@ from typing import Any
 import torch
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_bytes, atomic_write_json, read_utf8, sha256_file
+from proas.fileio import (
+    atomic_write_bytes,
+    atomic_write_json,
+    open_regular,
+    read_regular,
+    read_utf8,
+    regular_file_problem,
+    sha256_file,
+)
 
 __all__ = [
     "CHECKPOINTS",
+    "checksummed_files",
     "find_checkpoint",
+    "is_plain_name",
     "latest_checkpoint",
     "load_plain_state",
     "load_state",
@@ -191,7 +201,21 @@ def _from_json(value: Any) -> Any:
 
 def verify_checkpoint(directory: Path) -> str | None:
     """``None`` when ``directory`` is a complete checkpoint whose files match their recorded
-    sha256, else what is wrong with it."""
+    sha256, else what is wrong with it.
+
+    A checkpoint holds regular files only (``save_checkpoint`` writes nothing else): an entry
+    that is a symbolic link, a FIFO, a device or a directory fails verification before any file
+    is opened, so a ``model.safetensors`` linked to ``/dev/zero`` or a ``tokenizer.json``
+    replaced by a FIFO is refused instead of read for ever; the files are opened without
+    following links and never blocking (``open_regular``)."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    for entry in entries:
+        problem = regular_file_problem(entry.path)
+        if problem is not None:
+            return f"{entry.name} {problem} (a checkpoint holds regular files only)"
     sums_path = directory / CHECKSUMS_FILE
     if not sums_path.exists():
         if (directory / STATE_JSON).exists():  # format 3 or later: always with checksums
@@ -207,23 +231,46 @@ def verify_checkpoint(directory: Path) -> str | None:
         version = raw.get("format_version") if isinstance(raw, dict) else None
         return None if version == 1 else f"no {CHECKSUMS_FILE} (written incompletely)"
     try:
-        sums = json.loads(sums_path.read_text(encoding="utf-8"))["sha256"]
+        sums = json.loads(read_regular(sums_path))["sha256"]
         if not isinstance(sums, dict) or STATE_FILE not in sums:
             raise TypeError("no state.pt entry")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ProasError, ValueError, KeyError, TypeError) as exc:
         return f"corrupt {CHECKSUMS_FILE} ({type(exc).__name__})"
     for name, digest in sums.items():
-        if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
+        if not is_plain_name(name):
             return f"{CHECKSUMS_FILE} names {name!r}, not a file of the checkpoint"
         try:
-            actual = sha256_file(directory / name)
+            actual = sha256_file(directory / name, follow_symlinks=False)
         except FileNotFoundError:
             return f"{name} is missing"
         except OSError as exc:
             return f"cannot read {name} ({exc.strerror})"
+        except ProasError as exc:
+            return str(exc).removeprefix(f"{directory}{os.sep}")
         if actual != digest:
             return f"{name} does not match its sha256"
     return None
+
+
+def is_plain_name(name: Any) -> bool:
+    """Whether ``name`` names a file directly inside a directory (no separator, not ``.`` or
+    ``..``, no NUL): a name that cannot lead out of it."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+            and "/" not in name and os.sep not in name and "\x00" not in name)
+
+
+def checksummed_files(directory: Path) -> dict[str, str]:
+    """The files of a verified checkpoint that its ``checksums.json`` covers, with their sha256
+    (``proas lm export`` copies exactly these); empty for a format-1 checkpoint."""
+    try:
+        sums = json.loads(read_regular(directory / CHECKSUMS_FILE))["sha256"]
+    except FileNotFoundError:
+        return {}
+    except (OSError, ProasError, ValueError, KeyError, TypeError) as exc:
+        raise ProasError(f"{directory / CHECKSUMS_FILE}: corrupt ({type(exc).__name__})") from None
+    if not isinstance(sums, dict) or not all(is_plain_name(k) and isinstance(v, str) for k, v in sums.items()):
+        raise ProasError(f"{directory / CHECKSUMS_FILE}: corrupt (names that are not files of the checkpoint)")
+    return dict(sums)
 
 
 def _warn(message: str) -> None:
@@ -277,8 +324,8 @@ def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] | None = None) 
     named = None
     if pointer.exists():
         try:
-            name = json.loads(pointer.read_text(encoding="utf-8"))["dir"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            name = json.loads(read_regular(pointer))["dir"]
+        except (OSError, ProasError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"{pointer}: corrupt checkpoint pointer ({type(exc).__name__})")
         else:
             # only a plain step_N name: the pointer never leads out of this run's checkpoints
@@ -357,11 +404,13 @@ def load_state(directory: Path) -> dict[str, Any]:
                              f"with {STATE_JSON})")
         return state
     try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular(json_path))
         if not isinstance(meta, dict) or not isinstance(meta.get("state"), dict):
             raise TypeError("no state object")
         version, entries = meta.get("format_version"), meta.get("tensor_entries")
         plain = _from_json(meta["state"])
+    except ProasError:
+        raise
     except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise ProasError(f"{json_path}: corrupt checkpoint ({type(exc).__name__})") from None
     if version not in _READABLE_VERSIONS or version < 3 or not isinstance(entries, list):
@@ -380,11 +429,13 @@ def load_plain_state(directory: Path) -> dict[str, Any]:
     if not json_path.exists():
         return {k: v for k, v in load_state(directory).items() if not _holds_tensor(v)}
     try:
-        meta = json.loads(json_path.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular(json_path))
         if not isinstance(meta, dict) or not isinstance(meta.get("state"), dict):
             raise TypeError("no state object")
         version = meta.get("format_version")
         plain = _from_json(meta["state"])
+    except ProasError:
+        raise
     except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise ProasError(f"{json_path}: corrupt checkpoint ({type(exc).__name__})") from None
     if version not in _READABLE_VERSIONS or version < 3:
@@ -397,7 +448,10 @@ def _load_tensors(path: Path) -> Any:
     try:
         with warnings.catch_warnings():  # its notes on pickle protocols would break the one-line error
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            with open_regular(path) as fh:  # a regular file, not through a link: never a FIFO or a device
+                return torch.load(fh, map_location="cpu", weights_only=True)
+    except ProasError:
+        raise
     except FileNotFoundError:
         raise ProasError(f"{path}: missing checkpoint file") from None
     except pickle.UnpicklingError as exc:

@@ -207,7 +207,8 @@ class LMConfig:
     #: passes and the static decoder; another (``flash_attention_2``) is refused in score mode
     #: with a packed loss, and ``decode=static`` falls back to ``hf`` with it
     attn_implementation: Optional[str] = None
-    #: ``auto`` = cuda when present
+    #: ``auto`` = cuda when present, else cpu; or ``cpu``, ``cuda``, ``cuda:N`` (a GPU this
+    #: machine lacks, or any other name, is refused in one line)
     device: str = "auto"
     #: response budget per step (verl-agent: 512)
     max_new_tokens: int = ranged("[1, 2**20]", 512)

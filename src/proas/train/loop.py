@@ -282,6 +282,9 @@ class Trainer:
         if ESTIMATORS[cfg.algo.estimator].needs_values:
             self.critic = ValueModel(cfg.policy.scorer.hash_bits, cfg.algo.critic_features)
             self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
+        #: what the optimisers step, checked finite after each update (``weights_finite``)
+        self._weights = [p for g in self.optimizer.param_groups for p in g["params"]] + (
+            list(self.critic.parameters()) if self.critic is not None else [])
 
         self._load_task_sets()
         sched = (f" (schedule {escape(str(self.schedule.path))}: {len(self.schedule.steps)} steps)"
@@ -483,6 +486,12 @@ class Trainer:
                     vl.backward()
                     self.critic_opt.step()
                     sums["loss/critic"] += float(vl.detach())
+                if not weights_finite(self._weights):
+                    # a step from finite gradients can still overflow (a huge rate or weight
+                    # decay): stop before any checkpoint holds the inf/NaN weights
+                    raise ProasError(f"step {self.step + 1}: the weights are not finite after an optimiser step "
+                                     "(the learning rate or weight decay is too large for float32); the run "
+                                     "stops here and its last checkpoint is intact")
                 updates += 1
         out = {k: v / max(1, updates) for k, v in sums.items()}
         out["loss/updates"] = float(updates)
@@ -661,11 +670,13 @@ class Trainer:
         try:
             self.policy.load_checkpoint(latest, state)
             self.optimizer.load_state_dict(state["optimizer"])
+            check_optimizer_state(self.optimizer, "optimizer")
             if self.scheduler is not None and "lr_scheduler" in state:
                 self.scheduler.load_state_dict(state["lr_scheduler"])
             if self.critic is not None:
                 self.critic.load_state_dict(state["critic"])
                 self.critic_opt.load_state_dict(state["critic_optimizer"])
+                check_optimizer_state(self.critic_opt, "critic_optimizer")
             if self.ref is not None and "reference" in state:
                 self.ref.load_state_dict(state["reference"])
             self.rng.bit_generator.state = state["rng_numpy"]
@@ -690,6 +701,33 @@ class Trainer:
     def _log(self, msg: str) -> None:
         if self.console is not None:
             self.console.print(msg)
+
+
+def check_optimizer_state(optimizer: torch.optim.Optimizer, where: str) -> None:
+    """Refuse (``ValueError``) an optimiser state that does not fit its parameters: a moment
+    (Adam's ``exp_avg``, ``exp_avg_sq``, SGD's momentum) of another shape than its weight.
+    ``load_state_dict`` checks only the number of parameters in each group, so such a state
+    would load and fail in the first step, mid-run."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for name, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+                    raise ValueError(f"{where}: its {name} has shape {tuple(value.shape)}, its weight "
+                                     f"{tuple(p.shape)}")
+
+
+def weights_finite(params: Sequence[torch.Tensor]) -> bool:
+    """Whether every weight is finite: one fused norm over all of them (``torch._foreach_norm``)
+    and one sync; only when that norm is not finite (a NaN or an infinity, or finite weights
+    whose squares overflow) are the weights looked at one by one, so huge but finite weights
+    are not taken for infinite ones."""
+    params = [p for p in params if p.numel()]
+    if not params:
+        return True
+    norms = torch._foreach_norm([p.detach() for p in params])
+    if bool(torch.isfinite(torch.stack([n.float() for n in norms]).sum())):
+        return True
+    return all(bool(torch.isfinite(p.detach()).all()) for p in params)
 
 
 def _pct(x: float | None) -> str:

@@ -183,26 +183,50 @@ def export_hf(target: str | Path, out: str | Path) -> Path:
     """Write the lm policy of run/checkpoint ``target`` to ``out`` as a Hugging Face model
     directory (model weights and config, tokenizer with its chat template).
 
-    A checkpoint of a whole model is already one (docs/lm.md): its files are copied, after the
-    checksums are verified. A LoRA checkpoint holds only the adapters, and one from before
-    Hugging Face checkpoints holds ``state.pt``: those are loaded, LoRA merged, and saved."""
-    import shutil
+    A checkpoint of a whole model is already one (docs/lm.md): the files its ``checksums.json``
+    covers (proas's own state aside) are copied, each hashed again as it is copied and refused
+    unless it matches; nothing else in the directory (a file planted beside them, a link) is.
+    A LoRA checkpoint holds only the adapters, and one from before Hugging Face checkpoints holds
+    ``state.pt``: those are loaded, LoRA merged, and saved. Either way ``out`` (new or empty,
+    checked before anything is read) is written whole or not at all (``atomic_dir``)."""
+    from proas.fileio import atomic_dir, check_output_dir
 
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise ProasError(f"{out}: exists and is not empty; choose another directory")
+    check_output_dir(out)
     directory = ckpt.find_checkpoint(target)  # verified
     plain = ckpt.load_plain_state(directory)
     cfg = config_from_yaml(str(plain.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
     if cfg.policy.kind != "lm":
         raise ProasError(f"{target}: {directory} holds a {cfg.policy.kind!r} policy, not 'lm'")
     if plain.get(POLICY_FILES) == HF_FILES and (directory / "config.json").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        for path in sorted(directory.iterdir()):
-            if path.is_file() and path.name not in _PROAS_FILES:
-                shutil.copy2(path, out / path.name)
-        return out
+        # plain names only (``checksummed_files``): a copy never lands outside ``out``
+        sums = {name: digest for name, digest in ckpt.checksummed_files(directory).items()
+                if name not in _PROAS_FILES}
+        if "config.json" not in sums:
+            raise ProasError(f"{directory}: its {ckpt.CHECKSUMS_FILE} does not cover config.json; not a checkpoint "
+                             "of a whole model")
+        with atomic_dir(out) as tmp:
+            for name, digest in sorted(sums.items()):
+                _copy_verified(directory / name, tmp / name, digest)
+        return Path(out)
     model, tokenizer = lm_from_run(directory)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(out)
+
+
+def _copy_verified(src: Path, dst: Path, digest: str) -> None:
+    """Copy regular file ``src`` (not through a link) to the new file ``dst``, hashing what is
+    read; a copy whose sha256 is not ``digest`` (the file changed since it was verified) is a
+    ``ProasError``."""
+    import hashlib
+
+    from proas.fileio import open_regular
+
+    h = hashlib.sha256()
+    with open_regular(src) as fin, open(dst, "xb") as fout:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            h.update(chunk)
+            fout.write(chunk)
+    if h.hexdigest() != digest:
+        raise ProasError(f"{src}: changed since it was verified (its sha256 no longer matches); nothing was exported")

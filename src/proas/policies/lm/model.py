@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +93,50 @@ def _cache_kwarg() -> str:
 
     return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
 
-def load_tokenizer(path: str):
-    """The tokenizer saved in ``path`` (no download).
+#: the files that hold a tokenizer's vocabulary, one of which a tokenizer directory must have
+#: (fast tokenizers' tokenizer.json; sentencepiece models; the vocabularies of slow BPE and
+#: WordPiece tokenizers)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
+#: model weights that are pickles: reading one could run code, so proas does not load them
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+
+
+def check_model_dir(path: str | Path, key: str) -> Path:
+    """Refuse (``ProasError``, one line, naming ``key``) a model or tokenizer directory that
+    cannot be read as data: not a directory, or an entry that is not a regular file or a folder
+    (a FIFO, a device: opening one would block, reading one never end), or a JSON or tokenizer
+    file over ``MAX_METADATA_BYTES``. Symbolic links are followed (a Hugging Face cache snapshot
+    is links into its blob store); what they lead to is checked."""
+    from proas.fileio import MAX_METADATA_BYTES, file_kind
+
+    directory = Path(path)
+    if not directory.is_dir():
+        what = "no such directory" if not directory.exists() else "not a directory"
+        raise ProasError(f"{key}={str(path)!r}: cannot load a local model or tokenizer ({what})")
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as exc:
+        raise ProasError(f"{key}={str(path)!r}: cannot be read ({exc.strerror})") from None
+    for entry in entries:
+        try:
+            st = os.stat(entry.path)
+        except OSError as exc:
+            raise ProasError(f"{key}={str(path)!r}: {entry.name} cannot be read ({exc.strerror})") from None
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise ProasError(f"{key}={str(path)!r}: {entry.name} is {file_kind(st.st_mode)}; a model directory "
+                             "holds regular files")
+        if entry.name.endswith((".json", ".jinja", ".txt", ".model")) and st.st_size > MAX_METADATA_BYTES:
+            raise ProasError(f"{key}={str(path)!r}: {entry.name} is {st.st_size} bytes, more than the "
+                             f"{MAX_METADATA_BYTES} a tokenizer or config file may be")
+    return directory
+
+
+def load_tokenizer(path: str | Path, key: str = "tokenizer"):
+    """The tokenizer saved in ``path`` (no download); a directory without one (no
+    ``TOKENIZER_FILES``), one that cannot be read, or a tokenizer that maps text to no tokens
+    is a one-line ``ProasError`` naming ``key`` (the option it came from).
 
     A tokenizer built by proas (``local_tokenizer``, ``proas lm tokenizer``) is saved as a plain
     fast tokenizer; ``AutoTokenizer`` would reload it as the tokenizer class of the model saved
@@ -100,15 +144,29 @@ def load_tokenizer(path: str):
     no longer be the ones the model was trained on. Such a directory is loaded as it was saved.
     """
     import json
-    from pathlib import Path
 
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    cfg_file = Path(path) / "tokenizer_config.json"
-    cls = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
-    if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    directory = check_model_dir(path, key)
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ProasError(f"{key}={str(path)!r}: no tokenizer files ({', '.join(TOKENIZER_FILES)}); a model "
+                         "directory needs its tokenizer (or set policy.lm.tokenizer_path)")
+    cfg_file = directory / "tokenizer_config.json"
+    try:
+        cls = json.loads(cfg_file.read_bytes()).get("tokenizer_class") if cfg_file.is_file() else None
+        if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            tok = PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True)
+        else:
+            tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except ProasError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - tokenizers and transformers raise many types for a broken file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ProasError(f"{key}={str(path)!r}: cannot load its tokenizer ({type(exc).__name__}: {first})") from None
+    if not tok("go to desk 1", add_special_tokens=False)["input_ids"]:
+        raise ProasError(f"{key}={str(path)!r}: its tokenizer maps text to no tokens ({len(tok)} in its "
+                         "vocabulary); the tokenizer files are incomplete")
+    return tok
 
 @functools.lru_cache(maxsize=1)
 def _logits_kwarg() -> str | None:
@@ -143,6 +201,42 @@ def is_hf_model_dir(path: str | Path) -> bool:
     (an lm checkpoint is a model directory too, but is read as a checkpoint: verified, with its
     state)."""
     return (Path(path) / "config.json").is_file() and not (Path(path) / "state.pt").exists()
+
+def check_weights_dir(path: str | Path, key: str) -> None:
+    """Refuse a model directory whose weights are not safetensors: pickled weights
+    (``PICKLE_WEIGHTS``) could run code when read, and proas reads none."""
+    directory = check_model_dir(path, key)
+    if any(directory.glob("*.safetensors")) or (directory / "model.safetensors.index.json").is_file():
+        return
+    pickles = [name for name in PICKLE_WEIGHTS if (directory / name).exists()]
+    if pickles:
+        raise ProasError(f"{key}={str(path)!r}: its weights are {pickles[0]}, a pickle, which proas does not load "
+                         "(reading one can run code); save the model with safetensors "
+                         "(save_pretrained(..., safe_serialization=True))")
+    raise ProasError(f"{key}={str(path)!r}: no model weights (model.safetensors)")
+
+
+def resolve_device(spec: str) -> torch.device:
+    """The device of ``policy.lm.device``: ``auto`` (a GPU where there is one, else the CPU),
+    ``cpu``, ``cuda`` or ``cuda:N``; one that is not a device, or a GPU this machine lacks, is a
+    one-line ``ProasError``."""
+    key = f"config: policy.lm.device={spec!r}"
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, TypeError, ValueError):
+        raise ProasError(f"{key} is not a device (auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise ProasError(f"{key}: proas runs the lm on auto, cpu, cuda or cuda:N, not {device.type}")
+    if not torch.cuda.is_available():
+        raise ProasError(f"{key}: this machine has no CUDA GPU that torch can use (use cpu or auto)")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ProasError(f"{key}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0")
+    return device
+
 
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
            "fp32": torch.float32, "float32": torch.float32}

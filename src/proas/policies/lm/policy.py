@@ -18,9 +18,11 @@ from proas.policies.lm.generation import GenerationMixin
 from proas.policies.lm.model import (
     MODEL_CONFIGS,
     _set_attn,
+    check_weights_dir,
     is_hf_model_dir,
     load_tokenizer,
     local_tokenizer,
+    resolve_device,
     resolve_precision,
 )
 from proas.policies.lm.optim import OptimisationMixin
@@ -106,8 +108,7 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
         ``proas.train.warm_start.lm_from_run``; reading a run is the trainer's business)."""
         from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-        device = torch.device("cuda" if (lm.device == "auto" and torch.cuda.is_available()) else
-                              ("cpu" if lm.device == "auto" else lm.device))
+        device = resolve_device(lm.device)
         dtype, autocast_dtype = resolve_precision(lm.dtype, getattr(lm, "autocast", "auto"), device,
                                                   lora=lm.lora_rank > 0)
         attn = getattr(lm, "attn_implementation", None)
@@ -130,20 +131,24 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
             if attn:
                 _set_attn(model, attn, "init_from")
         elif model_path:
+            tokenizer = load_tokenizer(lm.tokenizer_path or model_path,
+                                       "policy.lm.tokenizer_path" if lm.tokenizer_path else f"policy.lm.{key}")
+            check_weights_dir(model_path, f"policy.lm.{key}")
             try:
-                tokenizer = load_tokenizer(lm.tokenizer_path or model_path)
+                # safetensors only: a pickle's weights are never unpickled (check_weights_dir)
                 model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True,
-                                                             **attn_kw)
-            except (OSError, ValueError, ImportError) as exc:
+                                                             use_safetensors=True, **attn_kw)
+            except Exception as exc:  # noqa: BLE001 - a damaged file ends in many types (SafetensorError, ...)
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
                 raise ProasError(f"policy.lm.{key}={model_path!r}: cannot load a local model "
-                                 f"({str(exc).splitlines()[0]})") from None
+                                 f"({type(exc).__name__}: {first})") from None
         else:
             if lm.model_config not in MODEL_CONFIGS:
                 raise ProasError(f"config: policy.lm.model_config={lm.model_config!r} is not one of "
                                  f"{', '.join(MODEL_CONFIGS)}")
             arch = MODEL_CONFIGS[lm.model_config]
             if lm.tokenizer_path:
-                tokenizer = load_tokenizer(lm.tokenizer_path)
+                tokenizer = load_tokenizer(lm.tokenizer_path, "policy.lm.tokenizer_path")
             else:
                 tokenizer = local_tokenizer(min(1024, arch["vocab_size"]))
             # a tokenizer larger than the architecture's vocabulary (``tokenizer_path``) widens it
