@@ -136,9 +136,9 @@ class ScorerConfig:
     #: log2 of the hashed feature table size (household's vocabulary needs a few thousand rows)
     hash_bits: int = 14
     #: optimiser: sgd | adam | adamw; None = the held-out study's choice for the env
-    #: (``SCORER_TUNED``: household adamw, shop sgd; another env, or policy=lm, sgd). Rates that suit one do
-    #: not suit the other: at a high rate Adam's per-weight normalisation turns a single lucky
-    #: group into full-size steps that collapse the policy (docs/training.md)
+    #: (``SCORER_TUNED``: household adamw, shop sgd; another env, or policy=lm, sgd). Rates that
+    #: suit one do not suit the other: at a high rate Adam's per-weight normalisation turns a
+    #: single lucky group into full-size steps that collapse the policy (docs/training.md)
     optimizer: Optional[str] = None
     #: adamw's decoupled weight decay (verl-agent's actor: 0.01); unused by sgd and adam
     weight_decay: float = 0.01
