@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="lm_grid_"))
     try:
         models = _models(work, args.envs, args.quick)
-        grids = [_grid("reference", ref, work / "ref", models, args), _grid("this code", SRC, work / "new", models, args)]
+        grids = [_grid("reference", ref, work / "ref", models, args),
+                 _grid("this code", SRC, work / "new", models, args)]
         if args.mps:
             grids.append(_mps_grid(work, models, args))
         base = grids[0]
@@ -138,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             ratio = base["wall"] / g["wall"] if g["wall"] else float("nan")
             same = sum(1 for name, steps in g["runs"].items() if steps and base["runs"].get(name)
                        and all(steps[0].get(k) == base["runs"][name][0].get(k) for k in FIRST_STEP))
-            print(f"  {g['label']:<12} wall {g['wall']:7.1f} s  x{ratio:5.2f}  step {_mean(g['runs'], 'time/step'):6.2f} s "
-                  f"(rollout {_mean(g['runs'], 'time/rollout'):6.2f}, update {_mean(g['runs'], 'time/update'):6.2f})  "
-                  f"runs {len(g['runs'])} failed {g['failed']}  first step equal to the reference: {same}/{len(g['runs'])}")
+            runs = g["runs"]
+            print(f"  {g['label']:<12} wall {g['wall']:7.1f} s  x{ratio:5.2f}  step {_mean(runs, 'time/step'):6.2f} s "
+                  f"(rollout {_mean(runs, 'time/rollout'):6.2f}, update {_mean(runs, 'time/update'):6.2f})  "
+                  f"runs {len(runs)} failed {g['failed']}  first step equal to the reference: {same}/{len(runs)}")
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -9,8 +9,9 @@ The reference is the commit before the held-out study's throughput work (``REF``
 command once from there and once from this checkout (order alternating pair by pair), each in its
 own process with one thread (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)`` through
 ``OMP``/``MKL`` variables), on the study's setting: the env's fixed schedule of the seed, the
-fixed validation set every 10 steps, the scorer, GRPO+ProAS. Extra ``key=value`` arguments are
-config overrides for both.
+fixed validation set every 10 steps, the scorer, GRPO+ProAS, SGD at rate 1 (the reference's
+default, pinned: the trainer's defaults are the tuned per-env setting since, docs/training.md).
+Extra ``key=value`` arguments are config overrides for both.
 
 Printed: per pair, each side's wall and CPU seconds (user + system of the child) and the ratio
 reference / new; the median ratio; and whether the two runs' ``metrics.jsonl`` agree on every
@@ -34,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: the last commit before the throughput work of the held-out study
 REF = "70b29b7"
+#: the scorer's optimiser and rate as the reference's defaults set them
+REF_SETTING = ("policy.scorer.optimizer=sgd", "policy.scorer.lr=1.0")
 
 
 def _child_cpu() -> float:
@@ -79,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="config overrides key=value, for both sides")
     args = ap.parse_args(argv)
     steps = 5 if args.quick else args.steps
-    run_args = [f"env={args.env}", f"seed={args.seed}", f"train.steps={steps}", *args.overrides]
+    # both sides on the reference's defaults: an unset optimiser means another one since
+    run_args = [f"env={args.env}", f"seed={args.seed}", f"train.steps={steps}", *REF_SETTING, *args.overrides]
     with tempfile.TemporaryDirectory(prefix="proas-train-run-") as tmp:
         tmp = Path(tmp)
         ref_src = tmp / "ref"

@@ -1,6 +1,6 @@
-"""Figures behind results/README.md that the paper-layout report does not show.
+"""Figures behind the faithful study (results/history/faithful/) that the paper-layout report does not show.
 
-    python scripts/analyse_study.py RESULTS_DIR [--prune] > results/analysis.md
+    python scripts/analyse_study.py RESULTS_DIR [--prune] > results/history/faithful/analysis.md
 
 RESULTS_DIR is a results directory of `proas experiment run ... --out RESULTS_DIR` (run
 directories RESULTS_DIR/<env>/<row>/seed<N>/ with their metrics.jsonl).

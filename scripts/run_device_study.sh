@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device part of the study behind results/ (results/README.md says what ran where).
+# The device part of the faithful study, results/history/faithful/ (what ran where: its README points to the write-up).
 #
 #   bash scripts/run_device_study.sh start SECONDS   # install, launch the grid, watch, pack
 #   bash scripts/run_device_study.sh watch SECONDS   # a later call on the same (warm) machine

@@ -19,7 +19,7 @@ import torch
 from proas.baselines.common import env_name, validation_ids, write_checkpoint_dir
 from proas.envs import make_factory
 from proas.errors import ProasError
-from proas.train.config import Config, config_to_yaml
+from proas.train.config import Config, config_to_yaml, pin_tuned_defaults
 from proas.train.loop import (
     ValResult,
     build_policy,
@@ -40,7 +40,9 @@ def direct_eval(cfg: Config, *, tasks: int | None = None, temperature: float | N
     ``seed`` defaults to what the trainer uses for its step-0 validation (``val_seed(cfg.seed, 0)``).
     """
     if save is not None:
-        cfg = absolute_paths(cfg)  # what it saves records them: eval and RL from it work from any directory
+        # what it saves records them (paths, the per-env defaults as values): eval and RL from it
+        # work from any directory, with its setting
+        cfg = pin_tuned_defaults(absolute_paths(cfg))
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)
     init_source = init_source_record(cfg) if save is not None else None

@@ -45,7 +45,7 @@ from proas.errors import ProasError
 from proas.fileio import atomic_write_json
 from proas.policies.base import Context, Policy, task_text
 from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
-from proas.train.config import Config, config_to_yaml
+from proas.train.config import Config, config_to_yaml, pin_tuned_defaults
 from proas.train.loop import val_seed, validate, weights_finite, write_run_config
 from proas.train.rundir import absolute_paths
 from proas.train.warm_start import build_policy, init_source_record
@@ -199,7 +199,9 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
     if (run_dir / "config.yaml").exists():
         raise ProasError(f"{run_dir}: a run already lives here; choose another directory")
     log = log or (lambda s: None)
-    cfg = absolute_paths(cfg)  # its checkpoint records them: eval and RL from it work from any directory
+    # its checkpoint records them (paths, the per-env defaults as values): eval and RL from it
+    # work from any directory, with its setting
+    cfg = pin_tuned_defaults(absolute_paths(cfg))
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.train.threads)

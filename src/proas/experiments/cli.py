@@ -227,7 +227,7 @@ def _run(args) -> int:
         for s in specs:
             print(f"{status[s.key]:8s} {s.key}")
     # said before anything starts: how long the grid will take, and on what the figure rests
-    print(f"{study.name}: {estimate(study, specs, out, status, jobs).line(jobs)}", flush=True)
+    print(f"{study.name}: {estimate(study, specs, out, status, jobs).line()}", flush=True)
     if args.dry_run:
         return 0
     res = run_grid(study, specs, out, jobs=jobs, time_limit=args.time_limit)

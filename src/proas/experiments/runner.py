@@ -19,6 +19,7 @@ ARG needs its teacher's graph) starts once that run has finished on the same env
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ from proas.experiments.datafiles import output_file
 from proas.experiments.spec import RunSpec, Study, env_dir
 from proas.fileio import atomic_write_text
 
-__all__ = ["SECONDS_PER_STEP", "Estimate", "GridResult", "estimate", "plan", "run_grid", "run_status"]
+__all__ = ["Estimate", "GridResult", "estimate", "measured_step_times", "plan", "run_grid", "run_status"]
 
 NEW, PARTIAL, DONE = "new", "partial", "done"
 
@@ -88,13 +89,8 @@ def run_status(spec: RunSpec, out: Path, steps: int) -> str:
     return DONE if done is not None and done >= steps else PARTIAL
 
 
-#: rough wall seconds of one RL step of one run (one CPU thread; 16 tasks x 8 episodes, the
-#: validation every 10 steps and the start included), by (env, policy kind), for a time estimate
-#: before anything ran: household from the main job on this project's 2-core machine with other
-#: jobs running (docs/training.md: 7.4-8.7 min per 150-step run); shop a quarter of that, as the
-#: tuning runs' median cost per run was (results/heldout/README.md: household GRPO 239 s, shop
-#: GiGPO 60 s). docs/experiments.md, "How long a study takes"
-SECONDS_PER_STEP = {("household", "scorer"): 3.2, ("shop", "scorer"): 0.8}
+#: a run's step time counts once it has logged this many steps (a validation, every 10, included)
+MIN_STEPS_MEASURED = 10
 
 
 @dataclass
@@ -102,16 +98,18 @@ class Estimate:
     """A grid's expected wall time before it starts (``estimate``)."""
 
     runs: int
-    #: seconds of run time, all runs one after another (None: no figure for some run)
+    #: seconds of run time, all runs one after another (None: no measured figure for some run)
     run_seconds: float | None
-    #: seconds of wall time at ``jobs`` runs at a time
+    #: seconds of wall time at ``parallel`` runs at a time
     wall_seconds: float | None
     #: where each figure came from, one phrase per (env, policy)
     basis: list[str]
     #: SFT runs to go, not counted in the figures
     sft: int = 0
+    #: runs at a time: ``--jobs``, at most the CPU cores and the runs to go
+    parallel: int = 1
 
-    def line(self, jobs: int) -> str:
+    def line(self) -> str:
         if self.runs + self.sft == 0:
             return "nothing to run"
         runs = f"{self.runs + self.sft} runs to go" + (f" ({self.sft} SFT runs, minutes each, not counted)"
@@ -119,7 +117,7 @@ class Estimate:
         if self.wall_seconds is None:
             return f"{runs}; no time estimate ({'; '.join(self.basis)})"
         return (f"{runs}, about {_duration(self.run_seconds)} of run time, "
-                f"{_duration(self.wall_seconds)} at {jobs} at a time ({'; '.join(self.basis)})")
+                f"{_duration(self.wall_seconds)} at {self.parallel} at a time ({'; '.join(self.basis)})")
 
 
 def _duration(seconds: float | None) -> str:
@@ -140,40 +138,93 @@ def _logged(run_dir: Path) -> list[dict]:
         return []
 
 
+def _run_kind(run_dir: Path) -> tuple[str, str] | None:
+    """(env, policy kind) of the run its ``config.yaml`` records, read as plain YAML (the full
+    config check costs tens of milliseconds a run); None when it cannot be read."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        return str(data["env"]["name"]), str(data["policy"]["kind"])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def _seconds_per_step(records: list[dict]) -> float | None:
+    """A run's wall seconds per RL step so far: the run's wall time (start-up and validations
+    included, ``time/wall``) over the steps it logged; the sum of ``time/step`` where an older
+    run has no wall time. None before ``MIN_STEPS_MEASURED`` steps."""
+    steps = [r for r in records if isinstance(r.get("step"), int) and r["step"] > 0]
+    if not steps or steps[-1]["step"] < MIN_STEPS_MEASURED:
+        return None
+    last = steps[-1]
+    wall = last.get("time/wall")
+    if isinstance(wall, (int, float)) and wall > 0:
+        return float(wall) / last["step"]
+    times = [float(r["time/step"]) for r in steps if isinstance(r.get("time/step"), (int, float))]
+    return sum(times) / len(times) if times else None
+
+
+def measured_step_times(out: Path) -> dict[tuple[str, str], tuple[list[float], int]]:
+    """Per (env, policy kind), the seconds per step of every run under ``out``
+    (``OUT/<env>/<row>/seed<N>/``, whatever study made it) that has logged enough steps, and how
+    many of those runs have finished."""
+    found: dict[tuple[str, str], tuple[list[float], int]] = {}
+    for metrics in sorted(Path(out).glob("*/*/seed*/metrics.jsonl")):
+        run_dir = metrics.parent
+        kind = _run_kind(run_dir)
+        per_step = _seconds_per_step(_logged(run_dir)) if kind is not None else None
+        if per_step is None:
+            continue
+        times, finished = found.get(kind, ([], 0))
+        times.append(per_step)
+        found[kind] = (times, finished + (_finished_steps(run_dir) is not None))
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _spec_kind(overrides: tuple[str, ...]) -> tuple[str, str]:
+    """(env, policy kind) of a run's overrides (cached: the runner asks again as runs finish)."""
+    from proas.train.config import build_config
+
+    cfg = build_config(list(overrides))
+    return cfg.env.name, cfg.policy.kind
+
+
 def estimate(study: Study, specs: list[RunSpec], out: Path, status: dict[str, str], jobs: int) -> Estimate:
     """The wall time the runs not yet done will take: each run's steps to go times the seconds
-    a step of its env and policy takes, as measured in the results directory (the median of the
-    steps its runs logged, ``time/step``) where it holds any, else ``SECONDS_PER_STEP``;
-    spread over ``min(jobs, CPU cores)`` runs at a time. SFT runs (minutes) are not counted."""
+    a step of its env and policy takes, the median over the runs of that env and policy
+    measured in the results directory (``measured_step_times``); spread over ``min(jobs, CPU
+    cores, runs to go)`` runs at a time. With no measured run of some env and policy there is no
+    figure, and the line says so; the runner gives one once a run has finished. SFT runs
+    (minutes) are not counted."""
     import statistics
-
-    from proas.train.config import build_config
 
     todo = [s for s in specs if status.get(s.key) != DONE and s.command == "train"]
     sft = sum(status.get(s.key) != DONE and s.command != "train" for s in specs)
+    parallel = max(1, min(jobs, os.cpu_count() or 1, len(todo) or 1))
     kinds: dict[tuple[str, str], list[RunSpec]] = {}
     steps_left: dict[str, int] = {}
     for spec in todo:
-        cfg = build_config(list(spec.overrides))
-        kinds.setdefault((cfg.env.name, cfg.policy.kind), []).append(spec)
+        kinds.setdefault(_spec_kind(spec.overrides), []).append(spec)
         logged = [int(r["step"]) for r in _logged(spec.run_dir(out)) if isinstance(r.get("step"), int)]
         steps_left[spec.key] = max(0, study.steps - max(logged, default=0))
-    total, basis = 0.0, []
+    measured = measured_step_times(out) if kinds else {}
+    total, basis, missing = 0.0, [], []
     for (env, kind), group in kinds.items():
-        measured = [float(r["time/step"]) for s in specs if s.command == "train" and s.env == env
-                    for r in _logged(s.run_dir(out)) if isinstance(r.get("time/step"), (int, float))]
-        if len(measured) >= 5:
-            per_step = statistics.median(measured)
-            basis.append(f"{env} {kind}: {per_step:.1f} s a step, the median of {len(measured)} steps logged in {out}")
-        elif (env, kind) in SECONDS_PER_STEP:
-            per_step = SECONDS_PER_STEP[(env, kind)]
-            basis.append(f"{env} {kind}: about {per_step:g} s a step, the documented figure")
-        else:
-            basis.append(f"{env} {kind}: no figure (no step of it logged in {out} yet)")
-            return Estimate(len(todo), None, None, basis, sft)
+        times, finished = measured.get((env, kind), ([], 0))
+        if not times:
+            missing.append(f"{env} {kind}")
+            continue
+        per_step = statistics.median(times)
+        basis.append(f"{env} {kind}: {per_step:.2g} s a step, the median of {len(times)} runs' step times "
+                     f"in {out} ({finished} finished)")
         total += per_step * sum(steps_left[s.key] for s in group)
-    parallel = max(1, min(jobs, os.cpu_count() or 1, len(todo) or 1))
-    return Estimate(len(todo), total, total / parallel, basis, sft)
+    if missing:
+        basis.append(f"no measured step times yet for {', '.join(missing)} in {out}: an estimate follows "
+                     f"once a run has logged {MIN_STEPS_MEASURED} steps")
+        return Estimate(len(todo), None, None, basis, sft, parallel)
+    return Estimate(len(todo), total, total / parallel, basis, sft, parallel)
 
 
 def plan(study: Study, specs: list[RunSpec], out: Path) -> dict[str, str]:
@@ -279,6 +330,9 @@ def run_grid(study: Study, specs: list[RunSpec], out: Path, *, jobs: int = 1,
                     finished.add(key)
                     done.append(key)
                     log(f"  done   {key}")
+                    rest = [by_key[k] for k in running] + pending
+                    if rest:  # the figure, from the step times measured so far
+                        log(f"  to go: {estimate(study, rest, out, {}, jobs).line()}")
                 else:
                     failed.append(key)
                     log(f"  failed {key} (exit {rc}; see {by_key[key].run_dir(out) / 'train.log'})")

@@ -10,7 +10,8 @@ from proas.ranges import integer, number, seed
 TRAIN_HELP = """\
 Train a policy with multi-turn group RL and ProAS credit.
 
-With no arguments: household env, scorer policy, GRPO + ProAS, seed 0, 150 steps.
+With no arguments: household env, scorer policy, GRPO + ProAS at the held-out study's tuned
+setting for the env (AdamW 0.001 on household), seed 0, 150 steps.
 Override any config key with dotted key=value pairs, e.g.
 
   proas train env=household algo.estimator=gigpo algo.shaping=proas seed=1 \\

@@ -15,8 +15,8 @@ directory as ``config.yaml``; ``--resume`` reads it back from there.
 Defaults follow verl-agent's GRPO ALFWorld script (docs/training.md, "Settings against verl-agent's
 scripts") where the ``lm`` policy is concerned (16 tasks x 8 per step, 150 steps, clip 0.2, dual
 clip 3.0, invalid-action penalty 0.1, validation on 128 tasks every 10 steps); the ``scorer``
-policy's learning rate and width are ours, chosen so the household job learns on two
-CPU cores in minutes.
+policy's width is ours, chosen so the household job learns on two CPU cores in minutes, and its
+optimiser and rate, when unset, are the held-out study's choice for the env (``SCORER_TUNED``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ __all__ = [
     "shipped_relative",
     "config_from_yaml",
     "config_to_yaml",
+    "pin_tuned_defaults",
+    "scorer_env",
 ]
 
 #: base estimators of the trainer: the credit core's, each by its one name
@@ -66,6 +68,7 @@ ESTIMATORS = estimator_names()
 SHAPINGS = tuple(CREDIT_SHAPINGS)
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 POLICIES = ("scorer", "lm")
+SCORER_OPTIMIZERS = ("sgd", "adam", "adamw")
 GRAPH_SOURCES = ("oracle", "load", "rollouts")
 #: GiGPO's normalisation in verl-agent's scripts: mean_std_norm for ALFWorld, mean_norm for WebShop
 GIGPO_MODE_BY_ENV = {"household": "mean_std_norm", "shop": "mean_norm"}
@@ -73,6 +76,18 @@ GIGPO_MODE_BY_ENV = {"household": "mean_std_norm", "shop": "mean_norm"}
 CRITIC_FEATURES = ("state", "context")
 #: ``algo.kl_coef`` of the ``lm`` policy when unset (verl-agent's ``kl_loss_coef`` with LLMs)
 LM_KL_COEF = 0.01
+#: the scorer's optimiser and rate when unset, per env: the held-out study's choice for the
+#: default arm, GRPO+ProAS from random weights (results/heldout/tuning/selection.md, sections
+#: "household grpo_proas" and "shop grpo_proas"; docs/training.md, "Tuned defaults"): the
+#: optimiser it chose, and for each optimiser the rate its grid found best (adam, never tuned,
+#: takes adamw's)
+SCORER_TUNED: dict[str, tuple[str, dict[str, float]]] = {
+    "household": ("adamw", {"sgd": 1.0, "adamw": 0.001}),
+    "shop": ("sgd", {"sgd": 1.0, "adamw": 0.003}),
+}
+#: another env's (never tuned), and an lm run's, whose scorer section trains nothing: SGD at 1,
+#: the trainer's default before the study
+SCORER_UNTUNED: tuple[str, dict[str, float]] = ("sgd", {"sgd": 1.0, "adamw": 0.001})
 
 
 def ranged(interval: str, default: Any = None, *, factory: Any = None) -> Any:
@@ -139,17 +154,17 @@ class ScorerConfig:
     dim: int = ranged("[1, 4096]", 16)
     #: log2 of the hashed feature table size (household's vocabulary needs a few thousand rows)
     hash_bits: int = ranged("[4, 24]", 14)
-    #: optimiser: sgd | adam | adamw. SGD's steps scale with the gradient; with successes this
-    #: rare at the start (about 1 episode in 100 on household), Adam's per-weight normalisation
-    #: turns a single lucky group, and the entropy bonus between them, into full-size steps that
-    #: collapse the policy at the rates tried so far (docs/training.md); the held-out study tunes
-    #: both (docs/study-protocol.md)
-    optimizer: str = "sgd"
+    #: optimiser: sgd | adam | adamw; None = the held-out study's choice for the env
+    #: (``SCORER_TUNED``: household adamw, shop sgd; another env, or policy=lm, sgd). Rates that
+    #: suit one do not suit the other: at a high rate Adam's per-weight normalisation turns a
+    #: single lucky group into full-size steps that collapse the policy (docs/training.md)
+    optimizer: Optional[str] = None
     #: adamw's decoupled weight decay (verl-agent's actor: 0.01); unused by sgd and adam
     weight_decay: float = ranged("[0, F32]", 0.01)
-    #: learning rate (sgd; about 0.01-0.03 for adam). 2.0 learns faster on household but its
-    #: success rate falls back after step 110 (docs/training.md)
-    lr: float = ranged("[F32_TINY, F32]", 1.0)
+    #: learning rate; None = the held-out study's best rate for the optimiser on the env
+    #: (``SCORER_TUNED``: household adamw 0.001, sgd 1; shop sgd 1, adamw 0.003; adam takes
+    #: adamw's; another env, or policy=lm: sgd 1, adamw 0.001)
+    lr: Optional[float] = ranged("[F32_TINY, F32]", None)
     #: std of the initial weights (small: the untrained policy is close to uniform)
     init_std: float = ranged("[0, F32]", 0.01)
     #: observation/action pairs of history the scorer sees, as the lm prompt shows them
@@ -158,6 +173,20 @@ class ScorerConfig:
     #: start from the scorer of this run or checkpoint directory (an SFT run: its best
     #: checkpoint) instead of random weights; hash_bits and dim must match it
     init_from: Optional[str] = None
+
+    def resolved_optimizer(self, env_name: str | None) -> str:
+        """``optimizer``, or the tuned one for ``env_name`` (None: no tuned setting applies, as in
+        a run of another policy; ``scorer_env``)."""
+        if self.optimizer is not None:
+            return self.optimizer
+        return SCORER_TUNED.get(env_name or "", SCORER_UNTUNED)[0]
+
+    def resolved_lr(self, env_name: str | None) -> float:
+        if self.lr is not None:
+            return self.lr
+        rates = SCORER_TUNED.get(env_name or "", SCORER_UNTUNED)[1]
+        opt = self.resolved_optimizer(env_name)
+        return rates["adamw" if opt == "adam" else opt]
 
 
 @dataclass
@@ -486,7 +515,8 @@ def _validate(cfg: Config) -> None:
     choice("algo.estimator", cfg.algo.estimator, ESTIMATORS)
     choice("algo.shaping", cfg.algo.shaping, SHAPINGS)
     choice("algo.loss_agg", cfg.algo.loss_agg, LOSS_AGG)
-    choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, ("sgd", "adam", "adamw"))
+    if cfg.policy.scorer.optimizer is not None:
+        choice("policy.scorer.optimizer", cfg.policy.scorer.optimizer, SCORER_OPTIMIZERS)
     choice("policy.lm.mode", cfg.policy.lm.mode, lm_options.MODES)
     choice("policy.lm.decode", cfg.policy.lm.decode, lm_options.DECODERS)
     choice("policy.lm.score_impl", cfg.policy.lm.score_impl, lm_options.SCORE_IMPLS)
@@ -598,8 +628,10 @@ def unset_resolved(cfg: Config) -> dict[str, Any]:
     """What every key left unset (``null``) in ``cfg`` means, in config order: the value it
     resolves to for the run's estimator, env and policy, or what the run does without it
     (``NULL_MEANS``)."""
-    a = cfg.algo
+    a, s = cfg.algo, cfg.policy.scorer
     resolved: dict[str, Any] = {
+        "policy.scorer.optimizer": lambda: s.resolved_optimizer(scorer_env(cfg)),
+        "policy.scorer.lr": lambda: s.resolved_lr(scorer_env(cfg)),
         "algo.clip_high": a.resolved_clip_high,
         "algo.kl_coef": lambda: a.resolved_kl_coef(cfg.policy.kind),
         "algo.dynamic_sampling": a.resolved_dynamic_sampling,
@@ -613,6 +645,22 @@ def unset_resolved(cfg: Config) -> dict[str, Any]:
             out[key] = resolved[key]()
         else:
             out[key] = NULL_MEANS.get(key, "unset")
+    return out
+
+
+def scorer_env(cfg: Config) -> str | None:
+    """The env whose tuned setting the scorer's unset optimiser and rate take: the run's env for
+    the scorer policy; None (the untuned setting) for another policy, which trains no scorer."""
+    return cfg.env.name if cfg.policy.kind == "scorer" else None
+
+
+def pin_tuned_defaults(cfg: Config) -> Config:
+    """A copy of ``cfg`` with the scorer's optimiser and rate set to what they resolve to for its
+    env. A run records its config so: the per-env defaults may be tuned again, and a run must
+    resume with the setting it started with (docs/training.md, "Tuned defaults")."""
+    out = copy.deepcopy(cfg)
+    s, env = out.policy.scorer, scorer_env(out)
+    s.optimizer, s.lr = s.resolved_optimizer(env), s.resolved_lr(env)
     return out
 
 
@@ -692,7 +740,7 @@ def relocate_shipped_paths(cfg: Config) -> Config:
 def same_setting(a: Config, b: Config) -> bool:
     """Whether two configs describe the same run, apart from the step budget, the progress bar
     and where the shipped task sets lie."""
-    a, b = copy.deepcopy(a), copy.deepcopy(b)
+    a, b = pin_tuned_defaults(a), pin_tuned_defaults(b)  # an unset key is what it resolves to
     for c in (a, b):
         c.train.steps, c.train.progress = 0, False
         for section, rel in _shipped_paths(c):

@@ -58,7 +58,14 @@ from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.rollout_log import write_rollouts
 from proas.termtext import printable
 from proas.train import checkpoint as ckpt
-from proas.train.config import Config, config_to_yaml, relocate_shipped_paths, same_setting
+from proas.train.config import (
+    Config,
+    config_to_yaml,
+    pin_tuned_defaults,
+    relocate_shipped_paths,
+    same_setting,
+    scorer_env,
+)
 from proas.train.critic import ValueModel, critic_metrics
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.outputs import (
@@ -122,7 +129,9 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
     else:
         assert cfg is not None
         point = False
-        cfg = absolute_paths(cfg)  # --resume, eval and serve then work from any directory
+        # --resume, eval and serve then work from any directory, and with the setting it started
+        # with: the per-env defaults it resolved are recorded as values
+        cfg = pin_tuned_defaults(absolute_paths(cfg))
         if run_dir is None:
             run_dir = Path(cfg.train.out_dir) / (cfg.train.run_name or default_run_name(cfg))
         if (run_dir / "config.yaml").exists():
@@ -272,7 +281,7 @@ class Trainer:
         self.policy = build_policy(cfg, seed, restore=restore)
         self.init_source = (restore[INIT_SOURCE] if restore is not None and INIT_SOURCE in restore
                             else init_source_record(cfg))
-        self.lr = cfg.policy.scorer.lr if cfg.policy.kind == "scorer" else cfg.policy.lm.lr
+        self.lr = cfg.policy.scorer.resolved_lr(scorer_env(cfg)) if cfg.policy.kind == "scorer" else cfg.policy.lm.lr
         self.optimizer = self.policy.make_optimizer(self.lr)
         # the lm's warmup and schedule, stepped once per RL step (verl's unit); None: constant
         self.scheduler = self.policy.make_scheduler(self.optimizer, cfg.train.steps)

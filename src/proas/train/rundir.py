@@ -38,7 +38,7 @@ from proas.errors import ProasError
 from proas.fileio import atomic_write_jsonl
 from proas.policies.base import HF_FILES, POLICY_FILES
 from proas.train import checkpoint as ckpt
-from proas.train.config import Config, config_from_yaml, same_setting, shipped_relative
+from proas.train.config import Config, config_from_yaml, pin_tuned_defaults, same_setting, shipped_relative
 
 __all__ = ["ResumePoint", "absolute_paths", "apply_repairs", "check_resume", "check_state"]
 
@@ -291,7 +291,7 @@ def _first_difference(a: Config, b: Config) -> str:
             return {k: v for key, value in obj.items() for k, v in flat(value, f"{prefix}{key}.").items()}
         return {prefix[:-1]: obj}
 
-    fa, fb = flat(a), flat(b)
+    fa, fb = flat(pin_tuned_defaults(a)), flat(pin_tuned_defaults(b))  # an unset key as what it resolves to
     for key in list(fa) + [k for k in fb if k not in fa]:
         if key in ("train.steps", "train.progress") or fa.get(key) == fb.get(key):
             continue

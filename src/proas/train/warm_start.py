@@ -22,7 +22,7 @@ from typing import Any
 from proas.errors import ProasError
 from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.train import checkpoint as ckpt
-from proas.train.config import Config, config_from_yaml, config_to_yaml
+from proas.train.config import Config, config_from_yaml, config_to_yaml, scorer_env
 
 __all__ = ["INIT_SOURCE", "build_policy", "export_hf", "init_source_record", "lm_from_run", "load_policy",
            "scorer_init_state"]
@@ -47,7 +47,7 @@ def build_policy(cfg: Config, seed: int, restore: dict[str, Any] | None = None) 
 
         s = cfg.policy.scorer
         policy = ScorerPolicy(bits=s.hash_bits, dim=s.dim, init_std=s.init_std, seed=seed,
-                              optimizer=s.optimizer, history_length=s.history_length,
+                              optimizer=s.resolved_optimizer(scorer_env(cfg)), history_length=s.history_length,
                               weight_decay=s.weight_decay)
         if s.init_from and restore is None:  # a warm start (an SFT run): its weights, and so the KL reference's
             policy.load_state_dict(scorer_init_state(s.init_from, s))

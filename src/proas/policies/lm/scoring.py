@@ -217,7 +217,7 @@ class ScoringMixin:
         rows = tdec
         cols = np.where(coff == 0, plen[tdec] - 1, tcol - 1)
         owner = crow  # the candidate (over all decisions) each token belongs to
-        ids, seg, pos = torch.from_numpy(ids_np).to(dev), torch.from_numpy(seg_np).to(dev), torch.from_numpy(pos_np).to(dev)
+        ids, seg, pos = (torch.from_numpy(x).to(dev) for x in (ids_np, seg_np, pos_np))
         seen = (seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None])  # (rows, query, key)
         seen &= torch.ones((width, width), dtype=torch.bool, device=dev).tril()
         # additive, 0 where seen and the dtype's minimum elsewhere, (batch, 1, query, key): the
