@@ -6,8 +6,10 @@ run, one CPU thread each). This benchmark times such a grid, ``--runs`` runs per
 directory holding the ``proas`` package, e.g. ``git archive COMMIT src | tar x -C REF``), one
 grid after the other on the same machine, and prints:
 
-- each grid's wall time and its runs' mean seconds per step (rollout and update);
-- the ratio of the reference grid's wall time to each other grid's;
+- each grid's wall time, the RL steps its runs logged and their mean seconds per step
+  (rollout and update), as soon as that grid has run;
+- the ratio of the reference grid's wall time to each other grid's, or with ``--window S``
+  (each grid stopped after S seconds) the ratio of their throughputs, RL steps per second;
 - whether each run's metrics of its first step (the rollout before any update: training SR,
   reward, episode length, env errors) equal the reference run's of the same env and seed.
   Later steps are not compared: GPU kernels with atomic additions (the embedding's backward)
@@ -19,7 +21,7 @@ the GPU instead of taking turns.
 
 One GPU machine (models built here with ``proas lm tokenizer`` / ``proas lm new-model``)::
 
-    python benchmarks/lm_grid.py --ref /tmp/ref --runs 8 --steps 3 --mps
+    python benchmarks/lm_grid.py --ref /tmp/ref --runs 8 --steps 150 --window 150 --mps
 
 A smoke run (what CI runs: CPU, one tiny run per env, one step of 2 tasks x 2, the reference
 being this code)::
@@ -72,7 +74,8 @@ def _models(root: Path, envs: list[str], quick: bool) -> dict[str, str]:
     return out
 
 
-def _grid(label: str, src: Path, out: Path, models: dict[str, str], args) -> dict:
+def _grid(label: str, src: Path, out: Path, models: dict[str, str], args, base: dict | None = None) -> dict:
+    """Run one grid; print its line (against ``base``, or as the reference when None)."""
     out.mkdir(parents=True)
     procs = []
     t0 = time.perf_counter()
@@ -87,16 +90,43 @@ def _grid(label: str, src: Path, out: Path, models: dict[str, str], args) -> dic
             log = open(out / f"{env}-s{seed}.log", "w")
             procs.append((subprocess.Popen([sys.executable, "-m", "proas", "train", *over], env=_env(src),
                                            stdout=log, stderr=subprocess.STDOUT), log))
-    bad = 0
+    bad = cut = 0
     for p, log in procs:
-        bad += p.wait() != 0
+        left = None if not args.window else max(0.0, args.window - (time.perf_counter() - t0))
+        try:
+            bad += p.wait(timeout=left) != 0
+        except subprocess.TimeoutExpired:  # the window is over: the run is stopped where it is
+            p.terminate()
+            p.wait()
+            cut += 1
         log.close()
     wall = time.perf_counter() - t0
     runs = {}
     for m in sorted(out.glob("*/metrics.jsonl")):
         recs = [json.loads(x) for x in m.read_text().splitlines() if x.strip()]
         runs[m.parent.name] = [r for r in recs if "time/step" in r]
-    return {"label": label, "wall": wall, "failed": bad, "runs": runs}
+    grid = {"label": label, "wall": wall, "failed": bad, "cut": cut, "runs": runs}
+    _report(grid, grid if base is None else base, args)
+    return grid
+
+
+def _steps(grid: dict) -> int:
+    return sum(len(steps) for steps in grid["runs"].values())
+
+
+def _report(g: dict, base: dict, args) -> None:
+    """One grid's line, printed as soon as it has run (a call cut short keeps what it printed)."""
+    if args.window:  # throughput: RL steps the grid's runs logged in the window
+        ratio = (_steps(g) / g["wall"]) / (_steps(base) / base["wall"]) if _steps(base) else float("nan")
+    else:
+        ratio = base["wall"] / g["wall"] if g["wall"] else float("nan")
+    same = sum(1 for name, steps in g["runs"].items() if steps and base["runs"].get(name)
+               and all(steps[0].get(k) == base["runs"][name][0].get(k) for k in FIRST_STEP))
+    runs = g["runs"]
+    print(f"  {g['label']:<12} wall {g['wall']:7.1f} s  steps {_steps(g):4d}  x{ratio:5.2f}  step "
+          f"{_mean(runs, 'time/step'):6.2f} s (rollout {_mean(runs, 'time/rollout'):6.2f}, update "
+          f"{_mean(runs, 'time/update'):6.2f})  runs {len(runs)} failed {g['failed']} cut {g['cut']}  "
+          f"first step equal to the reference: {same}/{len(runs)}", flush=True)
 
 
 def _mean(runs: dict, key: str) -> float:
@@ -112,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--envs", nargs="+", default=["household", "shop"])
     ap.add_argument("--household-max-steps", type=int, default=0, help="household episode limit (0: the env's)")
     ap.add_argument("--mps", action="store_true", help="a third grid under the CUDA MPS daemon")
+    ap.add_argument("--window", type=float, default=0, help="stop each grid after this many seconds and compare "
+                    "throughput (RL steps logged per second) instead of wall time (0: run every run to the end)")
     ap.add_argument("--work", default=None, help="where models and runs go (default: a temporary directory)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: one tiny run per env, one step of 2 tasks x 2")
     ap.add_argument("overrides", nargs="*", help="config overrides key=value for every run")
@@ -127,29 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="lm_grid_"))
     try:
         models = _models(work, args.envs, args.quick)
-        grids = [_grid("reference", ref, work / "ref", models, args),
-                 _grid("this code", SRC, work / "new", models, args)]
+        print(f"lm grid: {args.runs} run(s) x {args.envs}, {args.steps} steps each"
+              f"{f', cut at {args.window:.0f} s' if args.window else ''}; reference {ref}", flush=True)
+        base = _grid("reference", ref, work / "ref", models, args)
+        _grid("this code", SRC, work / "new", models, args, base)
         if args.mps:
-            grids.append(_mps_grid(work, models, args))
-        base = grids[0]
-        print(f"lm grid: {args.runs} run(s) x {args.envs}, {args.steps} steps each; reference {ref}")
-        for g in grids:
-            if g is None:
-                continue
-            ratio = base["wall"] / g["wall"] if g["wall"] else float("nan")
-            same = sum(1 for name, steps in g["runs"].items() if steps and base["runs"].get(name)
-                       and all(steps[0].get(k) == base["runs"][name][0].get(k) for k in FIRST_STEP))
-            runs = g["runs"]
-            print(f"  {g['label']:<12} wall {g['wall']:7.1f} s  x{ratio:5.2f}  step {_mean(runs, 'time/step'):6.2f} s "
-                  f"(rollout {_mean(runs, 'time/rollout'):6.2f}, update {_mean(runs, 'time/update'):6.2f})  "
-                  f"runs {len(runs)} failed {g['failed']}  first step equal to the reference: {same}/{len(runs)}")
+            _mps_grid(work, models, args, base)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def _mps_grid(work: Path, models: dict[str, str], args) -> dict | None:
+def _mps_grid(work: Path, models: dict[str, str], args, base: dict) -> dict | None:
     ctl = shutil.which("nvidia-cuda-mps-control")
     if ctl is None:
         print("  no nvidia-cuda-mps-control: no MPS grid")
@@ -163,7 +185,7 @@ def _mps_grid(work: Path, models: dict[str, str], args) -> dict | None:
     saved = {k: os.environ.get(k) for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")}
     os.environ.update({k: env[k] for k in saved})
     try:
-        return _grid("this + MPS", SRC, work / "mps_runs", models, args)
+        return _grid("this + MPS", SRC, work / "mps_runs", models, args, base)
     finally:
         subprocess.run([ctl], input="quit\n", text=True, env=env)
         for k, v in saved.items():
