@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import CompileConfig
 
     from _timing import timed as timed_call
-    from proas.policies.lm import LMPolicy
-    from proas.policies.lm_decode import StaticDecoder, bucket_rows
+    from proas.lm.decode import StaticDecoder, bucket_rows
+    from proas.lm.policy import LMPolicy
     from proas.train.config import build_config
 
     over = ["policy=lm", f"policy.lm.device={args.device}", f"policy.lm.dtype={args.dtype}",

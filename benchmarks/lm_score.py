@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from _timing import timed
-    from proas.policies.lm import LMPolicy, local_tokenizer
-    from proas.policies.lm_tools import SCRATCH_SIZES
+    from proas.lm.model import local_tokenizer
+    from proas.lm.policy import LMPolicy
+    from proas.lm.tools import SCRATCH_SIZES
 
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)

@@ -16,7 +16,8 @@ from proas.baselines.sft import (
 )
 from proas.cli import main as proas_main
 from proas.errors import ProasError
-from proas.policies.lm import LMPolicy, project_action
+from proas.lm.policy import LMPolicy
+from proas.lm.prompt import project_action
 from proas.train.config import build_config
 from proas.train.evaluate import evaluate_checkpoint
 from proas.train.loop import train

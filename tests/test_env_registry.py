@@ -111,4 +111,4 @@ def test_the_commands_that_build_envs_by_name_ask_the_registry():
                     or (node.module == "proas" and "envs" in {a.name for a in node.names})):
                 found.add(rel)
     assert users <= found, f"not asking proas.envs: {sorted(users - found)}"
-    assert {"play/cli.py", "schedule/cli.py", "lm/cli.py"} <= found
+    assert {"envs/cli.py", "tasksets/cli.py", "cli/lm.py"} <= found

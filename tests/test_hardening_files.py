@@ -69,7 +69,7 @@ def model_dir(tmp_path_factory):
     """A Hugging Face model directory: the tiny architecture, random weights, the local tokenizer."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from proas.policies.lm import MODEL_CONFIGS, local_tokenizer
+    from proas.lm.model import MODEL_CONFIGS, local_tokenizer
 
     out = tmp_path_factory.mktemp("hf") / "model"
     tok = local_tokenizer(1024)
@@ -371,7 +371,7 @@ def test_an_optimiser_state_of_the_wrong_shape_is_refused_on_resume(lm_run, tmp_
 def test_the_run_stops_before_a_checkpoint_holds_non_finite_weights(tmp_path, capsys, monkeypatch, kind):
     """An optimiser step that overflows (as AdamW with ``weight_decay=1e300`` does) on the only
     update of step 1: the run stops in one line, and no checkpoint holds inf/NaN weights."""
-    from proas.policies.lm import LMPolicy
+    from proas.lm.policy import LMPolicy
     from proas.policies.scorer import ScorerPolicy
 
     cls = ScorerPolicy if kind == "scorer" else LMPolicy
@@ -469,7 +469,7 @@ def test_an_output_path_that_is_or_sits_below_a_file_is_one_line(model_dir, tmp_
 
 @pytest.mark.parametrize("code", [errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG])
 def test_every_os_error_is_one_line(monkeypatch, capsys, code):
-    from proas.lm import cli as lm_cli
+    from proas.cli import lm as lm_cli
 
     def fail(args):
         raise OSError(code, os.strerror(code), "/some/path")

@@ -7,8 +7,8 @@ import io
 import pytest
 
 from proas import cli
+from proas.envs import cli as play_cli
 from proas.envs.household import make_household_env
-from proas.play import cli as play_cli
 
 
 def test_following_hints_wins_the_game():

@@ -87,7 +87,7 @@ def test_a_resumed_run_is_bit_identical_to_an_uninterrupted_one(runs):
 
 
 def test_a_checkpoint_is_a_hugging_face_directory_with_the_optimiser_beside_it(runs):
-    from proas.policies.lm import is_hf_model_dir, load_tokenizer
+    from proas.lm.model import is_hf_model_dir, load_tokenizer
     from proas.train.warm_start import load_policy
 
     lora, full, _ = runs
@@ -153,7 +153,8 @@ def test_older_lm_checkpoints_load_but_are_not_resumed(runs, tmp_path):
     for eval, export and init_from; resuming one is refused in one line."""
     import shutil
 
-    from proas.train.warm_start import export_hf, load_policy
+    from proas.cli.lm import export_hf
+    from proas.train.warm_start import load_policy
 
     lora, full, _ = runs
     if lora:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from proas.policies import lm_decode
+from proas.lm import decode as lm_decode
+from proas.lm.decode import StaticDecoder, bucket_rows
+from proas.lm.policy import LMPolicy
 from proas.policies.base import Context
-from proas.policies.lm import LMPolicy
-from proas.policies.lm_decode import StaticDecoder, bucket_rows
 from proas.train.config import build_config
 
 torch.set_num_threads(1)

@@ -9,11 +9,13 @@ import torch
 
 from proas.baselines.sft import oracle_examples
 from proas.cli import main as proas_main
+from proas.cli.lm import env_tokenizer
 from proas.envs import make
 from proas.errors import ProasError
-from proas.lm.cli import env_tokenizer
-from proas.policies.lm import LMPolicy, build_prompt, load_tokenizer, local_tokenizer, score_response
-from proas.policies.lm_tools import new_model_dir
+from proas.lm.model import load_tokenizer, local_tokenizer
+from proas.lm.policy import LMPolicy
+from proas.lm.prompt import build_prompt, score_response
+from proas.lm.tools import new_model_dir
 from proas.train.config import build_config
 
 torch.set_num_threads(1)

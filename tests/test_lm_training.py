@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from proas.errors import ProasError
+from proas.lm.model import local_tokenizer, resolve_precision
+from proas.lm.policy import LMPolicy
 from proas.policies.base import Context
-from proas.policies.lm import LMPolicy, local_tokenizer, resolve_precision
 from proas.train.config import build_config
 
 torch.set_num_threads(1)

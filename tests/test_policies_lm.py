@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from proas.errors import ProasError
+from proas.lm.policy import LMPolicy
+from proas.lm.prompt import build_prompt, project_action
 from proas.policies.base import Context
-from proas.policies.lm import LMPolicy, build_prompt, project_action
 from proas.train.config import build_config
 
 torch.set_num_threads(1)

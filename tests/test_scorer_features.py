@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proas.envs.household import HouseholdEnv, task_ids
+from proas.lm.prompt import build_prompt
 from proas.policies.base import Context, task_text
 from proas.policies.features import Featurizer
-from proas.policies.lm import build_prompt
 from proas.policies.scorer import ScorerPolicy
 
 torch.set_num_threads(1)

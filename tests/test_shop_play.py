@@ -4,8 +4,8 @@ import io
 
 from proas.cli import main
 from proas.envs import ENVS
+from proas.envs.cli import play
 from proas.envs.shop import make_shop_env
-from proas.play.cli import play
 
 
 def test_shop_is_playable_and_hints_win():

@@ -53,7 +53,7 @@ _TOKENIZER = []
 def tokenizer():
     """proas's byte-level BPE with its chat template (every text round-trips), trained once."""
     if not _TOKENIZER:
-        from proas.policies.lm import train_tokenizer
+        from proas.lm.model import train_tokenizer
 
         texts = ["Your task is to: put some apple in fridge. You arrive at countertop 1.",
                  "<think>plan</think><action>go to countertop 1</action>", "search[red shirt] click[buy now]"]

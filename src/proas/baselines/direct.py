@@ -1,7 +1,7 @@
 """The Direct baseline: the untrained policy of a config, evaluated on the validation set.
 
 For the ``lm`` policy this is Direct prompting (the pretrained model with the ReAct-free prompt of
-``proas.policies.lm``); for the ``scorer`` it is the near-uniform initial policy. The figures are
+``proas.lm``); for the ``scorer`` it is the near-uniform initial policy. The figures are
 exactly those of step 0 of an RL run with the same config (same policy seed, same validation
 tasks, same validation seed and temperature). ``save`` writes the untrained weights as a run
 directory so that ``proas eval``, ``proas serve`` and the probes can load them; as a run does, it

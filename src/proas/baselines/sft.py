@@ -10,7 +10,7 @@ target.
 Loss: the negative token-mean log-likelihood of the target through the policy's own
 ``prepare``/``evaluate`` path, the one the RL losses use: for the ``scorer`` a "token" is the
 chosen candidate; for the ``lm`` the response ``<think>...</think><action>ACTION</action>`` plus
-the end-of-turn token, written in the format ``proas.policies.lm.project_action`` parses (an
+the end-of-turn token, written in the format ``proas.lm.prompt.project_action`` parses (an
 ``lm`` in score mode, like the ``scorer``, learns the choice of ACTION among its candidates).
 An RL run starts from the result with ``policy.lm.init_from`` / ``policy.scorer.init_from``.
 The ``lm`` trains with its RL optimiser (AdamW), gradients clipped at ``algo.max_grad_norm`` and
@@ -43,8 +43,8 @@ from proas.envs.base import Env
 from proas.envs.replay import oracle_walk
 from proas.errors import ProasError
 from proas.fileio import atomic_write_json
+from proas.lm.prompt import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.policies.base import Context, Policy, task_text
-from proas.policies.lm import LM_THOUGHT, score_response  # the thought SFT teaches, defined with the lm
 from proas.train.config import Config, config_to_yaml, pin_tuned_defaults
 from proas.train.loop import val_seed, validate, weights_finite, write_run_config
 from proas.train.rundir import absolute_paths

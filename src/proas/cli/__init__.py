@@ -2,7 +2,11 @@
 
 Each subsystem owns its subcommands in a ``cli`` module that exposes ``register(subparsers)``
 and sets ``func`` on the parsers it adds; ``COMMANDS`` below lists those modules, imported by
-name, so that a reader and the import linter (``lint-imports``) see every arrow from here. The
+name, so that a reader and the import linter (``lint-imports``) see every arrow from here. One
+set of commands stands in this package instead: ``proas lm`` (``proas.cli.lm``). The ``lm``
+package sits below the trainer, which trains it, while its commands read a run (``export``) and
+walk the oracle over a training config (``tokenizer``): work of the trainer and the baselines,
+which a module of the ``lm`` package could not import without a loop between the floors. The
 command modules import only what their parsers need (argparse, the registries of names); what a
 command runs (torch, the trainer, an env's data) is imported inside its function, so ``--help``
 and a config typo answer before any of it loads (``benchmarks/cli_start.py``,
@@ -27,24 +31,24 @@ import gc
 import sys
 
 from proas.baselines import cli as baselines_cli
+from proas.cli import lm as lm_cli
 from proas.credit import cli as credit_cli
+from proas.envs import cli as envs_cli
 from proas.envs.household import cli as household_cli
 from proas.errors import ProasError
 from proas.experiments import cli as experiments_cli
 from proas.inspect import cli as inspect_cli
 from proas.integrations.verl import cli as verl_cli
-from proas.lm import cli as lm_cli
-from proas.play import cli as play_cli
 from proas.probes import cli as probes_cli
-from proas.schedule import cli as schedule_cli
+from proas.tasksets import cli as tasksets_cli
 from proas.termtext import printable
 from proas.train import cli as train_cli
 
 #: the command modules, in the order ``proas --help`` lists their commands
 COMMANDS = (
     credit_cli,  # credit, credit-demo
-    schedule_cli,  # schedule make | make-tuning-val | verify
-    play_cli,  # play, tasks
+    tasksets_cli,  # schedule make | make-tuning-val | verify
+    envs_cli,  # play, tasks
     household_cli,  # household export
     train_cli,  # train, eval
     experiments_cli,  # experiment, report, heldout

@@ -1,6 +1,5 @@
-"""Policies behind one interface (``base.Policy``): the fast CPU ``scorer`` and the Hugging Face ``lm``.
-
-``scorer`` is imported here; ``lm`` (which imports transformers) only when asked for.
+"""Policies behind one interface (``base.Policy``): the fast CPU ``scorer`` here, and the Hugging
+Face ``lm`` in its own package, ``proas.lm`` (which imports transformers), on the floor above.
 """
 
 from proas.policies.base import Context, Decision, Policy, TokenStats, task_text

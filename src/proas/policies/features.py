@@ -1,6 +1,6 @@
 """Hashed text features of contexts and candidate actions (the ``scorer`` policy and the critic).
 
-The features see what the ``lm`` policy's prompt shows (``proas.policies.lm.build_prompt``), no
+The features see what the ``lm`` policy's prompt shows (``proas.lm.prompt.build_prompt``), no
 more and no less, so that the two policies act on the same information: the task, the number of
 steps taken so far, the last ``history_length`` (observation, action) pairs, the current
 observation and the admissible actions as the prompt lists them (without ``help``). Nothing from

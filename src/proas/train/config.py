@@ -30,13 +30,13 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from proas import lm_options
 from proas.credit import ESTIMATORS as CREDIT_ESTIMATORS
 from proas.credit import GROUP_STATS, REA_RULES
 from proas.credit import SHAPINGS as CREDIT_SHAPINGS
 from proas.credit.registry import ESTIMATOR_ALIASES, estimator_name, estimator_names, estimator_spec
 from proas.envs.base import SUCCESS_REWARD
 from proas.errors import ProasError
+from proas.lm import options as lm_options
 from proas.ranges import Range
 from proas.termtext import printable
 from proas.train.overrides import check_override

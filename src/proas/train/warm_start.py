@@ -8,7 +8,7 @@ the latest), or for the ``lm`` a Hugging Face model directory (one with ``config
 weights then become the new run's initial weights, and so the reference policy of its KL term
 (the trainer copies the policy it starts with). An ``lm`` trained with LoRA is merged into its
 base weights first, so the new run may train all weights or put fresh adapters on top.
-``export_hf`` writes the same model as a Hugging Face directory (``proas lm export``).
+``proas lm export`` writes the same model as a Hugging Face directory (``proas.cli.lm.export_hf``).
 
 Reading a run takes the trainer's config and checkpoint formats, so this lives with the
 trainer; the policies below it receive a loader (``LMPolicy.from_config(load_run=...)``).
@@ -24,7 +24,7 @@ from proas.policies.base import HF_FILES, POLICY_FILES, Policy
 from proas.train import checkpoint as ckpt
 from proas.train.config import Config, config_from_yaml, config_to_yaml, scorer_env
 
-__all__ = ["INIT_SOURCE", "build_policy", "export_hf", "init_source_record", "lm_from_run", "load_policy",
+__all__ = ["INIT_SOURCE", "build_policy", "init_source_record", "lm_from_run", "load_policy",
            "scorer_init_state"]
 
 
@@ -52,7 +52,7 @@ def build_policy(cfg: Config, seed: int, restore: dict[str, Any] | None = None) 
         if s.init_from and restore is None:  # a warm start (an SFT run): its weights, and so the KL reference's
             policy.load_state_dict(scorer_init_state(s.init_from, s))
         return policy
-    from proas.policies.lm import LMPolicy
+    from proas.lm.policy import LMPolicy
 
     load_run = lm_from_run
     record = restore.get(INIT_SOURCE) if restore is not None else None
@@ -70,7 +70,7 @@ def init_source_record(cfg: Config) -> dict[str, Any] | None:
     ``model_path``)."""
     if cfg.policy.kind != "lm" or not cfg.policy.lm.init_from:
         return None
-    from proas.policies.lm import is_hf_model_dir
+    from proas.lm.model import is_hf_model_dir
 
     path = cfg.policy.lm.init_from
     if is_hf_model_dir(path):
@@ -173,60 +173,3 @@ def lm_from_run(path: str | Path):
     if policy.lora:
         model = model.merge_and_unload()
     return model, policy.tokenizer
-
-
-#: the files of a checkpoint directory that are proas's own, not the Hugging Face model's
-_PROAS_FILES = frozenset({ckpt.STATE_FILE, ckpt.STATE_JSON, ckpt.GRAPH_FILE, ckpt.CHECKSUMS_FILE, "meta.json"})
-
-
-def export_hf(target: str | Path, out: str | Path) -> Path:
-    """Write the lm policy of run/checkpoint ``target`` to ``out`` as a Hugging Face model
-    directory (model weights and config, tokenizer with its chat template).
-
-    A checkpoint of a whole model is already one (docs/lm.md): the files its ``checksums.json``
-    covers (proas's own state aside) are copied, each hashed again as it is copied and refused
-    unless it matches; nothing else in the directory (a file planted beside them, a link) is.
-    A LoRA checkpoint holds only the adapters, and one from before Hugging Face checkpoints holds
-    ``state.pt``: those are loaded, LoRA merged, and saved. Either way ``out`` (new or empty,
-    checked before anything is read) is written whole or not at all (``atomic_dir``)."""
-    from proas.fileio import atomic_dir, check_output_dir
-
-    check_output_dir(out)
-    directory = ckpt.find_checkpoint(target)  # verified
-    plain = ckpt.load_plain_state(directory)
-    cfg = config_from_yaml(str(plain.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
-    if cfg.policy.kind != "lm":
-        raise ProasError(f"{target}: {directory} holds a {cfg.policy.kind!r} policy, not 'lm'")
-    if plain.get(POLICY_FILES) == HF_FILES and (directory / "config.json").is_file():
-        # plain names only (``checksummed_files``): a copy never lands outside ``out``
-        sums = {name: digest for name, digest in ckpt.checksummed_files(directory).items()
-                if name not in _PROAS_FILES}
-        if "config.json" not in sums:
-            raise ProasError(f"{directory}: its {ckpt.CHECKSUMS_FILE} does not cover config.json; not a checkpoint "
-                             "of a whole model")
-        with atomic_dir(out) as tmp:
-            for name, digest in sorted(sums.items()):
-                _copy_verified(directory / name, tmp / name, digest)
-        return Path(out)
-    model, tokenizer = lm_from_run(directory)
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return Path(out)
-
-
-def _copy_verified(src: Path, dst: Path, digest: str) -> None:
-    """Copy regular file ``src`` (not through a link) to the new file ``dst``, hashing what is
-    read; a copy whose sha256 is not ``digest`` (the file changed since it was verified) is a
-    ``ProasError``."""
-    import hashlib
-
-    from proas.fileio import open_regular
-
-    h = hashlib.sha256()
-    with open_regular(src) as fin, open(dst, "xb") as fout:
-        for chunk in iter(lambda: fin.read(1 << 20), b""):
-            h.update(chunk)
-            fout.write(chunk)
-    if h.hexdigest() != digest:
-        raise ProasError(f"{src}: changed since it was verified (its sha256 no longer matches); nothing was exported")

@@ -1,8 +1,8 @@
 """The values the ``lm`` policy's enumerated options take, in one torch-free place.
 
-``proas.policies.lm`` checks them when a policy is built and ``proas.train.config`` when a
-config is validated; the config module must not import the lm module (it pulls in torch and
-transformers), so both read them from here.
+``proas.lm.policy`` checks them when a policy is built and ``proas.train.config`` when a
+config is validated; the config module must not import the policy (it pulls in torch and
+transformers), so both read them from here, and the package's face imports nothing.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ __all__ = ["AUTOCAST", "DECODERS", "LR_SCHEDULES", "MASK_ATTN_IMPLS", "MODES", "
            "attn_problem"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
-#: candidate actions by their likelihood (see ``proas.policies.lm``)
+#: candidate actions by their likelihood (see ``proas.lm``)
 MODES = ("generate", "score")
 
 #: generate mode's decoding: ``hf`` (``model.generate``) or ``static`` (preallocated KV cache and,
-#: on CUDA, a CUDA graph per batch bucket: ``proas.policies.lm_decode``)
+#: on CUDA, a CUDA graph per batch bucket: ``proas.lm.decode``)
 DECODERS = ("hf", "static")
 
 #: score mode's forward passes (``LMPolicy.candidate_logps``): ``expand`` (encode the prompt,

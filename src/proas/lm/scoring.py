@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from proas.lm.model import _cache_kwarg, _last_logits
+from proas.lm.prompt import score_response
 from proas.policies.base import Context, Decision, TokenStats, candidate_actions
-from proas.policies.lm.model import _cache_kwarg, _last_logits
-from proas.policies.lm.prompt import score_response
 
 
 def _ragged(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

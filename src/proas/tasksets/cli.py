@@ -1,4 +1,5 @@
-"""`proas schedule make` and `proas schedule verify`: the fixed task sets from the command line.
+"""`proas schedule make | make-tuning-val | verify`: the task sets of this package from the command
+line.
 
 The env is built by name through ``proas.envs.make`` (the env registry). A factory returns an
 object with ``task_ids(split)`` (the env protocol); ``"train"`` is the pool

@@ -11,11 +11,9 @@ import torch
 from torch import nn
 
 from proas.errors import ProasError
-from proas.lm_options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem
-from proas.policies.base import Context, Decision, Policy
-from proas.policies.lm.checkpoints import CheckpointMixin
-from proas.policies.lm.generation import GenerationMixin
-from proas.policies.lm.model import (
+from proas.lm.checkpoints import CheckpointMixin
+from proas.lm.generation import GenerationMixin
+from proas.lm.model import (
     MODEL_CONFIGS,
     _set_attn,
     check_weights_dir,
@@ -25,9 +23,11 @@ from proas.policies.lm.model import (
     resolve_device,
     resolve_precision,
 )
-from proas.policies.lm.optim import OptimisationMixin
-from proas.policies.lm.prompt import _CHAT_TEMPLATE, PromptMixin
-from proas.policies.lm.scoring import ScoringMixin
+from proas.lm.optim import OptimisationMixin
+from proas.lm.options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem
+from proas.lm.prompt import _CHAT_TEMPLATE, PromptMixin
+from proas.lm.scoring import ScoringMixin
+from proas.policies.base import Context, Decision, Policy
 
 
 class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, CheckpointMixin, Policy):
@@ -71,7 +71,7 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
             raise ProasError(f"policy.lm.decode={decode!r} is not one of {', '.join(DECODERS)}")
         if score_impl not in SCORE_IMPLS:
             raise ProasError(f"policy.lm.score_impl={score_impl!r} is not one of {', '.join(SCORE_IMPLS)}")
-        #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (``lm_decode``)
+        #: generate mode's decoder: ``hf`` (``model.generate``) or ``static`` (``decode``)
         self.decode = decode
         self._static: Any = None
         self.module = model

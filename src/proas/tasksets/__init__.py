@@ -1,8 +1,9 @@
 """Fixed, hash-checked task sets: training schedules and validation sets (env-agnostic).
 
 The paper fixes, before training, which tasks each RL step sees and which 128 tasks validation
-uses, so that runs of different methods and seeds are comparable. This module writes and reads
-those files for any environment; it only ever sees lists of task ids (strings).
+uses, so that runs of different methods and seeds are comparable. This package writes and reads
+those files for any environment; the library, here, only ever sees lists of task ids (strings),
+and its command line (``cli``: ``proas schedule``) builds the envs that list them.
 
 Layout under a data root (``proas/data`` for the shipped sets)::
 
@@ -63,7 +64,7 @@ MANIFEST_FILE = "manifest.json"
 
 def default_root() -> Path:
     """The data root shipped inside the package (``proas/data``)."""
-    return Path(__file__).resolve().parent / "data"
+    return Path(__file__).resolve().parents[1] / "data"
 
 
 def _env_name(env: str) -> str:

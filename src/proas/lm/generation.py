@@ -1,5 +1,5 @@
 """Generate mode of the ``lm`` policy: sampling answers, with each token's log-probability,
-through Hugging Face ``generate`` or the static-cache decoder (``proas.policies.lm_decode``), on
+through Hugging Face ``generate`` or the static-cache decoder (``proas.lm.decode``), on
 the rollout copy of the weights."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from proas.lm.prompt import project_action
 from proas.policies.base import Context, Decision
-from proas.policies.lm.prompt import project_action
 
 
 class _DrawnLogp:
@@ -107,7 +107,7 @@ class GenerationMixin:
         entries are padding) and each token's log-probability at temperature 1.
 
         ``decode`` (default ``self.decode``): ``hf`` runs ``model.generate``; ``static`` the
-        static-cache decoder (``lm_decode.StaticDecoder``; models it cannot run use ``hf``).
+        static-cache decoder (``decode.StaticDecoder``; models it cannot run use ``hf``).
         ``min_new_tokens`` forbids stop ids before that many tokens (``generate``'s meaning; for
         timing random-weight models, which rarely stop on their own). ``generate_options`` go to
         ``generate`` as they are (``cache_implementation="static"`` for a benchmark).
@@ -160,7 +160,7 @@ class GenerationMixin:
         if self._static and (self._static.model is not model or self._static.max_len < max_len):
             self._static = None  # another model or larger budgets than it was built for
         if self._static is None:
-            from proas.policies.lm_decode import StaticDecoder, static_unsupported
+            from proas.lm.decode import StaticDecoder, static_unsupported
 
             why = static_unsupported(model)
             if why:

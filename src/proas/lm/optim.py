@@ -10,8 +10,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from proas.lm.model import _AdapterOff, _last_logits
 from proas.policies.base import TokenStats
-from proas.policies.lm.model import _AdapterOff, _last_logits
 
 #: weights without weight decay, by name (the Hugging Face Trainer's ``get_decay_parameter_names``)
 _NO_DECAY = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]

@@ -1,12 +1,18 @@
-"""``proas lm``: tools around the ``lm`` policy's Hugging Face models (docs/training.md).
+"""``proas lm``: the commands around the ``lm`` policy's Hugging Face models (docs/lm.md):
+export a run's model (``export_hf``), train a tokenizer on an env's text (``env_corpus``), write
+a from-scratch model.
 
-A front end, on the floor above the trainer: ``export`` reads a run, ``tokenizer`` a config."""
+The lm itself (policy, decoding, tools, options) is the package ``proas.lm``, on the policies'
+floor below the trainer. These commands stand on the top floor because their work is the
+trainer's and the baselines': ``export`` reads a run's checkpoint and config, ``tokenizer``
+builds a training config and walks the oracle over its tasks as SFT does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Iterator
 
+from proas.errors import ProasError
 from proas.ranges import integer, seed
 
 
@@ -60,11 +66,68 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    from proas.train.warm_start import export_hf
-
     out = export_hf(args.target, args.out)
     print(f"exported: {out}  (policy.lm.init_from={out})")
     return 0
+
+
+def export_hf(target: str | Path, out: str | Path) -> Path:
+    """Write the lm policy of run/checkpoint ``target`` to ``out`` as a Hugging Face model
+    directory (model weights and config, tokenizer with its chat template).
+
+    A checkpoint of a whole model is already one (docs/lm.md): the files its ``checksums.json``
+    covers (proas's own state aside) are copied, each hashed again as it is copied and refused
+    unless it matches; nothing else in the directory (a file planted beside them, a link) is.
+    A LoRA checkpoint holds only the adapters, and one from before Hugging Face checkpoints holds
+    ``state.pt``: those are loaded, LoRA merged, and saved. Either way ``out`` (new or empty,
+    checked before anything is read) is written whole or not at all (``atomic_dir``)."""
+    from proas.fileio import atomic_dir, check_output_dir
+    from proas.policies.base import HF_FILES, POLICY_FILES
+    from proas.train import checkpoint as ckpt
+    from proas.train.config import config_from_yaml
+    from proas.train.warm_start import lm_from_run
+
+    # the files of a checkpoint directory that are proas's own, not the Hugging Face model's
+    proas_files = {ckpt.STATE_FILE, ckpt.STATE_JSON, ckpt.GRAPH_FILE, ckpt.CHECKSUMS_FILE, "meta.json"}
+    check_output_dir(out)
+    directory = ckpt.find_checkpoint(target)  # verified
+    plain = ckpt.load_plain_state(directory)
+    cfg = config_from_yaml(str(plain.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
+    if cfg.policy.kind != "lm":
+        raise ProasError(f"{target}: {directory} holds a {cfg.policy.kind!r} policy, not 'lm'")
+    if plain.get(POLICY_FILES) == HF_FILES and (directory / "config.json").is_file():
+        # plain names only (``checksummed_files``): a copy never lands outside ``out``
+        sums = {name: digest for name, digest in ckpt.checksummed_files(directory).items()
+                if name not in proas_files}
+        if "config.json" not in sums:
+            raise ProasError(f"{directory}: its {ckpt.CHECKSUMS_FILE} does not cover config.json; not a checkpoint "
+                             "of a whole model")
+        with atomic_dir(out) as tmp:
+            for name, digest in sorted(sums.items()):
+                _copy_verified(directory / name, tmp / name, digest)
+        return Path(out)
+    model, tokenizer = lm_from_run(directory)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(out)
+
+
+def _copy_verified(src: Path, dst: Path, digest: str) -> None:
+    """Copy regular file ``src`` (not through a link) to the new file ``dst``, hashing what is
+    read; a copy whose sha256 is not ``digest`` (the file changed since it was verified) is a
+    ``ProasError``."""
+    import hashlib
+
+    from proas.fileio import open_regular
+
+    h = hashlib.sha256()
+    with open_regular(src) as fin, open(dst, "xb") as fout:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            h.update(chunk)
+            fout.write(chunk)
+    if h.hexdigest() != digest:
+        raise ProasError(f"{src}: changed since it was verified (its sha256 no longer matches); nothing was exported")
 
 
 def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
@@ -74,8 +137,7 @@ def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
     from proas.baselines.common import env_name
     from proas.baselines.sft import oracle_examples, sft_task_ids
     from proas.envs import make_factory
-    from proas.errors import ProasError
-    from proas.policies.lm import build_prompt, score_response
+    from proas.lm.prompt import build_prompt, score_response
 
     env = make_factory(cfg.env.name, cfg.env.options, config=True)()
     label = env_name(cfg, env)
@@ -92,7 +154,7 @@ def env_corpus(cfg, max_tasks: int | None = None) -> Iterator[str]:
 
 def env_tokenizer(cfg, vocab_size: int, out: str | Path, max_tasks: int | None = None, span: str = "line"):
     """``proas lm tokenizer``: a BPE trained on ``env_corpus(cfg, max_tasks)``, saved to ``out``."""
-    from proas.policies.lm_tools import build_env_tokenizer
+    from proas.lm.tools import build_env_tokenizer
 
     # ``env_corpus`` is a generator: ``build_env_tokenizer`` checks ``out`` and the vocabulary
     # size before it draws the first text, so a bad argument fails before the oracle walk
@@ -111,7 +173,7 @@ def _tokenizer(args) -> int:
 
 
 def _new_model(args) -> int:
-    from proas.policies.lm_tools import new_model_dir
+    from proas.lm.tools import new_model_dir
 
     model = new_model_dir(args.tokenizer, args.out, args.size, seed=args.seed, max_positions=args.max_positions,
                           num_hidden_layers=args.layers, hidden_size=args.hidden_size,

@@ -1,4 +1,5 @@
-"""`proas play ENV --task ID`: play one task of an environment in the terminal.
+"""`proas play ENV --task ID`: play one task of an environment in the terminal (and `proas tasks`:
+list a split's task ids). It stands with the envs, whose registry it builds them from.
 
 Shows the observation and the admissible commands (when the env has them); a command is typed
 as text or by its number in the list. ``hint`` prints the oracle's next action (``env.hint()``,

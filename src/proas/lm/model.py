@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from proas.errors import ProasError
+from proas.lm.prompt import _CHAT_TEMPLATE, build_prompt
 from proas.policies.base import Context
-from proas.policies.lm.prompt import _CHAT_TEMPLATE, build_prompt
 
 #: random-weight architectures (Qwen2 family; sizes of Qwen2.5-1.5B / 7B for timing)
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {

@@ -1,6 +1,6 @@
 """From-scratch models for the ``lm`` policy: a tokenizer trained on an env's own text, and a
 randomly initialised model directory that carries it (``proas lm tokenizer`` / ``proas lm new-model``;
-the env's text itself is gathered by ``proas.lm.cli.env_corpus``, on the floor that may replay
+the env's text itself is gathered by ``proas.cli.lm.env_corpus``, on the top floor, which may walk
 the oracle).
 
 A general-purpose tokenizer (Qwen's 151k tokens, with its huge embedding tables) or the tiny
@@ -40,7 +40,7 @@ SCRATCH_SIZES: dict[str, dict[str, Any]] = {
 def build_env_tokenizer(texts: Iterable[str], vocab_size: int, out: str | Path, span: str = "line",
                         meta: dict[str, Any] | None = None):
     """Train a byte-level BPE of ``vocab_size`` tokens on ``texts`` (an env's own text: ``proas
-    lm tokenizer`` gives it ``proas.lm.cli.env_corpus``), save it to ``out`` with
+    lm tokenizer`` gives it ``proas.cli.lm.env_corpus``), save it to ``out`` with
     ``proas_tokenizer.json`` recording how it was made (``meta`` plus the sizes) and return it.
 
     ``span="line"`` by default: an env's text is templated, and merges across words turn its
@@ -48,7 +48,7 @@ def build_env_tokenizer(texts: Iterable[str], vocab_size: int, out: str | Path, 
     the local fallback tokenizer, against 1.7x for ``word``, whose vocabulary stops growing once
     every training word is one token; docs/training.md).
     """
-    from proas.policies.lm import train_tokenizer
+    from proas.lm.model import train_tokenizer
 
     if vocab_size < 300:
         raise ProasError("--vocab must be >= 300 (the 256 bytes, the special tokens and some merges)")
@@ -70,7 +70,7 @@ def new_model_dir(tokenizer_dir: str | Path, out: str | Path, size: str = "small
     ``policy.lm.model_path=out``; return the model."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from proas.policies.lm import load_tokenizer
+    from proas.lm.model import load_tokenizer
 
     if size not in SCRATCH_SIZES:
         raise ProasError(f"--size {size!r} is not one of {', '.join(SCRATCH_SIZES)}")
