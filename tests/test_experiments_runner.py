@@ -172,8 +172,8 @@ def test_a_run_made_from_another_checkout_counts_as_this_studys_run(tmp_path):
 
 def test_shipped_studies_cover_the_papers_tables():
     assert shipped_studies() == ["ablation_arg", "ablation_rea", "ablation_shaping", "heldout_tune",
-                                "heldout_tune_other", "heldout_tune_sft", "lm_competent", "lm_screen", "lm_warm", "main",
-                                "main_warm"]
+                                "heldout_tune_other", "heldout_tune_sft", "lm_competent", "lm_screen", "lm_warm",
+                                "main", "main_warm"]
     # the lm study: hidden SFT candidates, then GRPO +- ProAS from the chosen start
     lm = load_study("lm_warm")
     assert [r.id for r in lm.rows if not r.hidden] == ["grpo_lm", "grpo_proas_lm"]
