@@ -1,5 +1,6 @@
 """Score mode's forward passes: ``score_impl=expand`` (the prompt's KV cache copied per candidate)
-against ``packed`` (one masked sequence per decision), acting and loss.
+against ``packed`` (one masked sequence per decision) and ``shared`` (one prompt cache per decision
+that all its candidates attend to), acting and loss.
 
 CPU, one thread, the ``small`` from-scratch architecture (``SCRATCH_SIZES``: hidden 256, 4
 layers) with a 4096-token vocabulary and random weights in fp32, 8 decisions of a 200-token
@@ -16,15 +17,16 @@ One GPU (bf16)::
 
     python benchmarks/lm_score.py --device cuda
 
-Both paths run in the same process on the same model and the same decisions (random token ids),
+All three paths run in the same process on the same model and the same decisions (random token ids),
 all in one pass (``--decisions`` is the pass's ``micro_batch_size``), through the policy's own
 ``candidate_logps`` (acting: no grad, eval mode) and ``evaluate`` on ``prepare``'s batch with
 the least likely candidate chosen, then ``backward`` (loss: the candidate-softmax log-prob of the
 choice). Each is warmed up once, then timed over ``--repeats`` calls.
 
 Printed: the setup; per path and task the seconds per call and, on CUDA, the peak GPU memory
-allocated while timed (model included); the speed-up of ``packed`` over ``expand`` per task; and
-the largest difference between the two paths' candidate log-probs (float rounding only).
+allocated while timed (model included); the speed-up of ``packed`` and of ``shared`` over
+``expand`` per task; and the largest difference between their candidate log-probs and
+``expand``'s (float rounding only).
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[tuple[str, str], float] = {}
     logps = {}
-    for impl in ("expand", "packed"):
+    for impl in ("expand", "packed", "shared"):
         policy.score_impl = impl
         logps[impl] = torch.cat(act()).float().cpu()
         for task, fn in (("act", act), ("loss+backward", loss)):
@@ -104,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             results[impl, task] = s
             mem = f", peak {peak:.2f} GiB" if peak is not None else ""
             print(f"  {impl:6s} {task:13s} {s:.4f} s/call{mem}")
-    for task in ("act", "loss+backward"):
-        print(f"  packed speed-up, {task}: {results['expand', task] / results['packed', task]:.2f}x")
-    gap = float((logps["expand"] - logps["packed"]).abs().max())
-    print(f"  largest |expand - packed| candidate log-prob: {gap:.2e}")
+    for impl in ("packed", "shared"):
+        for task in ("act", "loss+backward"):
+            print(f"  {impl} speed-up over expand, {task}: {results['expand', task] / results[impl, task]:.2f}x")
+        gap = float((logps["expand"] - logps[impl]).abs().max())
+        print(f"  largest |expand - {impl}| candidate log-prob: {gap:.2e}")
     return 0
 
 

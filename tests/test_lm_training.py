@@ -290,15 +290,16 @@ def test_gradient_checkpointing_trains_lora_adapters_and_score_mode():
     st.logp.sum().backward()
     lora_b = [q for n, q in p.module.named_parameters() if "lora_B" in n]
     assert lora_b and all(q.grad is not None and bool(q.grad.abs().sum() > 0) for q in lora_b)
-    with pytest.raises(ProasError, match="gradient_checkpointing"):
-        build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
-                      "policy.lm.score_impl=expand", "policy.lm.gradient_checkpointing=true"])
+    for impl in ("expand", "shared"):  # both score the candidates on the prompt's KV cache
+        with pytest.raises(ProasError, match="gradient_checkpointing"):
+            build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
+                          f"policy.lm.score_impl={impl}", "policy.lm.gradient_checkpointing=true"])
 
 
 def test_attn_implementation_is_applied_and_one_that_ignores_4d_masks_is_refused():
     assert tiny(attn_implementation="eager").module.config._attn_implementation == "eager"
     assert tiny(attn_implementation="sdpa").module.config._attn_implementation == "sdpa"
-    for impl in ("packed", "auto"):
+    for impl in ("packed", "auto", "shared"):
         with pytest.raises(ProasError) as err:
             build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
                           f"policy.lm.score_impl={impl}", "policy.lm.attn_implementation=flash_attention_2"])

@@ -425,15 +425,16 @@ def packed_items(p):
                                                (ids(3), [ids(2), ids(2), ids(5), ids(1), ids(1)])]
 
 
+@pytest.mark.parametrize("impl", ["packed", "shared"])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_packed_score_log_probs_equal_expand_and_plain_forward_passes(attn):
+def test_packed_score_log_probs_equal_expand_and_plain_forward_passes(attn, impl):
     p = scored(score_impl="expand")
     p.module.config._attn_implementation = attn  # read at each forward pass
     p.module.eval()
     items = packed_items(p)
     with torch.no_grad():
         expand = p.candidate_logps(items)
-        p.score_impl = "packed"
+        p.score_impl = impl
         packed = p.candidate_logps(items)
     for (pr, rs), e, k in zip(items, expand, packed):
         assert k.shape == (len(rs),) and bool(torch.isfinite(k).all())
@@ -442,8 +443,9 @@ def test_packed_score_log_probs_equal_expand_and_plain_forward_passes(attn):
             assert float(k[j]) == pytest.approx(full_forward_logp(p, pr, r), abs=1e-5)
 
 
-def test_packed_score_keeps_each_candidate_from_seeing_the_others():
-    p = scored(score_impl="packed")
+@pytest.mark.parametrize("impl", ["packed", "shared"])
+def test_packed_score_keeps_each_candidate_from_seeing_the_others(impl):
+    p = scored(score_impl=impl)
     p.module.eval()
     prompt, cands = [11, 12, 13, 14], [[21, 22, 23], [31, 32], [41, 42, 43, 44]]
     with torch.no_grad():
@@ -455,9 +457,10 @@ def test_packed_score_keeps_each_candidate_from_seeing_the_others():
     assert float(swapped[2]) == pytest.approx(alone[2], abs=1e-5)
 
 
-def test_packed_score_gradients_equal_expand():
+@pytest.mark.parametrize("other", ["packed", "shared"])
+def test_packed_score_gradients_equal_expand(other):
     grads = {}
-    for impl in ("expand", "packed"):
+    for impl in ("expand", other):
         p = scored(score_impl=impl)  # the same seed: the same weights
         items = packed_items(p)
         with torch.no_grad():  # the least likely candidates: a favourite's log-prob (about 0) has no gradient
@@ -467,17 +470,19 @@ def test_packed_score_gradients_equal_expand():
         batch = p.prepare([{"prompt": pr, "cands": rs, "choice": c} for (pr, rs), c in zip(items, choice)])
         (-p.evaluate(batch).logp.sum()).backward()
         grads[impl] = {n: q.grad.clone() for n, q in p.module.named_parameters()}
-    assert any(g.abs().sum() > 0 for g in grads["packed"].values())
+    assert any(g.abs().sum() > 0 for g in grads[other].values())
     for n, g in grads["expand"].items():
-        assert torch.allclose(grads["packed"][n], g, atol=1e-5, rtol=1e-3), n
+        assert torch.allclose(grads[other][n], g, atol=1e-5, rtol=1e-3), n
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("other", ["packed", "shared"])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_cuda_packed_score_equals_expand_in_log_probs_and_gradients(attn):
-    """The GPU's attention kernels take the packed 4D mask too (fp32, so rounding stays small)."""
+def test_cuda_packed_score_equals_expand_in_log_probs_and_gradients(attn, other):
+    """The GPU's attention kernels take the packed and shared 4D masks too (fp32, so rounding
+    stays small)."""
     out = {}
-    for impl in ("expand", "packed"):
+    for impl in ("expand", other):
         # fp32 compute (autocast off: the GPU default computes in bf16), the same seed: the same weights
         p = scored(score_impl=impl, device="cuda", dtype="fp32", autocast="none")
         p.module.config._attn_implementation = attn
@@ -490,19 +495,20 @@ def test_cuda_packed_score_equals_expand_in_log_probs_and_gradients(attn):
         batch = p.prepare([{"prompt": pr, "cands": rs, "choice": c} for (pr, rs), c in zip(items, choice)])
         (-p.evaluate(batch).logp.sum()).backward()
         out[impl] = logps, {n: q.grad.cpu() for n, q in p.module.named_parameters()}
-    for e, k in zip(out["expand"][0], out["packed"][0]):
+    for e, k in zip(out["expand"][0], out[other][0]):
         assert bool(torch.isfinite(k).all()) and torch.allclose(k, e, atol=1e-4, rtol=0)
-    assert any(g.abs().sum() > 0 for g in out["packed"][1].values())
+    assert any(g.abs().sum() > 0 for g in out[other][1].values())
     for n, g in out["expand"][1].items():
-        assert torch.allclose(out["packed"][1][n], g, atol=1e-4, rtol=1e-3), n
+        assert torch.allclose(out[other][1][n], g, atol=1e-4, rtol=1e-3), n
 
 
-def test_packed_score_acts_as_expand():
+@pytest.mark.parametrize("impl", ["packed", "shared"])
+def test_packed_score_acts_as_expand(impl):
     p = scored(score_impl="expand")
     contexts = [ctx(step=3), ctx(step=0), ctx(step=1)]
     for temperature in (1.0, 0):
         expand = p.act(contexts, np.random.default_rng(5), temperature=temperature)
-        p.score_impl = "packed"
+        p.score_impl = impl
         packed = p.act(contexts, np.random.default_rng(5), temperature=temperature)
         p.score_impl = "expand"
         assert [d.action for d in packed] == [d.action for d in expand]

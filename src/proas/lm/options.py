@@ -22,8 +22,9 @@ DECODERS = ("hf", "static")
 #: copy its KV cache once per candidate, score the candidates on the copies), ``packed`` (one
 #: sequence per decision, the prompt then every candidate, with a mask that keeps them apart) or
 #: ``auto`` (``packed`` for the loss's passes everywhere and for acting on a CPU, ``expand`` for
-#: acting on a GPU: the faster of the two for each, as measured; ``LMPolicy.score_impl_for``)
-SCORE_IMPLS = ("expand", "packed", "auto")
+#: acting on a GPU: the faster of the two for each, as measured; ``LMPolicy.score_impl_for``), or
+#: ``shared`` (encode the prompt, then score all its candidates in one row on that one cache)
+SCORE_IMPLS = ("expand", "packed", "auto", "shared")
 
 #: score mode: a candidate's score from its tokens' log-probs, ``sum`` (the sequence's
 #: log-likelihood) or ``mean`` (per token, over the candidate's own tokens: GLAM's normalised
@@ -49,12 +50,12 @@ def attn_problem(attn_implementation: str | None, mode: str, score_impl: str,
     the model a 4D float mask, which only ``MASK_ATTN_IMPLS`` apply; a flash-attention kernel
     would silently attend across candidates. Gradient checkpointing drops the KV cache in
     training passes, which ``expand``'s loss passes score on."""
-    if mode == "score" and gradient_checkpointing and score_impl == "expand":
-        return ("policy.lm.gradient_checkpointing drops the KV cache that score_impl=expand's loss passes "
+    if mode == "score" and gradient_checkpointing and score_impl in ("expand", "shared"):
+        return (f"policy.lm.gradient_checkpointing drops the KV cache that score_impl={score_impl}'s loss passes "
                 "score on; use score_impl=packed or auto")
     if attn_implementation is None or attn_implementation in MASK_ATTN_IMPLS:
         return None
-    if mode == "score" and score_impl in ("packed", "auto"):
+    if mode == "score" and score_impl in ("packed", "auto", "shared"):
         return (f"policy.lm.attn_implementation={attn_implementation!r} cannot take the 4D float masks of packed "
                 f"score passes (score_impl={score_impl}); use {' or '.join(MASK_ATTN_IMPLS)}, or score_impl=expand")
     return None

@@ -74,7 +74,7 @@ class ScoringMixin:
         size is rows x width x hidden x layers, while width stays under hidden x layers. A
         decision over the budget alone still gets a pass of its own."""
         def shape(plen: int, cands: list[int]) -> tuple[int, int]:
-            if impl == "packed":
+            if impl in ("packed", "shared"):
                 return 1, plen + sum(cands)
             return len(cands), plen + max(cands, default=0)
 
@@ -116,8 +116,11 @@ class ScoringMixin:
         rounding), under ``compute()``."""
         module = module if module is not None else self.module
         with self.compute():
-            if (impl or self.score_impl_for(loss=False)) == "packed":
+            impl = impl or self.score_impl_for(loss=False)
+            if impl == "packed":
                 sums = self._candidate_logps_packed(items, module)
+            elif impl == "shared":
+                sums = self._candidate_logps_shared(items, module)
             else:
                 sums = self._candidate_logps_expand(items, module)
         if self.score_norm == "mean":
@@ -170,6 +173,80 @@ class ScoringMixin:
                        for t in range(length - 1))
         sums = (torch.cat(tok, dim=1) * cmask).sum(-1)
         return list(torch.split(sums, [len(cs) for _, cs in items]))
+
+    def _candidate_logps_shared(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                                module: nn.Module) -> list[torch.Tensor]:
+        """``candidate_logps`` on one prompt cache per decision, which all its candidates share.
+
+        One forward pass over the left-padded prompts fills the KV cache, as ``expand``'s does.
+        A second pass gives each decision one row holding its candidates' tokens one after
+        another (each candidate but its last token: the first is predicted by the prompt's last
+        logits, each later one by the token before it), right-padded, on that decision's own
+        cache. Under a 4D mask a candidate token sees its prompt (not the padding) and the
+        earlier tokens of its own candidate; positions restart after the prompt for every
+        candidate, so each one is scored as if it alone followed the prompt. Unlike ``expand``
+        nothing is copied per candidate, and unlike ``packed`` no pass attends from the
+        candidates' width back over itself for the prompt. A padding token sees the prompt (no
+        row is fully masked) and is never read.
+        """
+        dev = self.device
+        pad = self.tokenizer.pad_token_id
+        n = len(items)
+        vals, row, off, lens = _ragged([p for p, _ in items])
+        pw = int(lens.max())
+        ids_np = np.full((n, pw), pad, dtype=np.int64)
+        mask_np = np.zeros((n, pw), dtype=np.int64)
+        col = off + np.repeat(pw - lens, lens)  # left padding
+        ids_np[row, col] = vals
+        mask_np[row, col] = 1
+        ids, mask = torch.from_numpy(ids_np).to(dev), torch.from_numpy(mask_np).to(dev)
+        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     use_cache=True, **_last_logits(1))
+        ncand = np.fromiter((len(cs) for _, cs in items), dtype=np.int64, count=n)
+        cv, crow, coff, clen = _ragged([c for _, cs in items for c in cs])
+        flat = len(clen)
+        cdec = np.repeat(np.arange(n, dtype=np.int64), ncand)
+        first_tok = torch.from_numpy(cv[coff == 0]).to(dev)  # each candidate's first token, in order
+        first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[torch.from_numpy(cdec).to(dev)]
+        sums = first.gather(1, first_tok[:, None]).squeeze(1)
+        # the second pass's inputs: every candidate token but each candidate's last
+        inp = coff < clen[crow] - 1
+        if not inp.any():
+            return list(torch.split(sums, ncand.tolist()))
+        icand = crow[inp]  # the candidate (over all decisions) of each input token
+        idec = cdec[icand]
+        ioff = coff[inp]  # its place in its candidate
+        # each input token's column in its decision's row: the inputs of the decision's earlier
+        # candidates come first
+        per_cand = np.maximum(clen - 1, 0)
+        cstart = np.cumsum(per_cand) - per_cand
+        dstart = cstart[np.cumsum(ncand) - ncand]  # each decision's first candidate's inputs
+        icol = cstart[icand] - dstart[idec] + ioff
+        q = int(icol.max()) + 1
+        qids_np = np.full((n, q), pad, dtype=np.int64)
+        qpos_np = np.zeros((n, q), dtype=np.int64)
+        qseg_np = np.full((n, q), -1, dtype=np.int64)  # the candidate of each column, -1 for padding
+        qids_np[idec, icol] = cv[inp]
+        qpos_np[idec, icol] = lens[idec] + ioff
+        qseg_np[idec, icol] = icand
+        qseg = torch.from_numpy(qseg_np).to(dev)
+        # (rows, query, key): the prompt's real tokens, then the same candidate's tokens up to the query
+        own = (qseg[:, None, :] == qseg[:, :, None]) & (qseg[:, :, None] >= 0)
+        own &= torch.ones((q, q), dtype=torch.bool, device=dev).tril()
+        seen = torch.cat([mask.bool()[:, None, :].expand(n, q, pw), own], dim=2)
+        dtype = self.module.get_input_embeddings().weight.dtype
+        amask = torch.zeros((n, 1, q, pw + q), dtype=dtype, device=dev)
+        amask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+        cache = getattr(out, _cache_kwarg())
+        logits = module(input_ids=torch.from_numpy(qids_np).to(dev), attention_mask=amask,
+                        position_ids=torch.from_numpy(qpos_np).to(dev), use_cache=False,
+                        **{_cache_kwarg(): cache}).logits
+        # the input at offset o of a candidate predicts its token o + 1
+        tgt = torch.from_numpy(cv[np.flatnonzero(inp) + 1]).to(dev)
+        picked = logits[torch.from_numpy(idec).to(dev), torch.from_numpy(icol).to(dev)]
+        tok = torch.log_softmax(picked.float(), dim=-1).gather(1, tgt[:, None]).squeeze(1)
+        sums = sums.index_add(0, torch.from_numpy(icand).to(dev), tok)
+        return list(torch.split(sums, ncand.tolist()))
 
     def _candidate_logps_packed(self, items: Sequence[tuple[list[int], list[list[int]]]],
                                 module: nn.Module) -> list[torch.Tensor]:

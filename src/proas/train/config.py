@@ -260,7 +260,8 @@ class LMConfig:
     #: ``expand`` for acting on a GPU. The same log-probs up to float rounding; ``packed`` was
     #: faster on CPU at both and on an H200 at the loss only (``benchmarks/lm_score.py``). For
     #: ``packed`` ``score_tokens_per_pass`` counts decisions x (longest prompt plus all its
-    #: candidates)
+    #: candidates). ``shared``: encode each prompt once, then score all its candidates in one
+    #: row on that one cache (no copy per candidate); counted as ``packed``
     score_impl: str = "auto"
     #: score mode: a candidate's score from its response tokens' log-probs: ``sum`` (the
     #: log-likelihood of the response) or ``mean`` (per token, over the candidate's own tokens,
