@@ -204,7 +204,6 @@ class ScoringMixin:
                      use_cache=True, **_last_logits(1))
         ncand = np.fromiter((len(cs) for _, cs in items), dtype=np.int64, count=n)
         cv, crow, coff, clen = _ragged([c for _, cs in items for c in cs])
-        flat = len(clen)
         cdec = np.repeat(np.arange(n, dtype=np.int64), ncand)
         first_tok = torch.from_numpy(cv[coff == 0]).to(dev)  # each candidate's first token, in order
         first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[torch.from_numpy(cdec).to(dev)]
