@@ -14,8 +14,10 @@
 # 2-epoch start on shop), then on shop GRPO and GRPO+ProAS from each seed's own starts, as each
 # start finishes (`needs`). Each env's tokenizer: word-span on household, line-span on shop (what
 # results/lm/sft_sweep/ found), 4096 tokens; the model `small`. SEEDS (default "0 1 2"), ROWS
-# (default: all) and JOBS (default 21: every run at once) narrow it. Carry .whl
-# (scripts/run_device_study.sh says what it holds).
+# (default: all) and JOBS (default 21: every run at once) narrow it. STUDY (default lm_competent)
+# runs another lm study the same way, e.g. `STUDY=lm_screen SEEDS=200` for the lm study's
+# divergence screen (docs/lm-study-protocol.md). Carry .whl (scripts/run_device_study.sh says
+# what it holds).
 set -u
 MODE=${1:?start, watch or pack}
 ARG=${2:-0}
@@ -23,6 +25,7 @@ WORK=${WORK:-/tmp/lmcomp}
 OUT=${OUT:-/tmp/out}
 RES=$WORK/res
 SEEDS=${SEEDS:-0 1 2}
+STUDY=${STUDY:-lm_competent}
 JOBS=${JOBS:-21}
 export PYTHONPATH=$WORK/site:$WORK/code/pkgs:$WORK/code/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
@@ -63,7 +66,7 @@ if [ "$MODE" = start ]; then
   rows=()
   [ -n "${ROWS:-}" ] && rows=(--rows $ROWS)
   cd "$WORK/code" || exit 1
-  setsid nohup python3 -m proas experiment run src/proas/experiments/configs/lm_competent.yaml --seeds $SEEDS \
+  setsid nohup python3 -m proas experiment run "src/proas/experiments/configs/$STUDY.yaml" --seeds $SEEDS \
     "${rows[@]}" --jobs "$JOBS" --time-limit "$ARG" --out "$RES" > "$RES/grid.log" 2>&1 < /dev/null &
   sleep 20
   cat "$RES/grid.log"
@@ -80,7 +83,7 @@ elif [ "$MODE" = pack ]; then
   mkdir -p "$OUT"
   (cd "$RES" && find . \( -name metrics.jsonl -o -name config.yaml -o -name summary.json -o -name train.log \
       -o -name grid.log -o -name models.log \) -not -path '*/best/*' -not -path '*/checkpoints/*' \
-      | tar czf "$OUT/lm_competent.tgz" -T -) && echo "packed $OUT/lm_competent.tgz"
+      | tar czf "$OUT/$STUDY.tgz" -T -) && echo "packed $OUT/$STUDY.tgz"
   progress; tail -n 8 "$RES/grid.log"
 else
   echo "unknown mode $MODE (start, watch, pack)" >&2; exit 2
