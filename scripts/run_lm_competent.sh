@@ -16,7 +16,8 @@
 # results/lm/sft_sweep/ found), 4096 tokens; the model `small`. SEEDS (default "0 1 2"), ROWS
 # (default: all) and JOBS (default 21: every run at once) narrow it. STUDY (default lm_competent)
 # runs another lm study the same way, e.g. `STUDY=lm_screen SEEDS=200` for the lm study's
-# divergence screen (docs/lm-study-protocol.md). Carry .whl (scripts/run_device_study.sh says
+# divergence screen (docs/lm-study-protocol.md); ENVS (default: the study's) narrows the envs,
+# e.g. `ENVS=shop`. Carry .whl (scripts/run_device_study.sh says
 # what it holds).
 set -u
 MODE=${1:?start, watch or pack}
@@ -65,6 +66,7 @@ if [ "$MODE" = start ]; then
   grep "parameters" "$RES/models.log"
   rows=()
   [ -n "${ROWS:-}" ] && rows=(--rows $ROWS)
+  [ -n "${ENVS:-}" ] && rows+=(--envs $ENVS)
   cd "$WORK/code" || exit 1
   setsid nohup python3 -m proas experiment run "src/proas/experiments/configs/$STUDY.yaml" --seeds $SEEDS \
     "${rows[@]}" --jobs "$JOBS" --time-limit "$ARG" --out "$RES" > "$RES/grid.log" 2>&1 < /dev/null &
