@@ -128,6 +128,25 @@ class ScoringMixin:
                     for s, (_, cs) in zip(sums, items, strict=True)]
         return sums
 
+    def _prefill_prompts(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                         module: nn.Module) -> tuple[Any, torch.Tensor, np.ndarray]:
+        """One forward pass over the decisions' prompts, left-padded to one width with explicit
+        positions (the padding does not shift them), filling the KV cache and keeping the
+        last position's logits: ``(output, attention mask, prompt lengths)``, the first pass of
+        ``expand`` and ``shared``."""
+        n = len(items)
+        vals, row, off, lens = _ragged([p for p, _ in items])
+        width = int(lens.max())
+        col = off + np.repeat(width - lens, lens)  # left padding
+        ids_np = np.full((n, width), self.tokenizer.pad_token_id, dtype=np.int64)
+        mask_np = np.zeros((n, width), dtype=np.int64)
+        ids_np[row, col] = vals
+        mask_np[row, col] = 1
+        ids, mask = torch.from_numpy(ids_np).to(self.device), torch.from_numpy(mask_np).to(self.device)
+        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     use_cache=True, **_last_logits(1))
+        return out, mask, lens
+
     def _candidate_logps_expand(self, items: Sequence[tuple[list[int], list[list[int]]]],
                                 module: nn.Module) -> list[torch.Tensor]:
         """``candidate_logps`` on a KV cache copied per candidate.
@@ -140,16 +159,7 @@ class ScoringMixin:
         dev = self.device
         pad = self.tokenizer.pad_token_id
         n = len(items)
-        vals, row, off, lens = _ragged([p for p, _ in items])
-        width = int(lens.max())
-        col = off + np.repeat(width - lens, lens)  # left padding
-        ids_np = np.full((n, width), pad, dtype=np.int64)
-        mask_np = np.zeros((n, width), dtype=np.int64)
-        ids_np[row, col] = vals
-        mask_np[row, col] = 1
-        ids, mask = torch.from_numpy(ids_np).to(dev), torch.from_numpy(mask_np).to(dev)
-        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                     use_cache=True, **_last_logits(1))
+        out, mask, _ = self._prefill_prompts(items, module)
         counts = np.fromiter((len(cs) for _, cs in items), dtype=np.int64, count=n)
         owner = torch.from_numpy(np.repeat(np.arange(n, dtype=np.int64), counts)).to(dev)
         vals, row, off, lens = _ragged([c for _, cs in items for c in cs])
@@ -192,16 +202,8 @@ class ScoringMixin:
         dev = self.device
         pad = self.tokenizer.pad_token_id
         n = len(items)
-        vals, row, off, lens = _ragged([p for p, _ in items])
-        pw = int(lens.max())
-        ids_np = np.full((n, pw), pad, dtype=np.int64)
-        mask_np = np.zeros((n, pw), dtype=np.int64)
-        col = off + np.repeat(pw - lens, lens)  # left padding
-        ids_np[row, col] = vals
-        mask_np[row, col] = 1
-        ids, mask = torch.from_numpy(ids_np).to(dev), torch.from_numpy(mask_np).to(dev)
-        out = module(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                     use_cache=True, **_last_logits(1))
+        out, mask, lens = self._prefill_prompts(items, module)
+        pw = mask.shape[1]
         ncand = np.fromiter((len(cs) for _, cs in items), dtype=np.int64, count=n)
         cv, crow, coff, clen = _ragged([c for _, cs in items for c in cs])
         cdec = np.repeat(np.arange(n, dtype=np.int64), ncand)
