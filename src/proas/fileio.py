@@ -154,16 +154,24 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     path = Path(path)
     if str(path).endswith(os.sep) or path.is_dir():
         raise ProasError(f"{what} {path}: is a directory, not a file")
-    parent = path.parent
-    while not parent.exists():
-        if parent.is_symlink() or parent == parent.parent:  # a dangling link or a missing root
-            raise ProasError(f"{what} {path}: {parent} cannot be created")
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ProasError(f"{what} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ProasError(f"{what} {path}: no permission to write in {parent}")
+    _writable_folder(path.parent, path, what)
     return path
+
+
+def _writable_folder(start: Path, path: Path, what: str) -> Path:
+    """The nearest existing folder at or above ``start``, in which ``path`` (the ``what`` to
+    write) would be created; a one-line ``ProasError`` if it is not a folder, the walk meets a
+    dangling link or the root, or this process may not write in it."""
+    folder = start
+    while not folder.exists():
+        if folder.is_symlink() or folder == folder.parent:  # a dangling link or a missing root
+            raise ProasError(f"{what} {path}: {folder} cannot be created")
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ProasError(f"{what} {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ProasError(f"{what} {path}: no permission to write in {folder}")
+    return folder
 
 
 def atomic_write_all(files: Sequence[tuple[str | os.PathLike, bytes]]) -> None:
@@ -318,17 +326,7 @@ def check_output_dir(path: str | os.PathLike, what: str = "output directory") ->
                 raise ProasError(f"{what} {path}: exists and is not empty; choose another directory")
         except OSError as exc:
             raise ProasError(f"{what} {path}: cannot be read ({exc.strerror})") from None
-        writable = path
-    else:
-        writable = path.parent
-        while not writable.exists():
-            if writable.is_symlink() or writable == writable.parent:  # a dangling link or a missing root
-                raise ProasError(f"{what} {path}: {writable} cannot be created")
-            writable = writable.parent
-        if not writable.is_dir():
-            raise ProasError(f"{what} {path}: {writable} is not a directory")
-    if not os.access(writable, os.W_OK | os.X_OK):
-        raise ProasError(f"{what} {path}: no permission to write in {writable}")
+    _writable_folder(path if path.is_dir() else path.parent, path, what)
     return path
 
 
