@@ -125,11 +125,13 @@ def load_yaml(path: str | os.PathLike, what: str = "YAML file") -> Any:
 # --------------------------------------------------------------------------- CSV
 
 
-def read_csv(path: str | os.PathLike, what: str = "CSV file") -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def read_csv(path: str | os.PathLike, what: str = "CSV file",
+             required: Iterable[str] = ()) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """A CSV file's header and its rows as ``(line, {column: cell})``; blank lines are skipped.
 
-    Not UTF-8, a NUL byte, a cell over the field limit, a header name given twice or a row of
-    another width than the header is a one-line ``ProasError`` naming the line."""
+    Not UTF-8, a NUL byte, a cell over the field limit, a header name given twice, a row of
+    another width than the header, or a header without every ``required`` column is a one-line
+    ``ProasError`` naming the line or the columns."""
     path = Path(path)
     _regular_file(path, what)
     rows: list[tuple[int, dict[str, str]]] = []
@@ -156,6 +158,9 @@ def read_csv(path: str | os.PathLike, what: str = "CSV file") -> tuple[list[str]
         raise ProasError(f"{path}: not UTF-8 text (byte {exc.start}); a {what} is UTF-8") from None
     except OSError as exc:
         raise ProasError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    missing = set(required) - set(header)
+    if missing:
+        raise ProasError(f"{path}: not a {what} (no column(s) {', '.join(sorted(missing))})")
     return header, rows
 
 

@@ -351,10 +351,7 @@ def read_records(path: Path) -> Records:
 
     out: Records = {}
     lines: dict[tuple, int] = {}
-    header, rows = read_csv(path, "run-records CSV")
-    missing = {"env", "row", "seed", "tuning_metric"} - set(header)
-    if missing:
-        raise ProasError(f"{path}: not a run-records CSV (no column(s) {', '.join(sorted(missing))})")
+    _, rows = read_csv(path, "run-records CSV", required={"env", "row", "seed", "tuning_metric"})
     for n, row in rows:
         rec: dict[str, Any] = {k: (None if v == "" else v) for k, v in row.items()}
         rec["seed"] = _seed(row["seed"], path, n)
@@ -660,10 +657,7 @@ def read_per_seed(path: Path) -> EvalRecords:
 
     out: EvalRecords = {}
     lines: dict[tuple, int] = {}
-    header, rows = read_csv(path, "per-seed CSV")
-    missing = {"row", "env", "seed", "primary"} - set(header)
-    if missing:
-        raise ProasError(f"{path}: not a per-seed CSV (no column(s) {', '.join(sorted(missing))})")
+    _, rows = read_csv(path, "per-seed CSV", required={"row", "env", "seed", "primary"})
     for n, row in rows:
         rec: dict[str, Any] = {}
         for k, v in row.items():

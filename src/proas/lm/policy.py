@@ -83,7 +83,7 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
         self.micro_batch_size = micro_batch_size
         #: score mode: tokens per forward pass (``_score_groups``)
         self.score_tokens_per_pass = score_tokens_per_pass
-        #: score mode's forward passes: ``expand``, ``packed`` or ``auto`` (``SCORE_IMPLS``)
+        #: score mode's forward passes: ``expand``, ``packed``, ``shared`` or ``auto`` (``SCORE_IMPLS``)
         self.score_impl = score_impl
         self._warned_truncation = False
         self._resp_cache: dict[str, list[int]] = {}
