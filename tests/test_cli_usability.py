@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proas.cli import build_parser, run
+from proas.cli import build_parser, run, walk
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,18 +28,9 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """``(command path, parser)`` of every command and subcommand."""
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _walk(sub, path + (name,))
-
-
 def _commands_with_overrides():
     out = []
-    for path, parser in _walk(build_parser()):
+    for path, parser in walk(build_parser()):
         if any(a.dest == "overrides" for a in parser._actions):
             out.append((path, parser))
     return out
@@ -62,7 +53,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("path", [p for p, _ in _commands_with_overrides()], ids=" ".join)
 def test_a_config_typo_is_reported_before_torch_loads(path, tmp_path):
-    parser = dict(_walk(build_parser()))[path]
+    parser = dict(walk(build_parser()))[path]
     for bad in ("algo.estimater=grpo", "train.steps=many"):
         out = _run([*path, *_required_options(parser, tmp_path), bad], tmp_path)
         assert out.returncode == 2, out.stderr
@@ -98,7 +89,7 @@ METAVAR = r"[A-Z][A-Z0-9_]*(=[A-Z]+)?(\.[a-z]+)?(\|[A-Z][A-Z0-9_]*)*"
 
 def _arguments():
     """``(command, action)`` of every argument of every command, help and subcommands aside."""
-    for path, parser in _walk(build_parser()):
+    for path, parser in walk(build_parser()):
         for a in parser._actions:
             if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -117,7 +108,7 @@ def test_every_argument_has_help():
 def test_every_default_is_shown():
     """An option that takes a value and has a default (0 included) says it in its help."""
     hidden = []
-    for path, parser in _walk(build_parser()):
+    for path, parser in walk(build_parser()):
         text = parser.format_help()
         options = text[text.index("\noptions:"):]
         for a in parser._actions:
@@ -156,7 +147,7 @@ def test_metavars_follow_one_convention():
         if a.option_strings and a.option_strings[-1] != "--out":  # --out is a file or a folder
             by_flag.setdefault((a.option_strings[-1], kind), set()).add(mv)
     bad += [f"{flag}: named {sorted(mvs)}" for (flag, _), mvs in by_flag.items() if len(mvs) > 1]
-    for path, parser in _walk(build_parser()):
+    for path, parser in walk(build_parser()):
         for a in parser._actions:
             if isinstance(a, argparse._SubParsersAction) and a.metavar != "COMMAND":
                 bad.append(f"{' '.join(path) or 'proas'}: subcommands named {a.metavar!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from proas.cli import build_parser
+from proas.cli import build_parser, walk
 from proas.errors import ProasError
 from proas.experiments.spec import load_study, shipped_studies
 from proas.ranges import FLOAT32_MAX, Number, Range
@@ -184,14 +184,6 @@ def test_every_run_config_saved_in_the_repository_passes_the_ranges():
 
 
 # ---------------------------------------------------------------------------- the command line
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _walk(sub, path + (name,))
-
-
 def _takes_a_number(a: argparse.Action) -> bool:
     """An option whose value is a number: typed as one, or with a numeric default."""
     if a.nargs == 0 or isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
@@ -201,7 +193,7 @@ def _takes_a_number(a: argparse.Action) -> bool:
     return isinstance(a.type, Number) or a.type in (int, float) or numeric_default
 
 
-OPTIONS = [(path, parser, a) for path, parser in _walk(PARSER) for a in parser._actions if _takes_a_number(a)]
+OPTIONS = [(path, parser, a) for path, parser in walk(PARSER) for a in parser._actions if _takes_a_number(a)]
 OPTION_IDS = [" ".join((*path, a.option_strings[-1] if a.option_strings else a.dest)) for path, _, a in OPTIONS]
 
 

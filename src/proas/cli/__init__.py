@@ -79,23 +79,37 @@ def _conventions(parser: argparse.ArgumentParser) -> None:
     does not name is N (SEED for a seed, PORT for a port), a temperature T; and every option
     with a default says it. A number's type is a ``proas.ranges.Number`` (its range checked as
     it is parsed), whose ``kind`` is ``int`` or ``float``."""
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            a.metavar = "COMMAND"
-            for child in a.choices.values():
-                _conventions(child)
-            continue
-        if isinstance(a, argparse._HelpAction) or a.nargs == 0:
-            continue
-        if a.metavar is None and a.choices is None:
-            kind = getattr(a.type, "kind", a.type)
-            if kind is int:
-                a.metavar = "SEED" if "seed" in a.dest else "PORT" if a.dest == "port" else "N"
-            elif kind is float and "temperature" in a.dest:
-                a.metavar = "T"
-        if (a.option_strings and a.help and a.default is not None and a.default is not argparse.SUPPRESS
-                and "default" not in a.help):  # (a default of 0 is shown too: `0 in (None, False)` holds)
-            a.help += " (default: %(default)s)"
+    for _, command in walk(parser):
+        for a in command._actions:
+            _convention(a)
+
+
+def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """``(command path, parser)`` of ``parser`` and of every command and subcommand below it,
+    parents before their children (``()`` for ``parser`` itself)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from walk(sub, path + (name,))
+
+
+def _convention(a: argparse.Action) -> None:
+    """``_conventions`` for one action of one command."""
+    if isinstance(a, argparse._SubParsersAction):
+        a.metavar = "COMMAND"
+        return
+    if isinstance(a, argparse._HelpAction) or a.nargs == 0:
+        return
+    if a.metavar is None and a.choices is None:
+        kind = getattr(a.type, "kind", a.type)
+        if kind is int:
+            a.metavar = "SEED" if "seed" in a.dest else "PORT" if a.dest == "port" else "N"
+        elif kind is float and "temperature" in a.dest:
+            a.metavar = "T"
+    if (a.option_strings and a.help and a.default is not None and a.default is not argparse.SUPPRESS
+            and "default" not in a.help):  # (a default of 0 is shown too: `0 in (None, False)` holds)
+        a.help += " (default: %(default)s)"
 
 
 #: the errors of a storage that refuses a write: full (``ENOSPC``, ``EDQUOT``, ``EFBIG``),
