@@ -17,7 +17,9 @@
 # (default: all) and JOBS (default 21: every run at once) narrow it. STUDY (default lm_competent)
 # runs another lm study the same way, e.g. `STUDY=lm_screen SEEDS=200` for the lm study's
 # divergence screen (docs/lm-study-protocol.md); ENVS (default: the study's) narrows the envs,
-# e.g. `ENVS=shop`. Carry .whl (scripts/run_device_study.sh says
+# e.g. `ENVS=shop`. EXTRA (default: none) appends overrides to the study's `common` list in the
+# machine's copy, e.g. `EXTRA=policy.lm.sdpa_kernel=efficient`, the attention kernel a profile
+# chose; each run's config.yaml records it. Carry .whl (scripts/run_device_study.sh says
 # what it holds).
 set -u
 MODE=${1:?start, watch or pack}
@@ -58,6 +60,16 @@ if [ "$MODE" = start ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$WORK/site" .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p "$WORK/code" "$RES/models" "$RES/tok" && cp -r src .whl/pkgs "$WORK/code/" || exit 1
+  if [ -n "${EXTRA:-}" ]; then
+    python3 - "$WORK/code/src/proas/experiments/configs/$STUDY.yaml" $EXTRA <<'EOP' || exit 1
+import pathlib, sys, yaml
+path = pathlib.Path(sys.argv[1])
+study = yaml.safe_load(path.read_text())
+study["common"] = list(study.get("common") or []) + sys.argv[2:]
+path.write_text(yaml.safe_dump(study, sort_keys=False, width=120))
+print("common +", " ".join(sys.argv[2:]))
+EOP
+  fi
   for env in household shop; do
     span=line; [ $env = household ] && span=word
     python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --span $span --out "$RES/tok/$env" \

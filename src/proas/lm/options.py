@@ -59,3 +59,22 @@ def attn_problem(attn_implementation: str | None, mode: str, score_impl: str,
         return (f"policy.lm.attn_implementation={attn_implementation!r} cannot take the 4D float masks of packed "
                 f"score passes (score_impl={score_impl}); use {' or '.join(MASK_ATTN_IMPLS)}, or score_impl=expand")
     return None
+
+
+#: the kernels ``policy.lm.sdpa_kernel`` may hold sdpa to (``torch.backends.cuda``'s switches)
+SDPA_KERNELS = ("efficient", "math", "cudnn")
+
+
+def hold_sdpa_kernel(kernel: str | None, device: str) -> None:
+    """Hold PyTorch's sdpa to ``kernel`` (one of ``SDPA_KERNELS``) for this process, on a CUDA
+    ``device``; None or a CPU leaves PyTorch's choice. The switches are process-wide: a training
+    process holds one policy, and the kernel must not change between its acting and its loss."""
+    if kernel is None or not str(device).startswith("cuda"):
+        return
+    import torch
+
+    b = torch.backends.cuda
+    b.enable_flash_sdp(False)  # takes no mask: every score pass and padded batch passes one
+    b.enable_mem_efficient_sdp(kernel == "efficient")
+    b.enable_math_sdp(kernel == "math")
+    b.enable_cudnn_sdp(kernel == "cudnn")

@@ -24,7 +24,7 @@ from proas.lm.model import (
     resolve_precision,
 )
 from proas.lm.optim import OptimisationMixin
-from proas.lm.options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem
+from proas.lm.options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem, hold_sdpa_kernel
 from proas.lm.prompt import _CHAT_TEMPLATE, PromptMixin
 from proas.lm.scoring import ScoringMixin
 from proas.policies.base import Context, Decision, Policy
@@ -116,6 +116,7 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
         if problem:
             raise ProasError(problem)
         attn_kw = {"attn_implementation": attn} if attn else {}
+        hold_sdpa_kernel(getattr(lm, "sdpa_kernel", None), str(device))
         torch.manual_seed(seed)
         # ``init_from``: a Hugging Face directory loads like ``model_path``; a proas run or
         # checkpoint (an SFT run) rebuilds that run's policy and takes its (merged) weights

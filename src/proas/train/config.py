@@ -236,6 +236,10 @@ class LMConfig:
     #: passes and the static decoder; another (``flash_attention_2``) is refused in score mode
     #: with a packed loss, and ``decode=static`` falls back to ``hf`` with it
     attn_implementation: Optional[str] = None
+    #: hold PyTorch's sdpa to one kernel on a GPU: ``efficient``, ``math`` or ``cudnn`` (flash
+    #: takes no mask, and every score pass and padded batch passes one); None = PyTorch's choice
+    #: per call. Process-wide (``torch.backends.cuda``'s switches); ignored on a CPU
+    sdpa_kernel: Optional[str] = None
     #: ``auto`` = cuda when present, else cpu; or ``cpu``, ``cuda``, ``cuda:N`` (a GPU this
     #: machine lacks, or any other name, is refused in one line)
     device: str = "auto"
@@ -545,6 +549,9 @@ def _validate(cfg: Config) -> None:
     problem = lm_options.attn_problem(lm.attn_implementation, lm.mode, lm.score_impl, lm.gradient_checkpointing)
     if problem:
         raise ProasError(f"config: {problem}")
+    if lm.sdpa_kernel is not None and lm.sdpa_kernel not in lm_options.SDPA_KERNELS:
+        raise ProasError(f"config: policy.lm.sdpa_kernel={lm.sdpa_kernel!r} is not one of "
+                         f"{', '.join(lm_options.SDPA_KERNELS)} (or null: PyTorch's choice)")
 
 
 def _to_config(merged: DictConfig) -> Config:
@@ -607,6 +614,7 @@ NULL_MEANS: dict[str, str] = {
                                 "model builds a small BPE tokenizer)",
     "policy.lm.init_from": "no warm start: the model of policy.lm.model_path or policy.lm.model_config",
     "policy.lm.attn_implementation": "the library's default attention (sdpa)",
+    "policy.lm.sdpa_kernel": "PyTorch's own choice of sdpa kernel for each call",
     "algo.graph.path": "no saved graph (only algo.graph.source=load reads one)",
 }
 
