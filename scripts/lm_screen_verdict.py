@@ -1,0 +1,137 @@
+"""The lm study's divergence screen, read by the rules that docs/lm-study-protocol.md fixed before it
+ran ("Narrowing", rules 1 and 2).
+
+For each env, start (weak, comp) and setting (AdamW rate x KL coefficient) of `lm_screen.yaml`:
+the step-0 validation SR, the mean validation SR over the validations at steps 20-40, their
+difference, how far the run got, and the verdict: **dropped** when the mean lies more than 10 points
+below step 0 or the run stopped on a non-finite loss, else **kept**. Then the KL rule: for each
+rate, the KL-0 and KL-0.01 runs' steps-20-40 means per env and start, and whether every such pair
+lies within 2 points (then KL stays at 0.01). Also the SFT starts' best validation SR.
+
+    python scripts/lm_screen_verdict.py RESULTS [--csv FILE] > screen.md
+
+RESULTS is the screen's `--out` (RESULTS/<env>/<row>/seed200/metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+ROW = re.compile(r"^grpo_(weak|comp)_lr([0-9.e-]+)_kl([0-9.]+)$")
+DROP_PTS = 10.0
+KL_PTS = 2.0
+WINDOW = (20, 40)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    recs = []
+    for line in path.read_text().splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass  # a line cut by a stopped run
+    return recs
+
+
+def stop_reason(run: Path) -> str:
+    """The last line naming an error in the run's log, or ''."""
+    for name in ("train.log.txt", "train.log"):
+        log = run / name
+        if log.exists():
+            lines = [x for x in log.read_text(errors="replace").splitlines() if "not finite" in x or "Error" in x]
+            if lines:
+                return lines[-1].strip()[:160]
+    return ""
+
+
+def screen_rows(results: Path, seed: int = 200) -> list[dict]:
+    rows = []
+    for mfile in sorted(results.glob(f"*/grpo_*/seed{seed}/metrics.jsonl")):
+        m = ROW.match(mfile.parent.parent.name)
+        if not m:
+            continue
+        recs = read_metrics(mfile)
+        val = {r["step"]: r["val/sr"] for r in recs if isinstance(r.get("val/sr"), (int, float))}
+        last = max((r.get("step", 0) for r in recs), default=0)
+        window = [100 * v for s, v in val.items() if WINDOW[0] <= s <= WINDOW[1]]
+        step0 = 100 * val[0] if 0 in val else None
+        mean = sum(window) / len(window) if window else None
+        reason = stop_reason(mfile.parent)
+        nonfinite = "not finite" in reason
+        complete = WINDOW[1] in val
+        if nonfinite:
+            verdict = "dropped (non-finite)"
+        elif step0 is None or mean is None:
+            verdict = "no reading"
+        elif mean < step0 - DROP_PTS:
+            verdict = "dropped" if complete else "dropped (so far)"
+        else:
+            verdict = "kept" if complete else "kept (so far)"
+        rows.append({"env": mfile.parent.parent.parent.name, "start": m.group(1), "lr": m.group(2),
+                     "kl": m.group(3), "step0": step0, "mean_20_40": mean, "n_val_20_40": len(window),
+                     "delta": None if step0 is None or mean is None else mean - step0,
+                     "last_step": last, "verdict": verdict, "stop": reason})
+    return rows
+
+
+def sft_rows(results: Path, seed: int = 200) -> list[tuple[str, str, float | None, int]]:
+    out = []
+    for mfile in sorted(results.glob(f"*/sft_*/seed{seed}/metrics.jsonl")):
+        vals = [100 * r["val/sr"] for r in read_metrics(mfile) if isinstance(r.get("val/sr"), (int, float))]
+        out.append((mfile.parent.parent.parent.name, mfile.parent.parent.name, max(vals) if vals else None, len(vals)))
+    return out
+
+
+def fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--seed", type=int, default=200)
+    ap.add_argument("--csv", type=Path, help="also write the per-run rows here")
+    args = ap.parse_args(argv)
+    if not args.results.is_dir():
+        print(f"error: {args.results} is not a directory", file=sys.stderr)
+        return 2
+    rows = screen_rows(args.results, args.seed)
+    print(f"# lm screen, seed {args.seed}: validation SR (%) on the tuning tasks\n")
+    print("SFT starts (best validation SR over the epochs):\n")
+    for env, row, best, n in sft_rows(args.results, args.seed):
+        print(f"- {env} {row}: {fmt(best)} ({n} validations)")
+    print("\n| env | start | AdamW rate | KL | step 0 | mean, steps 20-40 | difference | last step | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    key = lambda r: (r["env"], r["start"], float(r["lr"]), float(r["kl"]))  # noqa: E731
+    for r in sorted(rows, key=key):
+        print(f"| {r['env']} | {r['start']} | {r['lr']} | {r['kl']} | {fmt(r['step0'])} | {fmt(r['mean_20_40'])} "
+              f"| {fmt(r['delta'])} | {r['last_step']} | {r['verdict']} |")
+    print(f"\nKL rule (steps 20-40 means, KL 0 minus KL 0.01; within {KL_PTS:g} points on every pair keeps KL 0.01):\n")
+    by = {(r["env"], r["start"], r["lr"], r["kl"]): r["mean_20_40"] for r in rows}
+    diffs = []
+    for (env, start, lr, kl), mean in sorted(by.items()):
+        other = by.get((env, start, lr, "0.01"))
+        if kl == "0" and mean is not None and other is not None:
+            diffs.append(mean - other)
+            print(f"- {env} {start} lr {lr}: {mean - other:+.1f}")
+    if diffs:
+        within = all(abs(d) <= KL_PTS for d in diffs)
+        print(f"\nKL rule: {'every pair within' if within else 'not every pair within'} {KL_PTS:g} points "
+              f"({len(diffs)} pairs)" + (" -> KL stays 0.01" if within else " -> both KL values go on"))
+    if args.csv:
+        tmp = args.csv.with_name(args.csv.name + ".tmp")
+        with tmp.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["env"])
+            w.writeheader()
+            w.writerows(sorted(rows, key=key))
+        tmp.replace(args.csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
