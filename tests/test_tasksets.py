@@ -151,3 +151,16 @@ def test_cli_unknown_env_is_one_line_error(capsys):
     assert cli.main(["schedule", "make", "--env", "nope", "--seed", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("proas: error: unknown env 'nope'") and "\n" not in err
+
+
+def test_a_missing_shipped_validation_set_is_an_error_not_the_valid_split(monkeypatch, tmp_path):
+    """A household or shop run whose shipped validation file is gone (a damaged install) stops in
+    one line instead of validating on other tasks without a word."""
+    from proas.errors import ProasError
+    from proas.train.config import build_config
+    from proas.train.loop import Trainer
+
+    monkeypatch.setattr(tasksets, "val_set_path", lambda env, root=None: tmp_path / f"{env}.jsonl")
+    for env in tasksets.SHIPPED_VAL_ENVS:
+        with pytest.raises(ProasError, match=f"validation set shipped for env '{env}' is missing"):
+            Trainer._val_ids_for(build_config([f"env={env}"]), None, env)

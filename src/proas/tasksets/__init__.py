@@ -34,6 +34,7 @@ from proas.fileio import atomic_write_json, atomic_write_jsonl, sha256_file
 
 __all__ = [
     "GENERATOR_VERSION",
+    "SHIPPED_VAL_ENVS",
     "Schedule",
     "ValSet",
     "check_schedule_args",
@@ -58,6 +59,9 @@ PPO_DIR = "fix_train_set_ppo"
 VAL_DIR = "fixed_val_set"
 #: validation sets for tuning only (other tasks than ``fixed_val_set``; docs/study-protocol.md)
 TUNE_DIR = "tuning_val_set"
+#: the envs whose validation set ships inside the package (``VAL_DIR/<env>.jsonl``): a run on one
+#: of them never falls back to the env's ``valid`` split, since a missing file means a broken install
+SHIPPED_VAL_ENVS = ("household", "shop")
 SCHEDULE_FILE = "schedule.jsonl"
 MANIFEST_FILE = "manifest.json"
 

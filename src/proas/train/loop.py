@@ -550,6 +550,9 @@ class Trainer:
                 raise ProasError(f"{vs.path}: a validation set for env {vs.env!r}, but this run's env is "
                                  f"{env_name!r}; give env.fixed_val_set.path of a {env_name} set")
             ids, where = vs.task_ids, str(vs.path)
+        elif env_name in tasksets.SHIPPED_VAL_ENVS:
+            raise ProasError(f"{tasksets.val_set_path(env_name)}: the validation set shipped for env {env_name!r} "
+                             "is missing (a damaged install: reinstall proas), or give env.fixed_val_set.path")
         else:
             ids = list(env.task_ids("valid"))
         ids = list(ids[: v.size])
