@@ -112,3 +112,13 @@ def test_alfredtwenv_collects_and_wins_exported_games(tmp_path):
             assert dones[0] and infos["won"][0]
     finally:
         env.close()
+
+
+def test_export_of_an_official_game_is_refused_not_reported_as_written(tmp_path, capsys):
+    """An ``alfworld:`` id names a game that already lies under $ALFWORLD_DATA: export used to
+    print "wrote 1" and write nothing."""
+    out = tmp_path / "games"
+    assert cli.main(["household", "export", "--out", str(out), "--task", "alfworld:train/x/trial"]) == 2
+    err = capsys.readouterr().err
+    assert "export writes generated tasks only" in err and "wrote" not in err
+    assert not out.exists()

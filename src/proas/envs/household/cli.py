@@ -14,13 +14,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from proas.envs.household.env import game_file, task_ids
+from proas.envs.household.env import OFFICIAL_PREFIX, game_file, task_ids
+from proas.errors import ProasError
 from proas.fileio import atomic_write_text
 from proas.ranges import integer
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     ids = list(args.task) if args.task else task_ids(args.split)
+    official = [t for t in ids if t.startswith(OFFICIAL_PREFIX)]
+    if official:
+        raise ProasError(f"--task {official[0]!r}: an official ALFWorld game already lies under $ALFWORLD_DATA; "
+                         "export writes generated tasks only")
     if args.limit is not None:
         ids = ids[: args.limit]
     for task_id in ids:
