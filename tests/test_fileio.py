@@ -100,3 +100,26 @@ def test_only_old_temporaries_of_our_naming_with_no_live_writer_are_removed(tmp_
     atomic_write_text(tmp_path / "a.json", "{}")
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {"a.json"} | {n for n, (_, kept) in files.items() if kept}
+
+
+def test_a_killed_atomic_dirs_staging_folder_is_removed_by_the_next_one(tmp_path):
+    """A SIGKILLed ``atomic_dir`` (``lm export``, say) leaves its staging folder; the next
+    atomic_dir beside it removes it once it is old and its process is gone, and never a folder of
+    a live process, a recent one, or one that only looks like ours."""
+    from proas.fileio import atomic_dir
+
+    dead = _dead_pid()
+    stale = tmp_path / f".model.{dead}.abcd1234.tmp"
+    recent = tmp_path / f".model.{dead}.abcd1235.tmp"
+    live = tmp_path / f".model.{os.getpid()}.abcd1236.tmp"
+    nopid = tmp_path / ".model.abcd1237.tmp"
+    for d in (stale, recent, live, nopid):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "weights.bin").write_bytes(b"x" * 10)
+    for d in (stale, live, nopid):
+        _age(d, 3600)
+    with atomic_dir(tmp_path / "model2") as stage:
+        (stage / "a.txt").write_text("a")
+    assert not stale.exists()
+    assert recent.exists() and live.exists() and nopid.exists()
+    assert (tmp_path / "model2" / "a.txt").read_text() == "a"

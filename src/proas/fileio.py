@@ -72,7 +72,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 
 
 def remove_stale_temporaries(directory: str | os.PathLike, now: float | None = None) -> list[Path]:
-    """Remove the stale temporaries of killed atomic writes in ``directory``; return them."""
+    """Remove the stale temporaries of killed atomic writes in ``directory``: files of
+    ``atomic_write_*`` and staging folders of ``atomic_dir`` (a SIGKILLed ``lm export``, say),
+    each older than ``STALE_TMP_AGE_S`` and named by a process that is gone; return them."""
     now = time.time() if now is None else now
     removed = []
     try:
@@ -84,13 +86,21 @@ def remove_stale_temporaries(directory: str | os.PathLike, now: float | None = N
         if m is None:
             continue
         try:
-            if not entry.is_file(follow_symlinks=False):
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if not (is_dir or entry.is_file(follow_symlinks=False)):
                 continue
             if now - entry.stat(follow_symlinks=False).st_mtime < STALE_TMP_AGE_S:
                 continue
         except OSError:
             continue
         if m.group("pid") is not None and _pid_alive(int(m.group("pid"))):
+            continue
+        if is_dir:
+            if m.group("pid") is None:  # every staging folder names its process; this one is not ours
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            if not os.path.lexists(entry.path):
+                removed.append(Path(entry.path))
             continue
         with contextlib.suppress(OSError):
             os.unlink(entry.path)
