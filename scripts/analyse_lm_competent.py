@@ -29,12 +29,11 @@ run, every figure above.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from pathlib import Path
 
 from proas.errors import ProasError
+from proas.experiments.datafiles import csv_text
 from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 
@@ -201,11 +200,7 @@ def report(res: Path, csv_dir: Path | None) -> str:
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
+    atomic_write_text(path, csv_text(header, rows))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import math
 import re
@@ -23,6 +22,7 @@ import sys
 from pathlib import Path
 
 from proas.errors import ProasError
+from proas.experiments.datafiles import csv_text
 from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 
@@ -124,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analyse_sft_sweep: {e}", file=sys.stderr)
         return 1
     if args.csv:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write_text(args.csv, buf.getvalue())
+        atomic_write_text(args.csv, csv_text(CSV_FIELDS, rows))
     print(table(full))
     return 0
 

@@ -13,13 +13,12 @@ CSV row per run and prints the mean per row.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import statistics
 import sys
 from pathlib import Path
 
 from proas.errors import ProasError
+from proas.experiments.datafiles import csv_text
 from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 
@@ -59,11 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(str(exc)) from None
     if not rows:
         raise SystemExit("no finished runs under " + " ".join(map(str, args.sources)))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["env", "row", "seed", *KEYS], lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(args.out, buf.getvalue())
+    atomic_write_text(args.out, csv_text(["env", "row", "seed", *KEYS], rows))
     by: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         by.setdefault((r["env"], r["row"]), []).append(r)

@@ -16,11 +16,13 @@ RESULTS is the screen's `--out` (RESULTS/<env>/<row>/seed200/metrics.jsonl).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
 from pathlib import Path
+
+from proas.experiments.datafiles import csv_text
+from proas.fileio import atomic_write_text
 
 ROW = re.compile(r"^grpo_(weak|comp)_lr([0-9.e-]+)_kl([0-9.]+)$")
 DROP_PTS = 10.0
@@ -124,12 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nKL rule: {'every pair within' if within else 'not every pair within'} {KL_PTS:g} points "
               f"({len(diffs)} pairs)" + (" -> KL stays 0.01" if within else " -> both KL values go on"))
     if args.csv:
-        tmp = args.csv.with_name(args.csv.name + ".tmp")
-        with tmp.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["env"])
-            w.writeheader()
-            w.writerows(sorted(rows, key=key))
-        tmp.replace(args.csv)
+        atomic_write_text(args.csv, csv_text(list(rows[0]) if rows else ["env"], sorted(rows, key=key)))
     return 0
 
 

@@ -48,6 +48,8 @@ SMOKE = {
     "lm_sft_sweep.sh": "bash",
     "lm_profile_device.sh": "bash",
     "lm_step_profile.py": "python",
+    "lm_screen_device.sh": "bash",
+    "lm_screen_verdict.py": "python",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
     "run_lm_competent.sh": "bash",
@@ -285,3 +287,30 @@ def test_analyse_lm_competent_reads_sft_bars_and_paired_rl_over_a_shared_window(
     assert len((tmp_path / "csv" / "sft_per_seed.csv").read_text().splitlines()) == 4
     bad = _run(sys.executable, str(SCRIPTS / "analyse_lm_competent.py"), str(tmp_path / "csv"))
     assert bad.returncode == 1 and "no run" in bad.stderr
+
+
+def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
+    """A setting more than 10 points below its step 0 over steps 20-40 is dropped, one that
+    stopped on a non-finite loss too, and the KL rule compares KL 0 with KL 0.01 per rate."""
+    def run(row, vals, log=""):
+        d = tmp_path / "shop" / row / "seed200"
+        d.mkdir(parents=True)
+        recs = [{"step": s, "val/sr": v} for s, v in vals.items()]
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        if log:
+            (d / "train.log.txt").write_text(log)
+    run("grpo_weak_lr3e-4_kl0", {0: 0.30, 10: 0.2, 20: 0.15, 30: 0.20, 40: 0.19})      # 18.0: -12 -> dropped
+    run("grpo_weak_lr3e-4_kl0.01", {0: 0.30, 10: 0.3, 20: 0.25, 30: 0.21, 40: 0.22})   # 22.7: -7.3 -> kept
+    run("grpo_weak_lr1e-4_kl0", {0: 0.30, 10: 0.3, 20: 0.31, 30: 0.33, 40: 0.35})      # 33.0
+    run("grpo_weak_lr1e-4_kl0.01", {0: 0.30, 10: 0.3, 20: 0.32, 30: 0.33, 40: 0.34})   # 33.0 -> within 2
+    run("grpo_comp_lr1e-3_kl0", {0: 0.6, 10: 0.6}, log="ProasError: step 12: the loss or its gradient is not finite")
+    out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"))
+    assert out.returncode == 0, out.stderr
+    rows = {(r["start"], r["lr"], r["kl"]): r for r in
+            __import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines())}
+    assert rows[("weak", "3e-4", "0")]["verdict"] == "dropped"
+    assert rows[("weak", "3e-4", "0.01")]["verdict"] == "kept"
+    assert rows[("weak", "1e-4", "0")]["verdict"] == "kept"
+    assert rows[("comp", "1e-3", "0")]["verdict"] == "dropped (non-finite)"
+    assert abs(float(rows[("weak", "3e-4", "0")]["mean_20_40"]) - 18.0) < 1e-9
+    assert "not every pair within 2 points (2 pairs)" in out.stdout

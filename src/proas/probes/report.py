@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from proas.experiments.datafiles import csv_text
 from proas.fileio import atomic_write_bytes, atomic_write_text
 
 __all__ = ["bar_plot", "line_plot", "write_table"]
@@ -22,12 +22,7 @@ def _fmt(v: Any) -> str:
 def write_table(rows: Sequence[dict[str, Any]], stem: Path, columns: Sequence[str] | None = None) -> None:
     """``stem.csv`` and ``stem.md`` with ``columns`` (default: the first row's keys)."""
     cols = list(columns or (rows[0].keys() if rows else []))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(cols)
-    for r in rows:
-        w.writerow([_fmt(r.get(c)) for c in cols])
-    atomic_write_text(stem.with_suffix(".csv"), buf.getvalue())
+    atomic_write_text(stem.with_suffix(".csv"), csv_text(cols, [[_fmt(r.get(c)) for c in cols] for r in rows]))
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "\\|") for c in cols) + " |" for r in rows]
     atomic_write_text(stem.with_suffix(".md"), "\n".join(md) + "\n")
