@@ -7,8 +7,9 @@
 #   2. scripts/lm_step_profile.py: seconds per RL step of one run alone with the kernel left to
 #      PyTorch, held to `efficient`, and `eager` attention (shop; household at 20 env steps an
 #      episode), and shop's `score_impl=shared` under the fastest       -> $OUT/step_profile.txt
-#   3. the screen (STUDY=lm_screen SEEDS=200 ENVS=shop scripts/run_lm_competent.sh start) with
-#      the kernel that was fastest on shop in 2, then `watch` until DEADLINE s after the start.
+#   3. the screen (STUDY=lm_screen SEEDS=200 ENVS=shop scripts/run_lm_competent.sh start; ROWS,
+#      default the weak start's rows) with the kernel that was fastest on shop in 2, then `watch`
+#      until DEADLINE s after the start.
 # Later calls: `WORK=/tmp/lmcomp bash scripts/run_lm_competent.sh watch|pack` (STUDY=lm_screen).
 # Carry .whl.
 #
@@ -52,7 +53,9 @@ prof --model "$P/models/household" --env household --steps 1 --max-steps 20 --ch
 echo "profile: $SECONDS s"
 
 # 3. the shop screen, detached, then watch
-EXTRA=$EXTRA STUDY=lm_screen SEEDS=200 ENVS=shop bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
+# ROWS (default: the weak start's, the protocol's primary question) narrows the screen's rows
+WEAK="sft_weak_shop $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"
+ROWS=${ROWS:-$WEAK} EXTRA=$EXTRA STUDY=lm_screen SEEDS=200 ENVS=shop bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
 left=$((DEADLINE - SECONDS))
 [ $left -gt 30 ] && STUDY=lm_screen bash scripts/run_lm_competent.sh watch $left
 exit 0
