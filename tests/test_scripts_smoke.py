@@ -49,6 +49,7 @@ SMOKE = {
     "lm_profile_device.sh": "bash",
     "lm_step_profile.py": "python",
     "lm_screen_device.sh": "bash",
+    "lm_kernel_check_device.sh": "bash",
     "lm_screen_verdict.py": "python",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
