@@ -2,8 +2,8 @@
 # One device call for the lm study's shop divergence screen (issue #43) and the cuDNN NaN lead
 # (issue #44), written for a session that may get only this one call:
 #   1. the screen (STUDY=lm_screen SEEDS=200 ENVS=shop scripts/run_lm_competent.sh start; ROWS,
-#      default the weak start's rows, the protocol's primary question), detached, with sdpa's
-#      kernel left to PyTorch as in every earlier lm run;
+#      default the weak start's rows, the protocol's primary question), detached, with the lm
+#      policy's default sdpa kernel (efficient);
 #   2. meanwhile attn_check.py on the screen's shop model: sdpa's loss and gradient on
 #      left-padded random-token batches of 512, 640 and 704 tokens under PyTorch's kernel choice,
 #      cuDNN and efficient                                              -> $OUT/attn_check.txt

@@ -14,7 +14,6 @@ The first step of each choice warms up and is not timed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 import time
@@ -36,13 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from proas.train.config import build_config
     from proas.train.loop import Trainer
 
-    backends = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                "cudnn": SDPBackend.CUDNN_ATTENTION}
     cuda = torch.cuda.is_available()
     for choice in args.choices:
         over = [f"env={args.env}", "policy=lm", "policy.lm.mode=score", f"policy.lm.model_path={args.model}",
@@ -52,9 +48,14 @@ def main(argv: list[str] | None = None) -> int:
             over.append(f"env.max_steps={args.max_steps}")
         if choice == "eager":
             over.append("policy.lm.attn_implementation=eager")
+        # the kernel through the policy's own switch (policy.lm.sdpa_kernel), which the policy
+        # applies when it is built; "default" and "eager" leave PyTorch's choice (null)
+        over.append(f"policy.lm.sdpa_kernel={choice if choice in ('math', 'efficient', 'cudnn') else 'null'}")
         cfg = build_config(over + list(args.overrides))
-        ctx = sdpa_kernel([backends[choice]]) if choice in backends else contextlib.nullcontext()
-        with tempfile.TemporaryDirectory() as tmp, ctx:
+        # the switches are process-wide: start each choice from PyTorch's own (every kernel on)
+        for switch in ("flash", "mem_efficient", "math", "cudnn"):
+            getattr(torch.backends.cuda, f"enable_{switch}_sdp")(True)
+        with tempfile.TemporaryDirectory() as tmp:
             try:
                 trainer = Trainer(cfg, Path(tmp))
                 recs = []

@@ -45,3 +45,18 @@ def test_the_config_refuses_a_kernel_that_takes_no_mask():
                          "policy.lm.sdpa_kernel=efficient"]).policy.lm.sdpa_kernel == "efficient"
     with pytest.raises(ProasError, match="sdpa_kernel='flash' is not one of"):
         build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.sdpa_kernel=flash"])
+
+
+@pytest.mark.parametrize("over, want", [([], "efficient"), (["policy.lm.sdpa_kernel=null"], None),
+                                        (["policy.lm.sdpa_kernel=cudnn"], "cudnn")])
+def test_building_an_lm_policy_holds_the_configured_kernel_efficient_by_default(monkeypatch, over, want):
+    """PyTorch's own choice on an H100 (cuDNN's kernel) ran a shop RL step 2.2x slower and gives
+    NaN gradients at some padded lengths (docs/lm.md), so a policy holds ``efficient`` unless
+    told otherwise."""
+    import proas.lm.policy as lm_policy
+
+    calls = []
+    monkeypatch.setattr(lm_policy, "hold_sdpa_kernel", lambda kernel, device: calls.append((kernel, device)))
+    cfg = build_config(["policy=lm", "policy.lm.model_config=tiny", "policy.lm.device=cpu", *over])
+    lm_policy.LMPolicy.from_config(cfg.policy.lm, seed=0)
+    assert calls == [(want, "cpu")]

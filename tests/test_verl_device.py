@@ -135,3 +135,62 @@ def test_steps_csv_keeps_each_runs_console_metrics_in_order(tmp_path):
     empty.write_text("no metrics here\n")
     bad = subprocess.run([sys.executable, str(DEVICE / "steps_csv.py"), f"x={empty}"], capture_output=True, text=True)
     assert bad.returncode == 1 and "no 'step:N - key:value' lines" in bad.stderr
+
+
+_FLAGS = ("import torch, flash_attn; b = torch.backends.cuda; "
+          "print(b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.math_sdp_enabled(), b.cudnn_sdp_enabled())")
+
+
+def _import_standin(kernel: str | None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PROAS_SDPA_KERNEL"}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join([str(DEVICE), src, env.get("PYTHONPATH", "")])
+    if kernel is not None:
+        env["PROAS_SDPA_KERNEL"] = kernel
+    return subprocess.run([sys.executable, "-c", _FLAGS], env=env, capture_output=True, text=True)
+
+
+def test_the_standin_holds_sdpa_to_the_kernel_run_sh_names_in_each_process_that_imports_it():
+    """The cause of the recipe's NaN gradients under sdpa: cuDNN's kernel, which PyTorch picks on
+    an H100/H200, gives a NaN gradient for a left-padded batch of 64 more than a multiple of 128
+    tokens (results/verl_agent/attn_check.txt). The worker that imports flash_attn must run
+    with that kernel off and efficient on; unset, PyTorch's defaults stay."""
+    held = _import_standin("efficient")
+    assert held.returncode == 0, held.stderr
+    assert held.stdout.split() == ["False", "True", "False", "False"]
+    default = _import_standin(None)
+    assert default.returncode == 0 and default.stdout.split()[1:] != ["False", "False", "False"]
+    assert "True" in default.stdout.split()[3:]  # cuDNN's switch is on unless held off
+    bad = _import_standin("flash")
+    assert bad.returncode != 0 and "sdpa kernel 'flash' is not one of" in bad.stderr
+
+
+def test_run_sh_runs_sdpa_on_the_efficient_kernel_and_checks_the_length_that_broke():
+    text = (DEVICE / "run.sh").read_text()
+    assert "PROAS_ATTN_IMPLEMENTATION=${PROAS_ATTN_IMPLEMENTATION:-sdpa}" in text
+    assert "PROAS_SDPA_KERNEL=${PROAS_SDPA_KERNEL-efficient}" in text
+    assert "--lengths 640 704" in text and '--require "$PROAS_ATTN_IMPLEMENTATION"' in text
+
+
+def test_a_left_padded_batch_of_the_length_that_broke_has_finite_gradients_on_the_cpu(tmp_path):
+    """attn_check's case (704 tokens, one row two-thirds left padding, so its padding queries see
+    no key) is well defined: on the CPU sdpa and eager give a finite loss and gradient that agree,
+    so a NaN on the GPU is the kernel's, not the batch's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)} | {"[UNK]": 64}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[UNK]")
+    fast.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=65, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    Qwen2ForCausalLM(cfg).save_pretrained(tmp_path)
+    check = load_device_module("attn_check")
+    loss_s, norm_s = check.grad_norm(str(tmp_path), "sdpa", "cpu", length=704)
+    loss_e, norm_e = check.grad_norm(str(tmp_path), "eager", "cpu", length=704)
+    assert all(map(torch.isfinite, map(torch.tensor, (loss_s, norm_s, loss_e, norm_e))))
+    assert abs(loss_s - loss_e) < 0.05 and abs(norm_s - norm_e) < 0.05 * norm_e

@@ -60,7 +60,8 @@ def main() -> int:
     p.add_argument("model")
     p.add_argument("--device", default="cpu")
     p.add_argument("--impl", action="append", help="implementations to try (default sdpa and eager)")
-    p.add_argument("--require", help="exit 1 unless this implementation's loss and gradient are finite")
+    p.add_argument("--require", help="exit 1 unless this implementation's loss and gradient are finite "
+                   "(for sdpa, also on every --lengths batch under every --kernel)")
     p.add_argument("--lengths", type=int, nargs="+", help="also random-token batches of these lengths "
                    "(one row full, one two-thirds left padding), sdpa under each --kernel")
     p.add_argument("--kernel", action="append", choices=["default", "efficient", "math", "cudnn"],
@@ -80,10 +81,13 @@ def main() -> int:
                 loss, norm = grad_norm(args.model, "sdpa", args.device, length, None if kernel == "default" else kernel)
             except RuntimeError as exc:  # a kernel this machine lacks
                 print(f"attn_check: sdpa/{kernel} length {length}: no run ({str(exc).splitlines()[0][:120]})")
+                status = 1 if args.require == "sdpa" else status
                 continue
             ok = math.isfinite(loss) and math.isfinite(norm)
             print(f"attn_check: sdpa/{kernel} length {length} on {args.device}: loss {loss:.4f}, "
                   f"grad norm {norm:.4f} ({'finite' if ok else 'NOT finite'})")
+            if args.require == "sdpa" and not ok:
+                status = 1
     return status
 
 

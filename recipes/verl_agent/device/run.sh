@@ -35,10 +35,14 @@ grep -q PROAS_RESUME_CHECK "$VERL_AGENT_DIR/verl/utils/checkpoint/fsdp_checkpoin
     echo "run.sh: apply recipes/verl_agent/device/resume_check.patch to $VERL_AGENT_DIR first" >&2; exit 2; }
 # on every resume, verl-agent's checkpoint manager checks that the loaded weights equal the file's
 export PROAS_RESUME_CHECK=1
-# eager: on the H200, the gradient under sdpa was NaN in every update of a first run (verl skips
-# such updates, so nothing trained); under eager every update was finite. attn_check.py below
-# prints both on a small left-padded batch (there both were finite: the cause is not pinned down)
-export PROAS_ATTN_IMPLEMENTATION=${PROAS_ATTN_IMPLEMENTATION:-eager}
+# sdpa, held to its `efficient` kernel: under PyTorch's own choice (cuDNN's kernel on H100 and
+# H200 with PyTorch 2.11) the gradient of a first run was NaN in every update (verl skips such
+# updates, so nothing trained); attn_check.py reproduced it on a left-padded batch of 704 tokens
+# (64 more than a multiple of 128), where cuDNN's gradient is NaN and efficient's finite
+# (results/verl_agent/attn_check.txt). The stand-in flash_attn package applies PROAS_SDPA_KERNEL
+# in each process that imports it. PROAS_ATTN_IMPLEMENTATION=eager is the fallback.
+export PROAS_ATTN_IMPLEMENTATION=${PROAS_ATTN_IMPLEMENTATION:-sdpa}
+export PROAS_SDPA_KERNEL=${PROAS_SDPA_KERNEL-efficient}
 export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:-}"
 # the policy: a from-scratch Qwen2 with proas's env tokenizer (chat template included)
 [[ -d "$WORK/tok" ]] || proas lm tokenizer --env household --vocab 4096 --max-tasks 200 --out "$WORK/tok"
@@ -46,7 +50,8 @@ export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:
 # once per machine, as the model: the check's verdict does not change between calls
 if [[ ! -f "$WORK/attn_check.txt" ]]; then
     python3 "$REPO/recipes/verl_agent/device/attn_check.py" "$WORK/model" --device cuda \
-        --require "$PROAS_ATTN_IMPLEMENTATION" > "$WORK/attn_check.tmp" || { cat "$WORK/attn_check.tmp" >&2; exit 1; }
+        --require "$PROAS_ATTN_IMPLEMENTATION" --lengths 640 704 --kernel "${PROAS_SDPA_KERNEL:-default}" \
+        > "$WORK/attn_check.tmp" || { cat "$WORK/attn_check.tmp" >&2; exit 1; }
     mv "$WORK/attn_check.tmp" "$WORK/attn_check.txt"
 fi
 cp "$WORK/attn_check.txt" "$OUTDIR/"

@@ -7,8 +7,10 @@ transformers), so both read them from here, and the package's face imports nothi
 
 from __future__ import annotations
 
+from proas.errors import ProasError
+
 __all__ = ["AUTOCAST", "DECODERS", "LR_SCHEDULES", "MASK_ATTN_IMPLS", "MODES", "SCORE_IMPLS", "SCORE_NORMS",
-           "attn_problem"]
+           "SDPA_KERNELS", "attn_problem", "hold_sdpa_kernel"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see ``proas.lm``)
@@ -69,6 +71,8 @@ def hold_sdpa_kernel(kernel: str | None, device: str) -> None:
     """Hold PyTorch's sdpa to ``kernel`` (one of ``SDPA_KERNELS``) for this process, on a CUDA
     ``device``; None or a CPU leaves PyTorch's choice. The switches are process-wide: a training
     process holds one policy, and the kernel must not change between its acting and its loss."""
+    if kernel is not None and kernel not in SDPA_KERNELS:
+        raise ProasError(f"sdpa kernel {kernel!r} is not one of {', '.join(SDPA_KERNELS)}")
     if kernel is None or not str(device).startswith("cuda"):
         return
     import torch

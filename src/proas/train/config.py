@@ -236,10 +236,12 @@ class LMConfig:
     #: passes and the static decoder; another (``flash_attention_2``) is refused in score mode
     #: with a packed loss, and ``decode=static`` falls back to ``hf`` with it
     attn_implementation: Optional[str] = None
-    #: hold PyTorch's sdpa to one kernel on a GPU: ``efficient``, ``math`` or ``cudnn`` (flash
-    #: takes no mask, and every score pass and padded batch passes one); None = PyTorch's choice
-    #: per call. Process-wide (``torch.backends.cuda``'s switches); ignored on a CPU
-    sdpa_kernel: Optional[str] = None
+    #: hold PyTorch's sdpa to one kernel on a GPU: ``efficient`` (default), ``math`` or ``cudnn``
+    #: (flash takes no mask, and every score pass and padded batch passes one); null = PyTorch's
+    #: choice per call, which is cuDNN's kernel on an H100 with PyTorch 2.11: 2.2x slower for a
+    #: shop RL step, and NaN gradients at lengths of 64 more than a multiple of 128 with a padded
+    #: row (docs/lm.md). Process-wide (``torch.backends.cuda``'s switches); ignored on a CPU
+    sdpa_kernel: Optional[str] = "efficient"
     #: ``auto`` = cuda when present, else cpu; or ``cpu``, ``cuda``, ``cuda:N`` (a GPU this
     #: machine lacks, or any other name, is refused in one line)
     device: str = "auto"
@@ -614,7 +616,6 @@ NULL_MEANS: dict[str, str] = {
                                 "model builds a small BPE tokenizer)",
     "policy.lm.init_from": "no warm start: the model of policy.lm.model_path or policy.lm.model_config",
     "policy.lm.attn_implementation": "the library's default attention (sdpa)",
-    "policy.lm.sdpa_kernel": "PyTorch's own choice of sdpa kernel for each call",
     "algo.graph.path": "no saved graph (only algo.graph.source=load reads one)",
 }
 
