@@ -15,7 +15,12 @@ grid after the other on the same machine, and prints:
   Later steps are not compared: GPU kernels with atomic additions (the embedding's backward)
   make two runs of the same code drift apart after the first update.
 
-With ``--mps`` a third grid runs the code under test under the CUDA MPS daemon
+``--also KEY=VALUE ...`` adds a grid of the code under test with those overrides (for example
+``policy.lm.sdpa_kernel=null``: the attention kernel left to PyTorch, as the reference's code
+leaves it, which separates the kernel's share of the speed-up and shows first steps equal to the
+reference's where the default's kernel changes their rounding).
+
+With ``--mps`` another grid runs the code under test under the CUDA MPS daemon
 (``nvidia-cuda-mps-control -d``, stopped afterwards), which lets the processes' kernels share
 the GPU instead of taking turns.
 
@@ -74,8 +79,10 @@ def _models(root: Path, envs: list[str], quick: bool) -> dict[str, str]:
     return out
 
 
-def _grid(label: str, src: Path, out: Path, models: dict[str, str], args, base: dict | None = None) -> dict:
-    """Run one grid; print its line (against ``base``, or as the reference when None)."""
+def _grid(label: str, src: Path, out: Path, models: dict[str, str], args, base: dict | None = None,
+          extra: list[str] | None = None) -> dict:
+    """Run one grid; print its line (against ``base``, or as the reference when None). ``extra``:
+    overrides for this grid's runs alone, after ``args.overrides``."""
     out.mkdir(parents=True)
     procs = []
     t0 = time.perf_counter()
@@ -84,7 +91,7 @@ def _grid(label: str, src: Path, out: Path, models: dict[str, str], args, base: 
             over = ["policy=lm", "policy.lm.mode=score", f"policy.lm.model_path={model}", f"env={env}", f"seed={seed}",
                     f"train.steps={args.steps}", "train.val_before_train=false", "train.val_every=0",
                     "train.save_every=100000", "train.rollout_log_every=0", "train.progress=false",
-                    f"train.out_dir={out}", f"train.run_name={env}-s{seed}", *args.overrides]
+                    f"train.out_dir={out}", f"train.run_name={env}-s{seed}", *args.overrides, *(extra or [])]
             if env == "household" and args.household_max_steps:
                 over.append(f"env.max_steps={args.household_max_steps}")
             log = open(out / f"{env}-s{seed}.log", "w")
@@ -146,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                     "throughput (RL steps logged per second) instead of wall time (0: run every run to the end)")
     ap.add_argument("--work", default=None, help="where models and runs go (default: a temporary directory)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: one tiny run per env, one step of 2 tasks x 2")
+    ap.add_argument("--also", nargs="+", metavar="KEY=VALUE", default=None,
+                    help="one more grid of the code under test with these overrides, e.g. "
+                         "policy.lm.sdpa_kernel=null (PyTorch's kernel choice, as the reference's code makes)")
     ap.add_argument("overrides", nargs="*", help="config overrides key=value for every run")
     args = ap.parse_args(argv)
     if args.quick:
@@ -163,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{f', cut at {args.window:.0f} s' if args.window else ''}; reference {ref}", flush=True)
         base = _grid("reference", ref, work / "ref", models, args)
         _grid("this code", SRC, work / "new", models, args, base)
+        if args.also:
+            _grid("this + also", SRC, work / "also", models, args, base, extra=args.also)
         if args.mps:
             _mps_grid(work, models, args, base)
     finally:
