@@ -16,28 +16,19 @@ RESULTS is the screen's `--out` (RESULTS/<env>/<row>/seed200/metrics.jsonl).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
 
+from proas.errors import ProasError
 from proas.experiments.datafiles import csv_text
+from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 
 ROW = re.compile(r"^grpo_(weak|comp)_lr([0-9.e-]+)_kl([0-9.]+)$")
 DROP_PTS = 10.0
 KL_PTS = 2.0
 WINDOW = (20, 40)
-
-
-def read_metrics(path: Path) -> list[dict]:
-    recs = []
-    for line in path.read_text().splitlines():
-        try:
-            recs.append(json.loads(line))
-        except ValueError:
-            pass  # a line cut by a stopped run
-    return recs
 
 
 def stop_reason(run: Path) -> str:
@@ -57,7 +48,7 @@ def screen_rows(results: Path, seed: int = 200) -> list[dict]:
         m = ROW.match(mfile.parent.parent.name)
         if not m:
             continue
-        recs = read_metrics(mfile)
+        recs = run_metrics(mfile.parent)
         val = {r["step"]: r["val/sr"] for r in recs if isinstance(r.get("val/sr"), (int, float))}
         last = max((r.get("step", 0) for r in recs), default=0)
         window = [100 * v for s, v in val.items() if WINDOW[0] <= s <= WINDOW[1]]
@@ -84,7 +75,7 @@ def screen_rows(results: Path, seed: int = 200) -> list[dict]:
 def sft_rows(results: Path, seed: int = 200) -> list[tuple[str, str, float | None, int]]:
     out = []
     for mfile in sorted(results.glob(f"*/sft_*/seed{seed}/metrics.jsonl")):
-        vals = [100 * r["val/sr"] for r in read_metrics(mfile) if isinstance(r.get("val/sr"), (int, float))]
+        vals = [100 * r["val/sr"] for r in run_metrics(mfile.parent) if isinstance(r.get("val/sr"), (int, float))]
         out.append((mfile.parent.parent.parent.name, mfile.parent.parent.name, max(vals) if vals else None, len(vals)))
     return out
 
@@ -102,10 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.results.is_dir():
         print(f"error: {args.results} is not a directory", file=sys.stderr)
         return 2
-    rows = screen_rows(args.results, args.seed)
+    try:  # the trainer's reader: a torn last line skipped, a resumed step's last record kept
+        rows = screen_rows(args.results, args.seed)
+        sfts = sft_rows(args.results, args.seed)
+    except ProasError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"# lm screen, seed {args.seed}: validation SR (%) on the tuning tasks\n")
     print("SFT starts (best validation SR over the epochs):\n")
-    for env, row, best, n in sft_rows(args.results, args.seed):
+    for env, row, best, n in sfts:
         print(f"- {env} {row}: {fmt(best)} ({n} validations)")
     print("\n| env | start | AdamW rate | KL | step 0 | mean, steps 20-40 | difference | last step | verdict |")
     print("|---|---|---|---|---|---|---|---|---|")
