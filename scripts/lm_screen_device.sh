@@ -4,12 +4,10 @@
 #   1. the screen (STUDY=lm_screen SEEDS=200 ENVS=shop scripts/run_lm_competent.sh start; ROWS,
 #      default the weak start's rows, the protocol's primary question), detached, with the lm
 #      policy's default sdpa kernel (efficient);
-#   2. meanwhile attn_check.py on the screen's shop model: sdpa's loss and gradient on
-#      left-padded random-token batches of 512, 640 and 704 tokens under PyTorch's kernel choice,
-#      cuDNN and efficient                                              -> $OUT/attn_check.txt
-#   3. watch the screen; once it has ended, with time left, scripts/lm_step_profile.py with the
-#      GPU to itself: seconds per RL step per attention choice (shop: PyTorch's, efficient,
-#      eager; household at 20 env steps an episode: PyTorch's, efficient) -> $OUT/step_profile.txt
+#   2. meanwhile scripts/lm_kernel_check_device.sh's attn part on the screen's shop model
+#      (sdpa's gradient at 512, 640 and 704 left-padded tokens per kernel) -> $OUT/attn_check.txt
+#   3. watch the screen; once it has ended, with time left, that script's profile part with the
+#      GPU to itself (seconds per RL step per attention choice)          -> $OUT/step_profile.txt
 #   4. DEADLINE s after the start: pack the screen's runs ($OUT/lm_screen.tgz, no weights) and
 #      read them by the protocol's rules ($OUT/screen.md, scripts/lm_screen_verdict.py). A screen
 #      still running goes on; a later call can `watch` and `pack` it
@@ -33,22 +31,14 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLA
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)" | tee -a "$OUT/step_profile.txt"
 echo "screen started: $SECONDS s"
 
-# 2. the cuDNN NaN lead
-python3 recipes/verl_agent/device/attn_check.py "$RES/models/shop" --device cuda --lengths 512 640 704 2>&1 \
-  | grep attn_check | tee "$OUT/attn_check.txt"
-echo "attn_check: $SECONDS s"
+# 2. the cuDNN NaN lead (scripts/lm_kernel_check_device.sh's attn part, on the screen's model)
+MODELS=$RES/models PARTS=attn OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - SECONDS))
 
 # 3. watch; the step profile once the GPU is free
 left=$((DEADLINE - 45 - SECONDS))
 [ $left -gt 20 ] && STUDY=lm_screen WORK=$WORK bash scripts/run_lm_competent.sh watch $left
 if ! pgrep -f "[p]roas experiment run" > /dev/null && [ $((DEADLINE - SECONDS)) -gt 150 ]; then
-  COMMON="policy.lm.score_norm=sum policy.lm.micro_batch_size=64"
-  prof() { timeout $((DEADLINE - 45 - SECONDS)) python3 scripts/lm_step_profile.py "$@" 2>&1 \
-             | grep -E "^(shop|household) " | tee -a "$OUT/step_profile.txt"; }
-  prof --model "$RES/models/shop" --env shop --steps 1 --choices default efficient eager -- $COMMON
-  [ $((DEADLINE - SECONDS)) -gt 100 ] && prof --model "$RES/models/household" --env household --steps 1 \
-    --max-steps 20 --choices default efficient -- $COMMON
-  echo "profile: $SECONDS s"
+  MODELS=$RES/models PARTS=profile OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - 45 - SECONDS))
 fi
 
 # 4. what the screen has so far
