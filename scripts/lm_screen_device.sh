@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for the lm study's shop divergence screen (issue #43) and the cuDNN NaN lead
 # (issue #44), written for a session that may get only this one call:
-#   1. the screen (STUDY=lm_screen SEEDS=200 ENVS=shop scripts/run_lm_competent.sh start; ROWS,
-#      default the weak start's rows, the protocol's primary question), detached, with the lm
+#   1. the screen (STUDY=lm_screen SEEDS=200 scripts/run_lm_competent.sh start; ROWS, default
+#      the weak start's rows, the protocol's primary question; ENVS, default both: household's
+#      screen runs beside shop's, as the protocol's amendment allows), detached, with the lm
 #      policy's default sdpa kernel (efficient);
 #   2. meanwhile scripts/lm_kernel_check_device.sh's attn part on the screen's shop model
 #      (sdpa's gradient at 512, 640 and 704 left-padded tokens per kernel) -> $OUT/attn_check.txt
@@ -24,8 +25,8 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/step_profile.txt"
 
 # 1. the screen, detached
-WEAK="sft_weak_shop $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"
-ROWS=${ROWS:-$WEAK} STUDY=lm_screen SEEDS=200 ENVS=shop WORK=$WORK bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
+WEAK="sft_weak_shop sft_weak_household $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"
+ROWS=${ROWS:-$WEAK} STUDY=lm_screen SEEDS=200 ENVS=${ENVS:-"shop household"} WORK=$WORK bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
 export PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)" | tee -a "$OUT/step_profile.txt"
