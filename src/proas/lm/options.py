@@ -10,7 +10,7 @@ from __future__ import annotations
 from proas.errors import ProasError
 
 __all__ = ["AUTOCAST", "DECODERS", "LR_SCHEDULES", "MASK_ATTN_IMPLS", "MODES", "SCORE_IMPLS", "SCORE_NORMS",
-           "SDPA_KERNELS", "attn_problem", "hold_sdpa_kernel"]
+           "SDPA_KERNELS", "SDPA_SWITCHES", "attn_problem", "hold_sdpa_kernel"]
 
 #: ``generate``: write a response and parse the action from it; ``score``: choose among the
 #: candidate actions by their likelihood (see ``proas.lm``)
@@ -66,19 +66,29 @@ def attn_problem(attn_implementation: str | None, mode: str, score_impl: str,
 #: the kernels ``policy.lm.sdpa_kernel`` may hold sdpa to (``torch.backends.cuda``'s switches)
 SDPA_KERNELS = ("efficient", "math", "cudnn")
 
+#: the switches each choice turns on. The chosen kernel serves every masked call (score passes,
+#: padded batches). A call without a mask on a model with grouped KV heads (transformers then
+#: passes ``enable_gqa``) is one that neither the memory-efficient nor cuDNN's kernel takes:
+#: held to either alone, it stops with "RuntimeError: Invalid backend" (a household SFT batch and
+#: RL step did, on an H100 with PyTorch 2.11). So ``efficient`` keeps flash (which PyTorch only
+#: picks for a call without a mask) and math as fallbacks, and ``cudnn`` keeps math; cuDNN's
+#: kernel is on only under ``cudnn``.
+SDPA_SWITCHES = {"efficient": ("efficient", "flash", "math"), "math": ("math",), "cudnn": ("cudnn", "math")}
+
 
 def hold_sdpa_kernel(kernel: str | None, device: str) -> None:
     """Hold PyTorch's sdpa to ``kernel`` (one of ``SDPA_KERNELS``) for this process, on a CUDA
-    ``device``; None or a CPU leaves PyTorch's choice. The switches are process-wide: a training
-    process holds one policy, and the kernel must not change between its acting and its loss."""
+    ``device``, with the fallbacks ``SDPA_SWITCHES`` names for calls that kernel cannot take;
+    None or a CPU leaves PyTorch's choice. The switches are process-wide: a training process
+    holds one policy, and the kernel must not change between its acting and its loss."""
     if kernel is not None and kernel not in SDPA_KERNELS:
         raise ProasError(f"sdpa kernel {kernel!r} is not one of {', '.join(SDPA_KERNELS)}")
     if kernel is None or not str(device).startswith("cuda"):
         return
     import torch
 
-    b = torch.backends.cuda
-    b.enable_flash_sdp(False)  # takes no mask: every score pass and padded batch passes one
-    b.enable_mem_efficient_sdp(kernel == "efficient")
-    b.enable_math_sdp(kernel == "math")
-    b.enable_cudnn_sdp(kernel == "cudnn")
+    b, on = torch.backends.cuda, SDPA_SWITCHES[kernel]
+    b.enable_flash_sdp("flash" in on)  # takes no mask: PyTorch never picks it for a masked call
+    b.enable_mem_efficient_sdp("efficient" in on)
+    b.enable_math_sdp("math" in on)
+    b.enable_cudnn_sdp("cudnn" in on)

@@ -237,7 +237,8 @@ class LMConfig:
     #: with a packed loss, and ``decode=static`` falls back to ``hf`` with it
     attn_implementation: Optional[str] = None
     #: hold PyTorch's sdpa to one kernel on a GPU: ``efficient`` (default), ``math`` or ``cudnn``
-    #: (flash takes no mask, and every score pass and padded batch passes one); null = PyTorch's
+    #: (flash takes no mask, and every score pass and padded batch passes one), with fallbacks for
+    #: the calls that kernel cannot take (``lm_options.SDPA_SWITCHES``); null = PyTorch's
     #: choice per call, which is cuDNN's kernel on an H100 with PyTorch 2.11: 2.2x slower for a
     #: shop RL step, and NaN gradients at lengths of 64 more than a multiple of 128 with a padded
     #: row (docs/lm.md). Process-wide (``torch.backends.cuda``'s switches); ignored on a CPU
