@@ -34,6 +34,11 @@ export PYTHONPATH=$WORK/site:$WORK/code/pkgs:$WORK/code/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
+failures() {  # the last lines of up to three failed runs' logs (the grid log names them)
+  grep -o "see [^)]*train.log" "$RES/grid.log" 2>/dev/null | cut -d' ' -f2 | sort -u | head -n 3 \
+    | while read -r log; do echo "--- $log"; tail -n 3 "$log"; done
+}
+
 progress() {  # per env and row: the epoch (SFT) or step (RL) each seed reached, * = finished, (val SR %)
   python3 - "$RES" <<'EOP'
 import json, pathlib, sys
@@ -70,12 +75,16 @@ path.write_text(yaml.safe_dump(study, sort_keys=False, width=120))
 print("common +", " ".join(sys.argv[2:]))
 EOP
   fi
-  for env in household shop; do
+  for env in household shop; do  # a second start on the same machine keeps the models it made
+    [ -f "$RES/models/$env/config.json" ] && { echo "model: kept $RES/models/$env"; continue; }
     span=line; [ $env = household ] && span=word
+    rm -rf "$RES/tok/$env" "$RES/models/$env"
     python3 -m proas lm tokenizer --env $env --vocab 4096 --max-tasks 200 --span $span --out "$RES/tok/$env" \
-      && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env" || exit 1
-  done > "$RES/models.log" 2>&1 || { cat "$RES/models.log"; exit 1; }
-  grep "parameters" "$RES/models.log"
+      && python3 -m proas lm new-model --tokenizer "$RES/tok/$env" --size small --out "$RES/models/$env" || break
+  done > "$RES/models.log" 2>&1
+  [ -f "$RES/models/household/config.json" ] && [ -f "$RES/models/shop/config.json" ] \
+    || { tail -n 5 "$RES/models.log"; exit 1; }
+  grep "parameters\|kept" "$RES/models.log"
   rows=()
   [ -n "${ROWS:-}" ] && rows=(--rows $ROWS)
   [ -n "${ENVS:-}" ] && rows+=(--envs $ENVS)
@@ -83,7 +92,7 @@ EOP
   setsid nohup python3 -m proas experiment run "src/proas/experiments/configs/$STUDY.yaml" --seeds $SEEDS \
     "${rows[@]}" --jobs "$JOBS" --time-limit "$ARG" --out "$RES" > "$RES/grid.log" 2>&1 < /dev/null &
   sleep 20
-  cat "$RES/grid.log"
+  cat "$RES/grid.log"; failures
 elif [ "$MODE" = watch ]; then
   [ -d "$RES" ] || { echo "no study on this machine (a fresh one): nothing to watch"; exit 3; }
   T0=$SECONDS
@@ -91,14 +100,14 @@ elif [ "$MODE" = watch ]; then
     sleep 20
     [ $(( (SECONDS - T0) % 120 )) -lt 20 ] && { echo "--- $((SECONDS - T0)) s"; progress; }
   done
-  echo "=== after $((SECONDS - T0)) s"; progress; tail -n 5 "$RES/grid.log"
+  echo "=== after $((SECONDS - T0)) s"; progress; tail -n 5 "$RES/grid.log"; failures
 elif [ "$MODE" = pack ]; then
   [ -d "$RES" ] || { echo "no study on this machine (a fresh one): nothing to pack"; exit 3; }
   mkdir -p "$OUT"
   (cd "$RES" && find . \( -name metrics.jsonl -o -name config.yaml -o -name summary.json -o -name train.log \
       -o -name grid.log -o -name models.log \) -not -path '*/best/*' -not -path '*/checkpoints/*' \
       | tar czf "$OUT/$STUDY.tgz" -T -) && echo "packed $OUT/$STUDY.tgz"
-  progress; tail -n 8 "$RES/grid.log"
+  progress; tail -n 8 "$RES/grid.log"; failures
 else
   echo "unknown mode $MODE (start, watch, pack)" >&2; exit 2
 fi
