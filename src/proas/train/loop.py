@@ -67,6 +67,7 @@ from proas.train.config import (
     scorer_env,
 )
 from proas.train.critic import ValueModel, critic_metrics
+from proas.train.diagnostics import group_metrics, length_bias
 from proas.train.losses import agg_loss, low_var_kl, policy_loss, value_loss
 from proas.train.outputs import (
     MetricsSink,
@@ -398,9 +399,11 @@ class Trainer:
             "train/gen_batches": float(batches),
             "train/trajectories": float(len(kept)),
         }
+        info.update(group_metrics(seen))  # the signal the groups carry (all-fail, flat groups)
         if self.policy.kind == "lm":  # budgets of the lm: how often they bite
             info["rollout/truncated_responses"] = acted[1] / max(1, acted[0])
             info["rollout/trimmed_prompts"] = acted[2] / max(1, acted[0])
+            info.update(length_bias(seen))  # score mode: does it pick the shortest candidate?
         return kept, info
 
     def _critic_values(self, trajs: list[Trajectory]) -> np.ndarray | None:
