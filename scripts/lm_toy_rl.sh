@@ -11,7 +11,7 @@
 #   bash scripts/lm_toy_rl.sh [OUT]        (SEEDS="0 1" JOBS=2 by default; about 4 min a run on 2 cores)
 set -u
 OUT=${1:-/tmp/lm_toy_rl}
-SEEDS=${SEEDS:-0 1}
+SEEDS=${SEEDS-0 1}  # empty: the scorer alone
 JOBS=${JOBS:-2}
 cd "$(dirname "$0")/.." || exit 1
 export PYTHONPATH=$PWD/tests:$PWD/src${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1

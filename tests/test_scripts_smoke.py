@@ -50,6 +50,7 @@ SMOKE = {
     "lm_step_profile.py": "python",
     "lm_screen_device.sh": "bash",
     "lm_kernel_check_device.sh": "bash",
+    "lm_toy_rl.sh": "bash",
     "lm_screen_verdict.py": "python",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
@@ -315,3 +316,20 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     assert rows[("comp", "1e-3", "0")]["verdict"] == "dropped (non-finite)"
     assert abs(float(rows[("weak", "3e-4", "0")]["mean_20_40"]) - 18.0) < 1e-9
     assert "not every pair within 2 points (2 pairs)" in out.stdout
+
+
+def test_lm_toy_rl_runs_the_scorer_and_prints_its_curve(tmp_path):
+    """With SEEDS empty the probe runs its reference alone (the scorer, 60 fast steps) and prints
+    its training SR per 10 steps; a second call skips the finished run."""
+    env = {**os.environ, "SEEDS": ""}
+    first = subprocess.run(["bash", str(SCRIPTS / "lm_toy_rl.sh"), str(tmp_path)], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    line = next(x for x in first.stdout.splitlines() if x.startswith("scorer_s0 |"))
+    srs = [float(v) for v in line.split("|")[1].split()]
+    assert len(srs) == 6 and all(0 <= v <= 100 for v in srs)
+    assert (tmp_path / "scorer_s0" / "summary.json").exists()
+    assert not any(p.name.startswith("lm_") for p in tmp_path.iterdir())
+    again = subprocess.run(["bash", str(SCRIPTS / "lm_toy_rl.sh"), str(tmp_path)], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and line in again.stdout
