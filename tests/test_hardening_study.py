@@ -80,6 +80,19 @@ def test_analyse_refuses_a_saved_study_whose_name_is_a_path(tmp_path, capsys):
     assert _files(tmp_path) == before and not out.exists()
 
 
+
+@pytest.mark.parametrize("env", ["..", ".", ""])
+def test_an_env_name_that_is_a_relative_folder_is_refused_before_anything_runs(tmp_path, capsys, env):
+    """Runs land at OUT/<env>/<row>/seed<N>/. *Found:* env '..' ran (and failed) in a folder beside
+    OUT, its train.log left there."""
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(yaml.safe_dump({"study": "s", "envs": [env], "seeds": [0], "steps": 2,
+                                   "rows": [{"id": "a", "overrides": ["train.progress=false"]}]}))
+    out = tmp_path / "res" / "out"
+    assert main(["experiment", "run", str(cfg), "--out", str(out), "--jobs", "1"]) == 2
+    assert f"envs: {env!r} is not an env name" in _error(capsys)
+    assert not (tmp_path / "res").exists()
+
 # --------------------------------------------------------------------------- formula cells
 
 
