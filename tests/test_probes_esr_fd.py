@@ -210,6 +210,23 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     assert proas_main(["probe", "stats", str(tmp_path / "missing"), "--out", str(tmp_path / "st2")]) == 2
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", '"0.5"', "true", "7", "-0.25"])
+def test_stats_refuse_a_share_in_the_metrics_that_is_not_a_share(tmp_path, capsys, value):
+    """The trainer writes a share as null or a number in [0, 1]. *Found:* a NaN or a string was
+    drawn as a gap, 7 as a point off the scale, and the command exited 0."""
+    run = tmp_path / "run"
+    run.mkdir()
+    good = '{"step": 1, "train/unreasonable_in_success": null, "train/na_in_failure": 0.5, "train/sr": 0.25}\n'
+    (run / "metrics.jsonl").write_text(good)
+    assert [r["na_in_failure"] for r in run_stats(run)] == [0.5]
+    (run / "metrics.jsonl").write_text(good + f'{{"step": 2, "train/na_in_failure": {value}, "train/sr": 0.5}}\n')
+    assert proas_main(["probe", "stats", str(run), "--out", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"proas: error: {run / 'metrics.jsonl'}: step 2: train/na_in_failure is ") and \
+        err.count("\n") == 1, err
+    assert not (tmp_path / "st").exists()
+
+
 def test_stats_prefer_the_rollout_log_hand_worked(tmp_path):
     from proas.credit import compute_credit
     from proas.rollout_log import write_rollouts
