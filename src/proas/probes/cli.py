@@ -37,7 +37,7 @@ def register(sub) -> None:
         if name == "esr":
             e.add_argument("--k", type=integer("[1, 2**16]"), action="append", default=None,
                            help="length of the injected segment; repeat for several (default 4)")
-            e.add_argument("--cut", type=number("[0, 1]"), default=0.5, metavar="FRACTION",
+            e.add_argument("--cut", type=number("[0, 1)"), default=0.5, metavar="FRACTION",
                            help="the clean prefix: this fraction of the oracle walkthrough (default 0.5)")
             e.set_defaults(func=_esr)
         else:
