@@ -310,6 +310,16 @@ def test_analyse_on_damaged_inputs_is_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_analyse_names_a_source_that_is_not_there(tmp_path, capsys):
+    """*Found:* a mistyped results directory was reported as "no heldout_main ... study config
+    under the sources' studies/", sending the user to look for a config."""
+    res = _results(tmp_path, _eval_study())
+    for sources in ([tmp_path / "typo"], [res, tmp_path / "typo"]):
+        assert main(["heldout", "analyse", *map(str, sources), "--out", str(tmp_path / "out")]) == 2
+        assert f"{tmp_path / 'typo'}: no such results directory or per-seed CSV" in _error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
 def test_select_on_binary_garbage_is_one_line(tmp_path, capsys):
     garbage = tmp_path / "runs.csv"
     garbage.write_bytes(bytes(range(256)) * 64)
