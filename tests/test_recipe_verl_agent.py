@@ -440,6 +440,21 @@ def test_sft_data_replays_the_oracle_in_the_rl_prompt_format(tmp_path):
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
 
 
+@pytest.mark.parametrize("name", ["sft.txt", "sft.parquet"])
+def test_sft_data_checks_its_format_before_the_oracle_walk(tmp_path, capsys, monkeypatch, name):
+    """*Found:* any --out but .jsonl was taken for parquet, and a missing pyarrow was found
+    only after the oracle's walk (22 s on household)."""
+    import proas.integrations.verl.verl_agent as verl_agent
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as without verl: importing it fails
+    monkeypatch.setattr(verl_agent, "sft_examples", lambda *a, **k: pytest.fail("walked the oracle first"))
+    assert proas_main(["verl", "sft-data", "--env", "household", "--out", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert ("give a .parquet" if name.endswith(".txt") else "writing parquet needs pyarrow") in err
+    assert not list(tmp_path.iterdir())
+
+
 def test_from_config_refuses_a_null_estimator_and_defaults_a_null_penalty():
     from proas.integrations.verl import ProASCredit
 
