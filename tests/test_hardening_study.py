@@ -99,7 +99,7 @@ def test_an_env_name_that_is_a_relative_folder_is_refused_before_anything_runs(t
 def test_analyse_writes_formula_cells_of_its_inputs_neutralised(tmp_path, capsys):
     res = _results(tmp_path, _eval_study(), commit=FORMULAS[0])
     extra = _per_seed_csv(tmp_path / "in.csv", [["grpo_none_shop", "shop", "105", '"' + FORMULAS[3] + '"', "0.2",
-                                                   "-0.25"]])
+                                                   "0.25"]])
     out = tmp_path / "out"
     assert main(["heldout", "analyse", str(res), str(extra), "--study", str(res / "studies" / "heldout_main.yaml"),
                  "--out", str(out)]) == 0
@@ -108,7 +108,9 @@ def test_analyse_writes_formula_cells_of_its_inputs_neutralised(tmp_path, capsys
     commits = {(r["row"], r["seed"]): r["commit"] for r in rows}
     assert commits[("grpo_none_shop", "100")] == "'" + FORMULAS[0]
     assert commits[("grpo_none_shop", "105")] == "'" + FORMULAS[3]
-    assert next(r for r in rows if r["seed"] == "105")["best_val"] == "-0.25"  # a number stays a number
+    # a number stays a number (negative ones too: test_records_and_the_report_csv_neutralise_formula_cells;
+    # a negative success rate is refused: test_a_success_rate_outside_0_1_is_refused_in_one_line)
+    assert next(r for r in rows if r["seed"] == "105")["best_val"] == "0.25"
 
 
 def test_records_and_the_report_csv_neutralise_formula_cells(tmp_path):
@@ -196,6 +198,31 @@ def test_analyse_refuses_a_nan_figure_from_a_run_or_a_csv(tmp_path, capsys):
                                                ["grpo_proas_shop", "shop", "100", "c", "0.3", "nan"]])
     assert main(["heldout", "analyse", str(bad), "--study", str(study), "--out", str(out)]) == 2
     assert "line 3: best_val is 'nan', not a finite number" in _error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["5", "-0.25", "1.0001"])
+@pytest.mark.parametrize("where", ["select CSV", "analyse CSV", "run metrics"])
+def test_a_success_rate_outside_0_1_is_refused_in_one_line(tmp_path, capsys, where, value):
+    """*Found:* a tuning CSV's tuning_metric of 5 (500%) was taken and decided the selection (the
+    grid's edge to extend); a per-seed CSV's or a run's SR out of [0, 1] went into the verdicts."""
+    out = tmp_path / "out"
+    if where == "select CSV":
+        runs = tmp_path / "runs.csv"
+        runs.write_text(f"env,row,seed,tuning_metric\nshop,grpo_none_sgd1,200,{value}\n")
+        argv = ["heldout", "select", str(runs), "--out", str(out / "sel.md")]
+    else:
+        study = tmp_path / "study.yaml"
+        study.write_text(yaml.safe_dump(_eval_study()))
+        if where == "analyse CSV":
+            src = _per_seed_csv(tmp_path / "in.csv", [["grpo_none_shop", "shop", "100", "c0ffee", "0.2", value]])
+        else:
+            src = _results(tmp_path, _eval_study())
+            with open(src / "shop" / "grpo_none_shop" / "seed101" / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps({"step": 160, "val/sr": float(value)}) + "\n")
+        argv = ["heldout", "analyse", str(src), "--study", str(study), "--out", str(out)]
+    assert main(argv) == 2
+    assert "not a share in [0, 1]" in _error(capsys)
     assert not out.exists()
 
 
