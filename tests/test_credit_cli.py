@@ -207,6 +207,31 @@ def test_bad_output_paths_fail_before_any_write(files, capsys, outputs, message)
     assert list((files / "d").iterdir()) == []
 
 
+@pytest.mark.parametrize(("flag", "target", "source"), [
+    ("--out", "in.jsonl", "--trajectories"), ("--out", "oracle.jsonl", "--build-from"),
+    ("--save-graph", "in.jsonl", "--trajectories"), ("--export-graph", "g.json", "--graph"),
+    ("--out", "g.json", "--graph")])
+def test_an_output_that_names_an_input_is_refused_and_the_input_kept(files, capsys, flag, target, source):
+    """*Found:* ``--out`` naming ``--trajectories`` replaced the trajectory log with the credit rows."""
+    ReferenceGraph.from_trajectories([path_traj("o", "o1", 1, ["A", "B"])]).save(files / "g.json")
+    graph = ["--graph", str(files / "g.json")] if source == "--graph" else ["--build-from", str(files / "oracle.jsonl")]
+    before = {p.name: p.read_bytes() for p in files.iterdir()}
+    outputs = {"--out": str(files / "out.jsonl"), flag: str(files / target)}
+    rc = main(["credit", "--trajectories", str(files / "in.jsonl"), *graph, *(x for kv in outputs.items() for x in kv)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{flag} names the input of {source}" in err
+    assert {p.name: p.read_bytes() for p in files.iterdir()} == before
+
+
+def test_save_graph_may_replace_the_graph_it_loaded(files):
+    g = files / "g.json"
+    ReferenceGraph.from_trajectories([path_traj("o", "o1", 1, ["A", "B"])]).save(g)
+    assert main(["credit", "--trajectories", str(files / "in.jsonl"), "--graph", str(g), "--save-graph", str(g),
+                 "--out", str(files / "out.jsonl")]) == 0
+    assert ReferenceGraph.load(g).num_nodes > 2  # the input's success was merged into it
+
+
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs /proc")
 def test_a_graph_that_cannot_be_written_leaves_the_other_outputs_untouched(files, capsys):
     (files / "out.jsonl").write_text("previous output\n")

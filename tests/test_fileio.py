@@ -123,3 +123,31 @@ def test_a_killed_atomic_dirs_staging_folder_is_removed_by_the_next_one(tmp_path
     assert not stale.exists()
     assert recent.exists() and live.exists() and nopid.exists()
     assert (tmp_path / "model2" / "a.txt").read_text() == "a"
+
+
+def test_a_target_that_is_a_folder_or_below_a_file_is_named_and_leaves_nothing(tmp_path, capsys):
+    """*Found:* a target that was a folder failed at the rename, naming the hidden temporary
+    (``Is a directory (.e1.123.x.tmp -> e1)``); one below a file said ``File exists``."""
+    from proas.cli import main
+    from proas.errors import ProasError
+    from proas.fileio import atomic_write_all
+
+    folder, blocker = tmp_path / "folder", tmp_path / "blocker"
+    folder.mkdir()
+    blocker.write_text("x")
+    with pytest.raises(IsADirectoryError) as exc:
+        atomic_write_text(folder, "new")
+    assert exc.value.filename == str(folder)
+    for write in (lambda p: atomic_write_text(p, "new"), lambda p: atomic_write_all([(p, b"new")])):
+        with pytest.raises((NotADirectoryError, ProasError), match="Not a directory"):
+            write(blocker / "out.txt")
+    assert blocker.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "folder"]
+    assert not list(folder.iterdir())
+    # on the command line: one line naming the folder (heldout select writes its --out atomically)
+    runs = tmp_path / "src" / "runs.csv"
+    runs.parent.mkdir()
+    runs.write_text("env,row,seed,tuning_metric\n")
+    assert main(["heldout", "select", str(runs), "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(folder) in err and ".tmp" not in err, err
+    assert not list(folder.iterdir())

@@ -281,6 +281,23 @@ def test_a_tokenizer_directory_is_read_as_data(model_dir, tmp_path, capsys, comm
     assert not out.exists()
 
 
+@pytest.mark.parametrize("template", ["{% for m in messages %}", "{{ raise_exception('no') }}"])
+@pytest.mark.parametrize("command", ["train", "lm new-model"])
+def test_a_chat_template_that_cannot_render_is_one_line_before_anything_is_written(model_dir, tmp_path, capsys,
+                                                                                    command, template):
+    """A broken ``chat_template.jinja`` is refused where the tokenizer loads. *Found:* ``lm
+    new-model`` wrote a model with it, and a run of it ended at its first prompt in a traceback."""
+    d = tmp_path / "tok"
+    shutil.copytree(model_dir, d)
+    (d / "chat_template.jinja").write_text(template)
+    out = tmp_path / "out"
+    argv = {"train": ["train", *LM_DIR, f"policy.lm.model_path={d}", "--run-dir", str(out)],
+            "lm new-model": ["lm", "new-model", "--tokenizer", str(d), "--size", "tiny", "--out", str(out)]}[command]
+    assert cli.main(argv) == 2
+    one_line(capsys, str(d), "chat template cannot render a prompt")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("name", ["config.yaml", "metrics.jsonl"])
 def test_a_run_file_replaced_by_a_fifo_is_one_line_on_resume(lm_run, tmp_path, capsys, name):
     run = copy_run(lm_run, tmp_path)

@@ -80,13 +80,26 @@ def test_analyse_refuses_a_saved_study_whose_name_is_a_path(tmp_path, capsys):
     assert _files(tmp_path) == before and not out.exists()
 
 
+
+@pytest.mark.parametrize("env", ["..", ".", ""])
+def test_an_env_name_that_is_a_relative_folder_is_refused_before_anything_runs(tmp_path, capsys, env):
+    """Runs land at OUT/<env>/<row>/seed<N>/. *Found:* env '..' ran (and failed) in a folder beside
+    OUT, its train.log left there."""
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(yaml.safe_dump({"study": "s", "envs": [env], "seeds": [0], "steps": 2,
+                                   "rows": [{"id": "a", "overrides": ["train.progress=false"]}]}))
+    out = tmp_path / "res" / "out"
+    assert main(["experiment", "run", str(cfg), "--out", str(out), "--jobs", "1"]) == 2
+    assert f"envs: {env!r} is not an env name" in _error(capsys)
+    assert not (tmp_path / "res").exists()
+
 # --------------------------------------------------------------------------- formula cells
 
 
 def test_analyse_writes_formula_cells_of_its_inputs_neutralised(tmp_path, capsys):
     res = _results(tmp_path, _eval_study(), commit=FORMULAS[0])
     extra = _per_seed_csv(tmp_path / "in.csv", [["grpo_none_shop", "shop", "105", '"' + FORMULAS[3] + '"', "0.2",
-                                                   "-0.25"]])
+                                                   "0.25"]])
     out = tmp_path / "out"
     assert main(["heldout", "analyse", str(res), str(extra), "--study", str(res / "studies" / "heldout_main.yaml"),
                  "--out", str(out)]) == 0
@@ -95,7 +108,9 @@ def test_analyse_writes_formula_cells_of_its_inputs_neutralised(tmp_path, capsys
     commits = {(r["row"], r["seed"]): r["commit"] for r in rows}
     assert commits[("grpo_none_shop", "100")] == "'" + FORMULAS[0]
     assert commits[("grpo_none_shop", "105")] == "'" + FORMULAS[3]
-    assert next(r for r in rows if r["seed"] == "105")["best_val"] == "-0.25"  # a number stays a number
+    # a number stays a number (negative ones too: test_records_and_the_report_csv_neutralise_formula_cells;
+    # a negative success rate is refused: test_a_success_rate_outside_0_1_is_refused_in_one_line)
+    assert next(r for r in rows if r["seed"] == "105")["best_val"] == "0.25"
 
 
 def test_records_and_the_report_csv_neutralise_formula_cells(tmp_path):
@@ -183,6 +198,31 @@ def test_analyse_refuses_a_nan_figure_from_a_run_or_a_csv(tmp_path, capsys):
                                                ["grpo_proas_shop", "shop", "100", "c", "0.3", "nan"]])
     assert main(["heldout", "analyse", str(bad), "--study", str(study), "--out", str(out)]) == 2
     assert "line 3: best_val is 'nan', not a finite number" in _error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["5", "-0.25", "1.0001"])
+@pytest.mark.parametrize("where", ["select CSV", "analyse CSV", "run metrics"])
+def test_a_success_rate_outside_0_1_is_refused_in_one_line(tmp_path, capsys, where, value):
+    """*Found:* a tuning CSV's tuning_metric of 5 (500%) was taken and decided the selection (the
+    grid's edge to extend); a per-seed CSV's or a run's SR out of [0, 1] went into the verdicts."""
+    out = tmp_path / "out"
+    if where == "select CSV":
+        runs = tmp_path / "runs.csv"
+        runs.write_text(f"env,row,seed,tuning_metric\nshop,grpo_none_sgd1,200,{value}\n")
+        argv = ["heldout", "select", str(runs), "--out", str(out / "sel.md")]
+    else:
+        study = tmp_path / "study.yaml"
+        study.write_text(yaml.safe_dump(_eval_study()))
+        if where == "analyse CSV":
+            src = _per_seed_csv(tmp_path / "in.csv", [["grpo_none_shop", "shop", "100", "c0ffee", "0.2", value]])
+        else:
+            src = _results(tmp_path, _eval_study())
+            with open(src / "shop" / "grpo_none_shop" / "seed101" / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps({"step": 160, "val/sr": float(value)}) + "\n")
+        argv = ["heldout", "analyse", str(src), "--study", str(study), "--out", str(out)]
+    assert main(argv) == 2
+    assert "not a share in [0, 1]" in _error(capsys)
     assert not out.exists()
 
 
@@ -295,6 +335,16 @@ def test_analyse_on_damaged_inputs_is_one_line(tmp_path, capsys):
     assert main(["heldout", "analyse", str(latin), "--study", str(listed), "--out", str(out)]) == 2
     assert "must be a mapping" in _error(capsys)
     assert not out.exists()
+
+
+def test_analyse_names_a_source_that_is_not_there(tmp_path, capsys):
+    """*Found:* a mistyped results directory was reported as "no heldout_main ... study config
+    under the sources' studies/", sending the user to look for a config."""
+    res = _results(tmp_path, _eval_study())
+    for sources in ([tmp_path / "typo"], [res, tmp_path / "typo"]):
+        assert main(["heldout", "analyse", *map(str, sources), "--out", str(tmp_path / "out")]) == 2
+        assert f"{tmp_path / 'typo'}: no such results directory or per-seed CSV" in _error(capsys)
+    assert not (tmp_path / "out").exists()
 
 
 def test_select_on_binary_garbage_is_one_line(tmp_path, capsys):

@@ -278,6 +278,9 @@ def test_the_issues_options_are_refused_as_parsed(capsys):
         (["lm", "new-model", "--tokenizer", "t", "--out", "o", "--seed", str(2**70)], "--seed: 1180591620717411303424"),
         (["schedule", "make", "--env", "household", "--seed=-1"], "argument --seed: -1 is outside"),
         (["serve", "run", "--port", "70000"], "argument --port: 70000 is outside [0, 65535]"),
+        # the probe needs a prefix short of the whole walkthrough; 1 passed the parser, then failed
+        # in the probe after the policy had loaded
+        (["probe", "esr", "run", "--out", "o", "--cut", "1"], "argument --cut: 1 is outside [0, 1)"),
     ]:
         with pytest.raises(SystemExit):
             PARSER.parse_args(argv)

@@ -171,6 +171,38 @@ def test_corrupt_files_are_one_line_errors_naming_the_file(tmp_path, content, me
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("kind", ["a FIFO", "a character device"])
+def test_a_log_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    """*Found:* a FIFO in a log's place blocked ``proas inspect`` (and ``probe stats``) for ever."""
+    import signal
+
+    path = rollout_path(tmp_path, 4)
+    path.parent.mkdir(parents=True)
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+    def hung(signum, frame):
+        raise TimeoutError("read_rollouts blocked")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(ProasError, match=f"is {kind}; a file read as data must be a regular file") as info:
+            read_rollouts(tmp_path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert str(path) in str(info.value)
+
+
+def test_a_log_reached_through_a_link_is_read(run, tmp_path):
+    (tmp_path / "rollouts").mkdir()
+    rollout_path(tmp_path, 9).symlink_to(rollout_path(run.dir, list_rollout_steps(run.dir)[-1]))
+    assert len(read_rollouts(tmp_path).trajectories) == len(read_rollouts(run.dir).trajectories)
+
+
 def test_shaped_part_is_recovered_with_a_step_level_estimator(tmp_path):
     """GiGPO adds B_{i,t}: the log keeps A_i so Ã_{i,t} = advantage − (base − A_i) is exact."""
     from inspect_helpers import batch

@@ -186,6 +186,33 @@ def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
     assert "error" in capsys.readouterr().err
 
 
+def test_a_failed_probe_leaves_no_out_and_a_bad_out_fails_first(tmp_path, capsys, monkeypatch):
+    """*Found:* ``probe esr`` and ``fd`` made ``--out`` before the work, so a probe that failed
+    (a missing ``--graph``, no point to probe) left an empty folder; a ``--out`` that is a file
+    was found only after the whole computation (``probe stats``) or as "File exists"."""
+    import proas.baselines.common as common
+
+    assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d"), "--json"]) == 0
+    capsys.readouterr()
+    assert proas_main(["probe", "fd", str(tmp_path / "d"), "--out", str(tmp_path / "fd"), "--tasks", "1", "--n", "2",
+                       "--graph", str(tmp_path / "missing.json")]) == 2
+    assert "graph file not found" in capsys.readouterr().err and not (tmp_path / "fd").exists()
+    assert proas_main(["probe", "esr", str(tmp_path / "d"), "--out", str(tmp_path / "esr"), "--tasks", "1", "--n", "2",
+                       "--cut", "0.99"]) == 2  # the toy env's walkthroughs are won, or refuse no action, by then
+    err = capsys.readouterr().err
+    assert err.startswith("proas: error: ") and err.count("\n") == 1 and not (tmp_path / "esr").exists(), err
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    monkeypatch.setattr(common, "load_policy", lambda *a: pytest.fail("loaded the policy before checking --out"))
+    for command in (["probe", "esr", str(tmp_path / "d")], ["probe", "fd", str(tmp_path / "d")],
+                    ["probe", "stats", str(tmp_path / "d")]):
+        for out in (blocker, blocker / "sub"):
+            assert proas_main([*command, "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"proas: error: --out {out}: ") and err.count("\n") == 1, err
+    assert blocker.read_text() == "x"
+
+
 def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     from proas.train.config import build_config
     from proas.train.loop import train
@@ -208,6 +235,23 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     assert [r["run"] for r in table] == ["rl", "rl", "rl", "d"]
     assert (tmp_path / "st" / "stats.png").read_bytes()[:4] == b"\x89PNG"
     assert proas_main(["probe", "stats", str(tmp_path / "missing"), "--out", str(tmp_path / "st2")]) == 2
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", '"0.5"', "true", "7", "-0.25"])
+def test_stats_refuse_a_share_in_the_metrics_that_is_not_a_share(tmp_path, capsys, value):
+    """The trainer writes a share as null or a number in [0, 1]. *Found:* a NaN or a string was
+    drawn as a gap, 7 as a point off the scale, and the command exited 0."""
+    run = tmp_path / "run"
+    run.mkdir()
+    good = '{"step": 1, "train/unreasonable_in_success": null, "train/na_in_failure": 0.5, "train/sr": 0.25}\n'
+    (run / "metrics.jsonl").write_text(good)
+    assert [r["na_in_failure"] for r in run_stats(run)] == [0.5]
+    (run / "metrics.jsonl").write_text(good + f'{{"step": 2, "train/na_in_failure": {value}, "train/sr": 0.5}}\n')
+    assert proas_main(["probe", "stats", str(run), "--out", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"proas: error: {run / 'metrics.jsonl'}: step 2: train/na_in_failure is ") and \
+        err.count("\n") == 1, err
+    assert not (tmp_path / "st").exists()
 
 
 def test_stats_prefer_the_rollout_log_hand_worked(tmp_path):

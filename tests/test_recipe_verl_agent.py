@@ -398,6 +398,28 @@ def test_build_graph_cli_oracle_incomplete_and_distill(tmp_path, capsys):
     assert "needs --from" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("source", ["an empty JSONL", "failures only", "an empty graph"])
+def test_distill_from_nothing_to_distil_is_one_line_and_writes_nothing(tmp_path, capsys, source):
+    """As the oracle variant refuses a graph of no walkthroughs. *Found:* a teacher log of no
+    successes (or an empty file) was written as an empty ARG and offered with `use it with`."""
+    from proas.types import Step, Trajectory
+
+    src = tmp_path / ("teacher.jsonl" if "JSONL" in source or "failures" in source else "teacher.json")
+    if source == "an empty JSONL":
+        src.write_text("")
+    elif source == "failures only":
+        lost = Trajectory(group="g", trajectory="0", reward=0.0, steps=[Step(state="a", action="x", next_state="b")])
+        src.write_text(json.dumps(lost.to_json()) + "\n")
+    else:
+        ReferenceGraph().save(src)
+    out = tmp_path / "distill.json.gz"
+    assert proas_main(["verl", "build-graph", "--env", "shop", "--variant", "distill", "--from", str(src),
+                       "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"proas: error: {src}: ") and err.count("\n") == 1, err
+    assert "no graph to distil" in err and not out.exists()
+
+
 def test_oracle_graph_of_shop():
     g = build_graph("shop", tasks=10)
     assert g.num_edges > 0 and g.meta["built_from"] == 10 and g.meta["env"] == "shop"
@@ -416,6 +438,21 @@ def test_sft_data_replays_the_oracle_in_the_rl_prompt_format(tmp_path):
     out = tmp_path / "sft.jsonl"
     assert proas_main(["verl", "sft-data", "--env", "household", "--tasks", "2", "--out", str(out)]) == 0
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+
+
+@pytest.mark.parametrize("name", ["sft.txt", "sft.parquet"])
+def test_sft_data_checks_its_format_before_the_oracle_walk(tmp_path, capsys, monkeypatch, name):
+    """*Found:* any --out but .jsonl was taken for parquet, and a missing pyarrow was found
+    only after the oracle's walk (22 s on household)."""
+    import proas.integrations.verl.verl_agent as verl_agent
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as without verl: importing it fails
+    monkeypatch.setattr(verl_agent, "sft_examples", lambda *a, **k: pytest.fail("walked the oracle first"))
+    assert proas_main(["verl", "sft-data", "--env", "household", "--out", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert ("give a .parquet" if name.endswith(".txt") else "writing parquet needs pyarrow") in err
+    assert not list(tmp_path.iterdir())
 
 
 def test_from_config_refuses_a_null_estimator_and_defaults_a_null_penalty():

@@ -48,7 +48,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     On any exception the temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():  # else the rename at the end fails, naming the temporary
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    make_folder(path.parent)
     remove_stale_temporaries(path.parent)
     binary = "b" in mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
@@ -69,6 +71,15 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def make_folder(folder: str | os.PathLike) -> None:
+    """``mkdir -p folder``, where a file in the way is ``NotADirectoryError`` naming it, as when the
+    file is higher up (``Path.mkdir`` raises "File exists" when the folder itself is a file)."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)) from None
 
 
 def remove_stale_temporaries(directory: str | os.PathLike, now: float | None = None) -> list[Path]:
@@ -193,7 +204,7 @@ def atomic_write_all(files: Sequence[tuple[str | os.PathLike, bytes]]) -> None:
         for target, data in files:
             target = Path(target)
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                make_folder(target.parent)
                 remove_stale_temporaries(target.parent)
                 fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
                                            dir=target.parent)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
-from proas.fileio import atomic_open
+from proas.fileio import atomic_open, open_regular
 from proas.types import MAX_ABS_NUMBER, Trajectory, TrajectoryFormatError
 
 __all__ = [
@@ -234,7 +234,9 @@ def read_rollouts(run_dir: str | os.PathLike, step: int | None = None) -> Rollou
         raise ProasError(f"{run}: no rollout log for step {step}; logged steps: {_ranges(steps)}")
     path = rollout_path(run, step)
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
+        # a regular file only: a FIFO in its place would block the read for ever
+        with open_regular(path, follow_symlinks=True) as raw, \
+                gzip.open(raw, "rt", encoding="utf-8") as fh:
             lines = fh.read().splitlines()
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
         raise ProasError(f"{path}: corrupt rollout log ({type(exc).__name__}: {exc})") from None

@@ -110,6 +110,14 @@ def _check_outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
         if real in seen:
             raise ProasError(f"{seen[real]} and {flag} name the same file {path}")
         seen[real] = flag
+    # an output over an input would replace what was read (the trajectory log) with what was
+    # written; --save-graph over --graph is the one overlap meant: the grown graph replaces it
+    inputs = [(flag, path) for flag, path in (("--trajectories", args.trajectories), ("--build-from", args.build_from),
+                                              ("--graph", args.graph)) if path]
+    for flag, path in outputs:
+        for in_flag, in_path in inputs:
+            if (flag, in_flag) != ("--save-graph", "--graph") and os.path.realpath(in_path) == os.path.realpath(path):
+                raise ProasError(f"{flag} names the input of {in_flag} ({path}); writing it would replace the input")
     if args.export_graph:
         ReferenceGraph.export_format(args.export_graph)
     return outputs

@@ -176,6 +176,9 @@ def _heldout_analyse(args) -> int:
     from proas.fileio import atomic_write_all
 
     sources = [Path(x) for x in args.sources]
+    for src in sources:  # before the search for saved studies, whose absence would be the error
+        if not (src.is_dir() or src.is_file()):
+            raise ProasError(f"{src}: no such results directory or per-seed CSV")
     if args.study:
         saved = [Path(x) for x in args.study]
         for path in saved:

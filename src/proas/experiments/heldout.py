@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -235,6 +236,13 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _is_share(key: str) -> bool:
+    """Whether a figure (a metrics key or a CSV column) is a success rate, a share in [0, 1]:
+    one out of range is a damaged file, which would otherwise decide a selection or a verdict."""
+    return (key in ("tuning_metric", "primary", "best_val", "last_val", "train_sr")
+            or key.endswith(("_sr", "/sr")) or re.fullmatch(r"val[0-9]+", key) is not None)
+
+
 def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """A run's metrics records by step (the trainer's reader; a resumed run repeats steps, the
     last record of each counts). A figure the study reads (``FIGURE_KEYS``) that is not a finite
@@ -250,6 +258,9 @@ def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
             if rec.get(key) is not None and not _finite(rec[key]):
                 raise ProasError(f"{path}: record {n} (step {rec['step']}): {key} is {str(rec[key])[:40]!r}, "
                                  "not a finite number")
+            if rec.get(key) is not None and _is_share(key) and not 0 <= rec[key] <= 1:
+                raise ProasError(f"{path}: record {n} (step {rec['step']}): {key} is {rec[key]!r}, "
+                                 "not a share in [0, 1]")
         by_step[rec["step"]] = rec
     return [by_step[k] for k in sorted(by_step)]
 
@@ -328,6 +339,8 @@ def _number(cell: str, column: str, path: Path, line: int) -> float:
         raise ProasError(f"{path}: line {line}: {column} is {cell[:40]!r}, not a number") from None
     if not math.isfinite(value):
         raise ProasError(f"{path}: line {line}: {column} is {cell!r}, not a finite number")
+    if _is_share(column) and not 0 <= value <= 1:
+        raise ProasError(f"{path}: line {line}: {column} is {cell!r}, not a share in [0, 1]")
     return value
 
 

@@ -277,6 +277,10 @@ def parse_study(data: Any, where: str, *, check_overrides: bool = True) -> Study
     envs = _strs(data.get("envs"), f"{where}: envs")
     if not envs:
         raise ProasError(f"{where}: 'envs' must list at least one environment")
+    for env in envs:
+        # an env's runs go to OUT/<env_dir(env)>/: '..' would put them beside OUT, '' or '.' in it
+        if env_dir(env) in ("", ".", ".."):
+            raise ProasError(f"{where}: envs: {env!r} is not an env name (household, shop or module:factory)")
     seeds = data.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise ProasError(f"{where}: 'seeds' must be a non-empty list of integers >= 0")

@@ -166,6 +166,16 @@ def load_tokenizer(path: str | Path, key: str = "tokenizer"):
     if not tok("go to desk 1", add_special_tokens=False)["input_ids"]:
         raise ProasError(f"{key}={str(path)!r}: its tokenizer maps text to no tokens ({len(tok)} in its "
                          "vocabulary); the tokenizer files are incomplete")
+    if tok.chat_template is not None:
+        # render a prompt as the policy does (``PromptMixin._chat_ids``): a broken template
+        # would otherwise pass here and end the run at its first prompt with a traceback
+        try:
+            tok.apply_chat_template([{"role": "user", "content": "go to desk 1"}], tokenize=False,
+                                    add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - jinja2 and transformers raise many types for a bad template
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise ProasError(f"{key}={str(path)!r}: its chat template cannot render a prompt "
+                             f"({type(exc).__name__}: {first})") from None
     return tok
 
 @functools.lru_cache(maxsize=1)

@@ -37,7 +37,7 @@ def register(sub) -> None:
         if name == "esr":
             e.add_argument("--k", type=integer("[1, 2**16]"), action="append", default=None,
                            help="length of the injected segment; repeat for several (default 4)")
-            e.add_argument("--cut", type=number("[0, 1]"), default=0.5, metavar="FRACTION",
+            e.add_argument("--cut", type=number("[0, 1)"), default=0.5, metavar="FRACTION",
                            help="the clean prefix: this fraction of the oracle walkthrough (default 0.5)")
             e.set_defaults(func=_esr)
         else:
@@ -59,17 +59,29 @@ def spread(ids: list[str], n: int) -> list[str]:
     return [ids[i] for i in np.linspace(0, len(ids) - 1, n).round().astype(int)]
 
 
+def _check_out(out: Path) -> Path:
+    """``--out`` checked before any work: an existing folder, or a path whose folder can be
+    made (a path that is a file, or below one, fails fast). The folder itself is made only once
+    there is something to write, so a failed probe leaves no empty ``--out`` behind."""
+    from proas.fileio import check_output_path
+
+    if out.exists() and not out.is_dir():
+        raise ProasError(f"--out {out}: exists and is not a directory")
+    if not out.is_dir():
+        check_output_path(out, "--out")
+    return out
+
+
 def _setup(args):
     from proas.baselines.common import env_name, load_policy, validation_ids
     from proas.envs import make_factory
 
+    out = _check_out(Path(args.out))
     policy, cfg, directory, _ = load_policy(args.target)
     make = make_factory(cfg.env.name, cfg.env.options, config=True)
     env0 = make()
     ids = spread(validation_ids(cfg, env0) or list(env0.task_ids("valid")), args.tasks)
     temp = cfg.policy.temperature if args.temperature is None else args.temperature
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     return policy, cfg, directory, make, env0, ids, temp, out, env_name(cfg, env0)
 
 
@@ -77,7 +89,7 @@ def _stats(args) -> int:
     from proas.probes.report import line_plot, write_table
     from proas.probes.stats import run_stats
 
-    out = Path(args.out)
+    out = _check_out(Path(args.out))
     all_rows = []
     series = {}
     for run in args.runs:
@@ -125,6 +137,7 @@ def _esr(args) -> int:
     if not rows:
         raise ProasError("esr probe: every probed task was already won at the cut; lower --cut")
     summary = summarise_esr(rows)
+    out.mkdir(parents=True, exist_ok=True)
     write_table(rows, out / "esr", ["task_id", "task_type", "prefix", "k", "n", "budget", "same_state",
                                     "esr_clean", "esr_injected", "steps_clean", "steps_injected", "injected"])
     write_table(summary, out / "esr_summary")
@@ -168,6 +181,7 @@ def _fd(args) -> int:
     if not rows:
         raise ProasError(f"fd probe: no failed trajectory in {counts['episodes']} episodes; probe more tasks")
     bins = fd_bins(rows)
+    out.mkdir(parents=True, exist_ok=True)
     write_table(rows, out / "fd", ["task_id", "trajectory", "task_type", "t", "length", "fd", "pa", "action", "n",
                                    "esr", "forbid_failed"])
     write_table(bins, out / "fd_bins")

@@ -68,18 +68,28 @@ def stats_from_rollout_logs(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def stats_from_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
     rows = []
-    for rec in ckpt.read_metrics(run_dir / "metrics.jsonl"):
+    for rec in ckpt.read_metrics(path):
         if any(k in rec for k in KEYS):
+            share = {key: _share(rec, key, path) for key in (*KEYS, "train/sr")}
             rows.append({"step": int(rec["step"]),
-                         "unreasonable_in_success": _num(rec.get(KEYS[0])),
-                         "na_in_failure": _num(rec.get(KEYS[1])),
-                         "train_sr": _num(rec.get("train/sr")), "source": "metrics"})
+                         "unreasonable_in_success": share[KEYS[0]],
+                         "na_in_failure": share[KEYS[1]],
+                         "train_sr": share["train/sr"], "source": "metrics"})
     return rows
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+def _share(rec: dict[str, Any], key: str, path: Path) -> float | None:
+    """A share the trainer recorded: null (none that step: no success, say) or a number in
+    [0, 1]. The trainer writes a non-finite figure as null, so anything else (a NaN, a string,
+    7) is a damaged file, refused rather than drawn as a gap or a point off the scale."""
+    v = rec.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 <= v <= 1):
+        raise ProasError(f"{path}: step {rec['step']}: {key} is {str(v)[:40]!r}, not a share in [0, 1]")
+    return float(v)
 
 
 def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, seed: int = 0) -> list[dict[str, Any]]:

@@ -28,24 +28,31 @@ def cmd_build_graph(args) -> int:
 
 
 def cmd_sft_data(args) -> int:
+    from proas.fileio import atomic_write_all
     from proas.integrations.verl.verl_agent import sft_examples
 
+    # the format and its writer checked before the oracle's walk (22 s on household)
     check_output_path(args.out)
-    rows = sft_examples(args.env, tasks=args.tasks)
-    if str(args.out).endswith(".jsonl"):
-        import json
-
-        from proas.fileio import atomic_write_all
-
-        atomic_write_all([(args.out, "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))])
-    else:
+    out = str(args.out)
+    if not out.endswith((".jsonl", ".parquet")):
+        raise ProasError(f"--out {out}: give a .parquet (verl's SFT dataset) or a .jsonl name")
+    if out.endswith(".parquet"):
         try:  # verl's SFT dataset reads parquet; pyarrow comes with verl, not with proas
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
             raise ProasError("writing parquet needs pyarrow (installed with verl); "
                              "or give --out a .jsonl name") from None
-        pq.write_table(pa.Table.from_pylist(rows), args.out)
+    rows = sft_examples(args.env, tasks=args.tasks)
+    if out.endswith(".jsonl"):
+        import json
+
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")
+    else:
+        sink = pa.BufferOutputStream()  # written whole, then atomically, as every file proas writes
+        pq.write_table(pa.Table.from_pylist(rows), sink)
+        data = sink.getvalue().to_pybytes()
+    atomic_write_all([(out, data)])
     print(f"{len(rows)} (prompt, response) rows from the oracle on {args.env}'s training tasks -> {args.out}")
     return 0
 

@@ -394,6 +394,11 @@ def build_graph(
         else:
             graph = ReferenceGraph.load(path)
             graph.meta.update({"variant": "distill"})
+        if graph.num_nodes == 0:
+            # as the oracle variant: an empty ARG would make ProAS's rows silently no-ARG rows
+            what = (f"{len(trajs)} trajectories, none of them successful" if path.suffix == ".jsonl"
+                    else "an empty graph")
+            raise ProasError(f"{path}: {what}; no graph to distil")
         return graph
     probe = env_factory(env)()
     ids = list(probe.task_ids("train"))
