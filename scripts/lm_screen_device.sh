@@ -13,7 +13,7 @@
 #      read them by the protocol's rules ($OUT/screen.md, scripts/lm_screen_verdict.py). A screen
 #      still running goes on; a later call can `watch` and `pack` it
 #      (STUDY=lm_screen bash scripts/run_lm_competent.sh watch|pack).
-# Carry .whl.
+# Carry .whl. ENVS (default both) narrows the envs, e.g. ENVS=household once shop's screen is done.
 #
 #   bash scripts/lm_screen_device.sh [DEADLINE]
 set -u
@@ -23,6 +23,18 @@ WORK=${WORK:-/tmp/lmcomp}
 RES=$WORK/res
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/step_profile.txt"
+
+# 0. pre-flight (run_lm_competent.sh preflight): the models, and one tiny RL step per env under
+#    the kernel the runs will use. If it fails (as `efficient` alone once did in every run), the
+#    screen runs under policy.lm.sdpa_kernel=math instead, and says so.
+EXTRA=${EXTRA:-} STUDY=lm_screen WORK=$WORK bash scripts/run_lm_competent.sh preflight > "$OUT/preflight.txt" 2>&1
+pf=$?
+grep -v "not a supported wheel" "$OUT/preflight.txt" | tail -n 6
+if [ $pf -ne 0 ]; then
+  echo "preflight failed: the screen runs under policy.lm.sdpa_kernel=math" | tee -a "$OUT/preflight.txt"
+  EXTRA="${EXTRA:-} policy.lm.sdpa_kernel=math"
+fi
+export EXTRA
 
 # 1. the screen, detached
 WEAK="sft_weak_shop sft_weak_household $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"

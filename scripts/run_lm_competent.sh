@@ -9,6 +9,10 @@
 #   bash scripts/run_lm_competent.sh watch SECONDS   # a later call: progress for SECONDS, or until the grid ends
 #   bash scripts/run_lm_competent.sh pack            # $OUT/lm_competent.tgz: every run's metrics, config,
 #                                                    # summary and log, no weights
+#   bash scripts/run_lm_competent.sh preflight       # install, models (which `start` keeps), then one
+#                                                    # tiny RL step per env with EXTRA's overrides:
+#                                                    # exit 1 with the error if one fails (seconds,
+#                                                    # before a grid that would fail in every run)
 #
 # The grid: SFT with the whole-sequence loss on seeds 0-2 (household 5 epochs, shop 12, and a weak
 # 2-epoch start on shop), then on shop GRPO and GRPO+ProAS from each seed's own starts, as each
@@ -22,7 +26,7 @@
 # chose; each run's config.yaml records it. Carry .whl (scripts/run_device_study.sh says
 # what it holds).
 set -u
-MODE=${1:?start, watch or pack}
+MODE=${1:?start, watch, pack or preflight}
 ARG=${2:-0}
 WORK=${WORK:-/tmp/lmcomp}
 OUT=${OUT:-/tmp/out}
@@ -61,7 +65,7 @@ for env in ("household", "shop"):
 EOP
 }
 
-if [ "$MODE" = start ]; then
+setup() {  # install .whl, copy the code (EXTRA into the study's common), each env's tokenizer and model
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$WORK/site" .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p "$WORK/code" "$RES/models" "$RES/tok" && cp -r src .whl/pkgs "$WORK/code/" || exit 1
@@ -85,6 +89,27 @@ EOP
   [ -f "$RES/models/household/config.json" ] && [ -f "$RES/models/shop/config.json" ] \
     || { tail -n 5 "$RES/models.log"; exit 1; }
   grep "parameters\|kept" "$RES/models.log"
+}
+
+if [ "$MODE" = preflight ]; then
+  setup || exit 1
+  cd "$WORK/code" || exit 1
+  for env in household shop; do
+    rm -rf "$WORK/preflight_$env"
+    # shellcheck disable=SC2086
+    if ! python3 -m proas train env=$env policy=lm policy.lm.mode=score policy.lm.score_norm=sum \
+        "policy.lm.model_path=$RES/models/$env" env.tasks_per_step=2 env.group_size=2 env.max_steps=6 \
+        env.fixed_val_set.size=2 train.steps=1 train.progress=false ${EXTRA:-} \
+        --run-dir "$WORK/preflight_$env" > "$WORK/preflight_$env.log" 2>&1; then
+      echo "preflight: $env failed:"; tail -n 3 "$WORK/preflight_$env.log"; exit 1
+    fi
+    echo "preflight: $env ok ($(grep -o 'step 1/1.*' "$WORK/preflight_$env.log" | head -n 1))"
+  done
+  exit 0
+fi
+
+if [ "$MODE" = start ]; then
+  setup || exit 1
   rows=()
   [ -n "${ROWS:-}" ] && rows=(--rows $ROWS)
   [ -n "${ENVS:-}" ] && rows+=(--envs $ENVS)
@@ -109,5 +134,5 @@ elif [ "$MODE" = pack ]; then
       | tar czf "$OUT/$STUDY.tgz" -T -) && echo "packed $OUT/$STUDY.tgz"
   progress; tail -n 8 "$RES/grid.log"; failures
 else
-  echo "unknown mode $MODE (start, watch, pack)" >&2; exit 2
+  echo "unknown mode $MODE (start, watch, pack, preflight)" >&2; exit 2
 fi
