@@ -244,3 +244,21 @@ def test_trainer_rollouts_log_the_observation_each_action_was_chosen_on(tmp_path
         assert [s.observation for s in logged.steps] == [s.extra["context"].observation for s in traj.steps]
         assert logged.steps[0].observation.startswith("-= Welcome to TextWorld, ALFRED! =-")
         assert logged.task_type == "pick_and_place_simple"
+
+
+def test_a_log_that_inflates_past_the_limit_is_refused_after_reading_at_most_that_much(tmp_path, monkeypatch):
+    """A small gzip file can inflate to gigabytes: the reader stops one byte past
+    MAX_ROLLOUT_BYTES instead of holding it all (the limit is lowered here to keep it fast)."""
+    import proas.rollout_log as rl
+
+    monkeypatch.setattr(rl, "MAX_ROLLOUT_BYTES", 4096)
+    line = b'{"group": "g", "trajectory": "t", "reward": 1, "traj_advantage": 0, "steps": []}\n'
+    path = rollout_path(tmp_path, 3)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(line * 1000))  # about 80 KB inflated, under 1 KB on disk
+    assert path.stat().st_size < 4096
+    with pytest.raises(ProasError, match="inflates to more than 4096 bytes") as info:
+        read_rollouts(tmp_path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    path.write_bytes(gzip.compress(line * 40))  # about 3.2 KB inflated: read as before
+    assert len(read_rollouts(tmp_path).trajectories) == 40

@@ -33,6 +33,7 @@ from proas.fileio import atomic_open, open_regular
 from proas.types import MAX_ABS_NUMBER, Trajectory, TrajectoryFormatError
 
 __all__ = [
+    "MAX_ROLLOUT_BYTES",
     "ROLLOUTS_DIR",
     "LoggedStep",
     "LoggedTrajectory",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 ROLLOUTS_DIR = "rollouts"
+#: the most JSONL one step's rollout log may inflate to (a household step of 128 episodes is
+#: about 3 MiB; an lm run's, with its prompts, more); a bigger one is refused before it is held
+MAX_ROLLOUT_BYTES = 256 << 20
 _NAME = re.compile(r"^step_(\d{6,})\.jsonl\.gz$")
 _CREDIT_FIELDS = ("rea", "pa", "fd", "base_advantage", "advantage", "uniform")
 #: relative tolerance when classifying a step's shaping (Ã_{i,t} against A_i)
@@ -234,10 +238,14 @@ def read_rollouts(run_dir: str | os.PathLike, step: int | None = None) -> Rollou
         raise ProasError(f"{run}: no rollout log for step {step}; logged steps: {_ranges(steps)}")
     path = rollout_path(run, step)
     try:
-        # a regular file only: a FIFO in its place would block the read for ever
-        with open_regular(path, follow_symlinks=True) as raw, \
-                gzip.open(raw, "rt", encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+        # a regular file only: a FIFO in its place would block the read for ever; and never more
+        # than MAX_ROLLOUT_BYTES inflated: a small gzip file can inflate to gigabytes
+        with open_regular(path, follow_symlinks=True) as raw, gzip.open(raw, "rb") as fh:
+            data = fh.read(MAX_ROLLOUT_BYTES + 1)
+        if len(data) > MAX_ROLLOUT_BYTES:
+            raise ProasError(f"{path}: inflates to more than {MAX_ROLLOUT_BYTES} bytes (the limit, "
+                             "MAX_ROLLOUT_BYTES); refused")
+        lines = data.decode("utf-8").splitlines()
     except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
         raise ProasError(f"{path}: corrupt rollout log ({type(exc).__name__}: {exc})") from None
     trajs = []
