@@ -23,6 +23,7 @@ WORK=${WORK:-/tmp/lmcomp}
 RES=$WORK/res
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/step_profile.txt"
+echo "commit: ${PROAS_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown: pass PROAS_COMMIT)}"
 
 # 0. pre-flight (run_lm_competent.sh preflight): the models, and one tiny RL step per env under
 #    the kernel the runs will use. If it fails (as `efficient` alone once did in every run), the

@@ -37,6 +37,11 @@ JOBS=${JOBS:-21}
 export PYTHONPATH=$WORK/site:$WORK/code/pkgs:$WORK/code/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# the commit each run's summary.json names: the runs work in a copy of src/ without .git, so the
+# trainer cannot ask git; pass PROAS_COMMIT=<hash> where the device's copy has no .git either
+PROAS_COMMIT=${PROAS_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
+if [ -n "$PROAS_COMMIT" ] && [ -n "$(git status --porcelain -- src 2>/dev/null)" ]; then PROAS_COMMIT="$PROAS_COMMIT-dirty"; fi
+export PROAS_COMMIT
 
 failures() {  # the last lines of up to three failed runs' logs (the grid log names them)
   grep -o "see [^)]*train.log" "$RES/grid.log" 2>/dev/null | cut -d' ' -f2 | sort -u | head -n 3 \
