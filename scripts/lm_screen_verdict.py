@@ -32,11 +32,16 @@ WINDOW = (20, 40)
 
 
 def stop_reason(run: Path) -> str:
-    """The last line naming an error in the run's log, or ''."""
+    """The last line naming an error in the run's log since its last start, or ''. An error of
+    an earlier attempt that the run resumed from (the trainer's "resuming run:" line) is not
+    how the run stopped: a run that ran out of GPU memory, then resumed and stopped at the time
+    limit, stopped at the time limit."""
     for name in ("train.log.txt", "train.log"):
         log = run / name
         if log.exists():
-            lines = [x for x in log.read_text(errors="replace").splitlines() if "not finite" in x or "Error" in x]
+            text = log.read_text(errors="replace").splitlines()
+            starts = [i for i, x in enumerate(text) if x.startswith("resuming run:")]
+            lines = [x for x in text[starts[-1] if starts else 0:] if "not finite" in x or "Error" in x]
             if lines:
                 return lines[-1].strip()[:160]
     return ""

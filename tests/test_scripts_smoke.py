@@ -306,6 +306,9 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     run("grpo_weak_lr1e-4_kl0", {0: 0.30, 10: 0.3, 20: 0.31, 30: 0.33, 40: 0.35})      # 33.0
     run("grpo_weak_lr1e-4_kl0.01", {0: 0.30, 10: 0.3, 20: 0.32, 30: 0.33, 40: 0.34})   # 33.0 -> within 2
     run("grpo_comp_lr1e-3_kl0", {0: 0.6, 10: 0.6}, log="ProasError: step 12: the loss or its gradient is not finite")
+    # a first attempt's error, then a resume that ran on: not how the run stopped
+    run("grpo_comp_lr1e-3_kl0.01", {0: 0.6, 10: 0.6, 20: 0.6, 30: 0.6, 40: 0.6},
+        log="ProasError: step 3: the loss or its gradient is not finite\nresuming run: x\nstep 40/40\n")
     out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"))
     assert out.returncode == 0, out.stderr
     rows = {(r["start"], r["lr"], r["kl"]): r for r in
@@ -314,6 +317,7 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     assert rows[("weak", "3e-4", "0.01")]["verdict"] == "kept"
     assert rows[("weak", "1e-4", "0")]["verdict"] == "kept"
     assert rows[("comp", "1e-3", "0")]["verdict"] == "dropped (non-finite)"
+    assert rows[("comp", "1e-3", "0.01")]["verdict"] == "kept" and rows[("comp", "1e-3", "0.01")]["stop"] == ""
     assert abs(float(rows[("weak", "3e-4", "0")]["mean_20_40"]) - 18.0) < 1e-9
     assert "not every pair within 2 points (2 pairs)" in out.stdout
 
