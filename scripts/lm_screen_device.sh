@@ -57,6 +57,6 @@ fi
 
 # 4. what the screen has so far
 STUDY=lm_screen WORK=$WORK OUT=$OUT bash scripts/run_lm_competent.sh pack > /dev/null 2>&1
-python3 scripts/lm_screen_verdict.py "$RES" --csv "$OUT/screen.csv" > "$OUT/screen.md" 2>&1
+python3 scripts/lm_screen_verdict.py "$RES" --csv "$OUT/screen.csv" --steps "$OUT/steps.csv" > "$OUT/screen.md" 2>&1
 cat "$OUT/screen.md"
 exit 0

@@ -8,9 +8,12 @@ below step 0 or the run stopped on a non-finite loss, else **kept**. Then the KL
 rate, the KL-0 and KL-0.01 runs' steps-20-40 means per env and start, and whether every such pair
 lies within 2 points (then KL stays at 0.01). Also the SFT starts' best validation SR.
 
-    python scripts/lm_screen_verdict.py RESULTS [--csv FILE] > screen.md
+    python scripts/lm_screen_verdict.py RESULTS [--csv FILE] [--steps FILE] > screen.md
 
-RESULTS is the screen's `--out` (RESULTS/<env>/<row>/seed200/metrics.jsonl).
+RESULTS is the screen's `--out` (RESULTS/<env>/<row>/seed200/metrics.jsonl). ``--steps`` also
+writes every run's metrics per step (SFT runs per epoch): validation SR, training SR and score,
+entropy, KL, gradient norm, env-error rate, seconds a step, and the trainer's group and
+length-bias diagnostics where the run recorded them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,31 @@ def stop_reason(run: Path) -> str:
             if lines:
                 return lines[-1].strip()[:160]
     return ""
+
+
+#: the per-step CSV's columns: (column, metrics key, scale)
+STEP_COLUMNS = (("val_sr", "val/sr", 100), ("train_sr", "train/sr", 100), ("train_score", "train/score", 1),
+                ("entropy", "loss/entropy", 1), ("kl", "loss/kl", 1), ("grad_norm", "loss/grad_norm", 1),
+                ("error_rate", "train/error_rate", 1), ("step_s", "time/step", 1),
+                ("groups_flat", "train/groups_flat", 1), ("groups_no_success", "train/groups_no_success", 1),
+                ("chose_shortest", "rollout/chose_shortest", 1),
+                ("shortest_by_chance", "rollout/shortest_by_chance", 1))
+
+
+def step_rows(results: Path, seed: int = 200) -> list[dict]:
+    """Every run's records (RESULTS/<env>/<row>/seed<seed>), one row a step; a metric a record
+    lacks is empty, and a column no run recorded is left out."""
+    rows = []
+    for mfile in sorted(results.glob(f"*/*/seed{seed}/metrics.jsonl")):
+        env, row = mfile.parent.parent.parent.name, mfile.parent.parent.name
+        for r in run_metrics(mfile.parent):
+            out = {"env": env, "row": row, "seed": seed, "step": r.get("step")}
+            for name, key, scale in STEP_COLUMNS:
+                v = r.get(key)
+                out[name] = round(v * scale, 4) if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            rows.append(out)
+    used = [name for name, _, _ in STEP_COLUMNS if any(r[name] != "" for r in rows)]
+    return [{k: r[k] for k in ("env", "row", "seed", "step", *used)} for r in rows]
 
 
 def screen_rows(results: Path, seed: int = 200) -> list[dict]:
@@ -94,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path)
     ap.add_argument("--seed", type=int, default=200)
     ap.add_argument("--csv", type=Path, help="also write the per-run rows here")
+    ap.add_argument("--steps", type=Path, help="also write every run's metrics per step here")
     args = ap.parse_args(argv)
     if not args.results.is_dir():
         print(f"error: {args.results} is not a directory", file=sys.stderr)
@@ -128,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({len(diffs)} pairs)" + (" -> KL stays 0.01" if within else " -> both KL values go on"))
     if args.csv:
         atomic_write_text(args.csv, csv_text(list(rows[0]) if rows else ["env"], sorted(rows, key=key)))
+    if args.steps:
+        steps = step_rows(args.results, args.seed)
+        atomic_write_text(args.steps, csv_text(list(steps[0]) if steps else ["env"], steps))
     return 0
 
 

@@ -309,8 +309,13 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     # a first attempt's error, then a resume that ran on: not how the run stopped
     run("grpo_comp_lr1e-3_kl0.01", {0: 0.6, 10: 0.6, 20: 0.6, 30: 0.6, 40: 0.6},
         log="ProasError: step 3: the loss or its gradient is not finite\nresuming run: x\nstep 40/40\n")
-    out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"))
+    out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"),
+               "--steps", str(tmp_path / "steps.csv"))
     assert out.returncode == 0, out.stderr
+    steps = list(__import__("csv").DictReader((tmp_path / "steps.csv").read_text().splitlines()))
+    assert len(steps) == 5 + 5 + 5 + 5 + 2 + 5  # one row a logged step, every run
+    first = next(r for r in steps if r["row"] == "grpo_weak_lr3e-4_kl0" and r["step"] == "20")
+    assert float(first["val_sr"]) == 15.0 and list(first) == ["env", "row", "seed", "step", "val_sr"]
     rows = {(r["start"], r["lr"], r["kl"]): r for r in
             __import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines())}
     assert rows[("weak", "3e-4", "0")]["verdict"] == "dropped"
