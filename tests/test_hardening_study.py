@@ -240,7 +240,9 @@ def test_a_run_given_twice_in_one_csv_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("value, message", [("NaN", "val/sr is 'nan', not a finite number"),
-                                            ('"0.5"', "val/sr is '0.5', not a finite number")])
+                                            ('"0.5"', "val/sr is '0.5', not a finite number"),
+                                            ("50.0", "val/sr is 50.0, not a success rate in [0, 1]"),
+                                            ("-0.25", "val/sr is -0.25, not a success rate in [0, 1]")])
 def test_report_refuses_a_val_sr_that_is_not_a_finite_number(tmp_path, capsys, value, message):
     res = tmp_path / "res"
     (res / "studies").mkdir(parents=True)
@@ -369,3 +371,19 @@ def test_only_the_documented_placeholders_are_filled(tmp_path, capsys, placehold
         {"id": "a", "overrides": ["algo.shaping=none", "algo.graph.path={out}/{env}/s{seed}/{steps:06d}/g.json"]}]}
     spec = parse_study(ok, "ok.yaml").runs(tmp_path / "o")[0]
     assert f"algo.graph.path={(tmp_path / 'o').resolve()}/shop/s3/000010/g.json" in spec.overrides
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["train", "train.steps=1", "--run-dir"], "--run-dir"),
+    (["sft", "--epochs", "1", "env=shop", "--run-dir"], "--run-dir"),
+    (["experiment", "run", "lm_screen", "--dry-run", "--out"], "--out"),
+])
+def test_a_run_folder_that_is_a_file_is_refused_naming_it_before_any_work(tmp_path, capsys, argv, flag):
+    """`train`/`sft --run-dir FILE` said only "File exists (FILE)" after loading the env, and
+    `experiment run --dry-run --out FILE` listed runs to go under a file."""
+    target = tmp_path / "a_file"
+    target.write_text("keep me\n")
+    assert main([*argv, str(target)]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == f"proas: error: {flag} {target}: exists and is not a directory\n"
+    assert "runs to go" not in cap.out and target.read_text() == "keep me\n"

@@ -331,6 +331,14 @@ def read_regular(path: str | os.PathLike, *, follow_symlinks: bool = False,
     return data
 
 
+def refuse_non_directory(path: str | os.PathLike, what: str) -> None:
+    """A one-line ``ProasError`` when ``path`` exists and is not a directory (a link to one is
+    fine): checked by the commands that make a directory there, before any work."""
+    path = Path(path)
+    if (path.exists() or path.is_symlink()) and not path.is_dir():
+        raise ProasError(f"{what} {path}: exists and is not a directory")
+
+
 def check_output_dir(path: str | os.PathLike, what: str = "output directory") -> Path:
     """Refuse, with a one-line ``ProasError``, a directory to write that is not new or empty: an
     existing file, a non-empty directory, a path below a file, or one in a folder this process

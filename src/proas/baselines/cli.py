@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from proas.fileio import refuse_non_directory
 from proas.ranges import SECONDS, integer, number, seed
 
 _OVERRIDES_HELP = "config overrides of `proas train` (env=..., policy=..., env.fixed_val_set.size=...)"
@@ -116,6 +117,7 @@ def _sft(args) -> int:
     from proas.train.config import build_config
 
     cfg = build_config(args.overrides)
+    refuse_non_directory(args.run_dir, "--run-dir")
     from proas.baselines.sft import SFTOptions, train_sft
 
     console = Console()

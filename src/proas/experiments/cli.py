@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from proas.errors import ProasError
+from proas.fileio import refuse_non_directory
 from proas.ranges import SECONDS, integer, number, seed
 
 RUN_HELP = """\
@@ -224,6 +225,7 @@ def _run(args) -> int:
         study.steps = args.steps
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     out = Path(args.out)
+    refuse_non_directory(out, "--out")
     specs = study.runs(out, seeds=args.seeds, rows=args.rows, envs=args.envs)
     status = plan(study, specs, out.resolve())
     if args.dry_run:

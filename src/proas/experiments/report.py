@@ -123,6 +123,8 @@ def read_run(run_dir: Path) -> RunCurve | None:
             v = rec.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
                 raise ProasError(f"{path}:{n}: {key} is {str(v)[:40]!r}, not a finite number")
+            if v is not None and key != "val/ts" and not 0.0 <= v <= 1.0:  # a success rate, not a percentage
+                raise ProasError(f"{path}:{n}: {key} is {v!r}, not a success rate in [0, 1]")
         steps_done = max(steps_done, step)
         if rec.get("val/sr") is not None:
             val.append(rec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from proas.fileio import refuse_non_directory
 from proas.ranges import integer, number, seed
 
 TRAIN_HELP = """\
@@ -73,6 +74,8 @@ def _train(args) -> int:
         return 0
     from proas.train.loop import train
 
+    if args.run_dir:
+        refuse_non_directory(args.run_dir, "--run-dir")
     train(cfg, run_dir=Path(args.run_dir) if args.run_dir else None)
     return 0
 
