@@ -63,9 +63,6 @@ def attn_problem(attn_implementation: str | None, mode: str, score_impl: str,
     return None
 
 
-#: the kernels ``policy.lm.sdpa_kernel`` may hold sdpa to (``torch.backends.cuda``'s switches)
-SDPA_KERNELS = ("efficient", "math", "cudnn")
-
 #: the switches each choice turns on. The chosen kernel serves every masked call (score passes,
 #: padded batches). A call without a mask on a model with grouped KV heads (transformers then
 #: passes ``enable_gqa``) is one that neither the memory-efficient nor cuDNN's kernel takes:
@@ -74,6 +71,8 @@ SDPA_KERNELS = ("efficient", "math", "cudnn")
 #: picks for a call without a mask) and math as fallbacks, and ``cudnn`` keeps math; cuDNN's
 #: kernel is on only under ``cudnn``.
 SDPA_SWITCHES = {"efficient": ("efficient", "flash", "math"), "math": ("math",), "cudnn": ("cudnn", "math")}
+#: the kernels ``policy.lm.sdpa_kernel`` may hold sdpa to (``torch.backends.cuda``'s switches)
+SDPA_KERNELS = tuple(SDPA_SWITCHES)
 
 
 def hold_sdpa_kernel(kernel: str | None, device: str) -> None:

@@ -63,10 +63,9 @@ def _check_out(out: Path) -> Path:
     """``--out`` checked before any work: an existing folder, or a path whose folder can be
     made (a path that is a file, or below one, fails fast). The folder itself is made only once
     there is something to write, so a failed probe leaves no empty ``--out`` behind."""
-    from proas.fileio import check_output_path
+    from proas.fileio import check_output_path, refuse_non_directory
 
-    if out.exists() and not out.is_dir():
-        raise ProasError(f"--out {out}: exists and is not a directory")
+    refuse_non_directory(out, "--out")
     if not out.is_dir():
         check_output_path(out, "--out")
     return out
