@@ -34,12 +34,12 @@ for r in "${runs[@]}"; do
 done
 wait
 python3 - "$OUT" <<'EOP'
-import json, pathlib, statistics, sys
+import pathlib, statistics, sys
+from proas.experiments.heldout import run_metrics  # the trainer's reader (a resumed step's last record)
 out = pathlib.Path(sys.argv[1])
 print("run | train SR % per 10 steps (1-10 ... 51-60) | entropy, steps 1-10 -> 51-60")
 for run in sorted(p for p in out.iterdir() if p.is_dir()):
-    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    tr = [r for r in recs if "train/sr" in r]
+    tr = [r for r in run_metrics(run) if "train/sr" in r]
     sr = [100 * statistics.mean(r["train/sr"] for r in tr[a:a + 10]) for a in range(0, len(tr), 10)]
     ent = [statistics.mean(r["loss/entropy"] for r in tr[a:a + 10]) for a in (0, max(0, len(tr) - 10))]
     print(f"{run.name} | {' '.join(f'{x:5.1f}' for x in sr)} | {ent[0]:.2f} -> {ent[1]:.2f}")

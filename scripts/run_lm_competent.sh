@@ -71,8 +71,9 @@ EOP
 }
 
 setup() {  # install .whl, copy the code (EXTRA into the study's common), each env's tokenizer and model
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$WORK/site" .whl/*.whl || [ -n "${LOCAL_TEST:-}" ] || exit 1
+  # once a machine: preflight and start in one call install the same carried wheels
+  [ -f "$WORK/site/.installed" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target "$WORK/site" .whl/*.whl && touch "$WORK/site/.installed"; } || [ -n "${LOCAL_TEST:-}" ] || exit 1
   mkdir -p "$WORK/code" "$RES/models" "$RES/tok" && cp -r src .whl/pkgs "$WORK/code/" || exit 1
   if [ -n "${EXTRA:-}" ]; then
     python3 - "$WORK/code/src/proas/experiments/configs/$STUDY.yaml" $EXTRA <<'EOP' || exit 1
