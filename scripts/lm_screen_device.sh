@@ -13,7 +13,9 @@
 #      read them by the protocol's rules ($OUT/screen.md, scripts/lm_screen_verdict.py). A screen
 #      still running goes on; a later call can `watch` and `pack` it
 #      (STUDY=lm_screen bash scripts/run_lm_competent.sh watch|pack).
-# Carry .whl. ENVS (default both) narrows the envs, e.g. ENVS=household once shop's screen is done.
+# Carry .whl. ENVS (default both) narrows the envs, e.g. ENVS=household once shop's screen is done;
+# STEPS (default the study's 40) lets the runs go on, e.g. to the ranking's 150; CHECKS (default
+# "attn profile") names the parts of scripts/lm_kernel_check_device.sh to run, "" for none.
 #
 #   bash scripts/lm_screen_device.sh [DEADLINE]
 set -u
@@ -39,19 +41,21 @@ export EXTRA
 
 # 1. the screen, detached
 WEAK="sft_weak_shop sft_weak_household $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"
-ROWS=${ROWS:-$WEAK} STUDY=lm_screen SEEDS=200 ENVS=${ENVS:-"shop household"} WORK=$WORK bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
+ROWS=${ROWS:-$WEAK} STEPS=${STEPS:-} STUDY=lm_screen SEEDS=200 ENVS=${ENVS:-"shop household"} WORK=$WORK bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
 export PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)" | tee -a "$OUT/step_profile.txt"
 echo "screen started: $SECONDS s"
 
 # 2. the cuDNN NaN lead (scripts/lm_kernel_check_device.sh's attn part, on the screen's model)
-MODELS=$RES/models PARTS=attn OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - SECONDS))
+CHECKS=${CHECKS-attn profile}
+case " $CHECKS " in *" attn "*) MODELS=$RES/models PARTS=attn OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - SECONDS)) ;; esac
 
 # 3. watch; the step profile once the GPU is free
 left=$((DEADLINE - 45 - SECONDS))
 [ $left -gt 20 ] && STUDY=lm_screen WORK=$WORK bash scripts/run_lm_competent.sh watch $left
-if ! pgrep -f "[p]roas experiment run" > /dev/null && [ $((DEADLINE - SECONDS)) -gt 150 ]; then
+if [[ " $CHECKS " == *" profile "* ]] && ! pgrep -f "[p]roas experiment run" > /dev/null \
+    && [ $((DEADLINE - SECONDS)) -gt 150 ]; then
   MODELS=$RES/models PARTS=profile OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - 45 - SECONDS))
 fi
 

@@ -1,9 +1,10 @@
 """The lm study's divergence screen, read by the rules that docs/lm-study-protocol.md fixed before it
 ran ("Narrowing", rules 1 and 2).
 
-For each env, start (weak, comp) and setting (AdamW rate x KL coefficient) of `lm_screen.yaml`:
-the step-0 validation SR, the mean validation SR over the validations at steps 20-40, their
-difference, how far the run got, and the verdict: **dropped** when the mean lies more than 10 points
+For each env, start (weak, comp) and setting (minibatch x AdamW rate x KL coefficient) of
+`lm_screen.yaml`: the step-0 validation SR, the mean validation SR over the validations at steps
+20-40, their difference, for a run that went on past step 40 the same over steps 50-150 (the
+primary metric's window, as far as it got), how far the run got, and the verdict: **dropped** when the mean lies more than 10 points
 below step 0 or the run stopped on a non-finite loss, else **kept**. Then the KL rule: for each
 rate, the KL-0 and KL-0.01 runs' steps-20-40 means per env and start, and whether every such pair
 lies within 2 points (then KL stays at 0.01). Also the SFT starts' best validation SR.
@@ -28,10 +29,14 @@ from proas.experiments.datafiles import csv_text
 from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 
-ROW = re.compile(r"^grpo_(weak|comp)_lr([0-9.e-]+)_kl([0-9.]+)$")
+ROW = re.compile(r"^grpo_(weak|comp)(?:_mb(\d+))?_lr([0-9.e-]+)_kl([0-9.]+)$")
 DROP_PTS = 10.0
 KL_PTS = 2.0
 WINDOW = (20, 40)
+#: the primary metric's validations (steps 50-150), for runs that went on to the ranking's length
+PRIMARY = (50, 150)
+#: the minibatch of a row that names none (algo.minibatch_size's default)
+DEFAULT_MB = "256"
 
 
 def stop_reason(run: Path) -> str:
@@ -85,6 +90,7 @@ def screen_rows(results: Path, seed: int = 200) -> list[dict]:
         val = {r["step"]: r["val/sr"] for r in recs if isinstance(r.get("val/sr"), (int, float))}
         last = max((r.get("step", 0) for r in recs), default=0)
         window = [100 * v for s, v in val.items() if WINDOW[0] <= s <= WINDOW[1]]
+        primary = [100 * v for s, v in val.items() if PRIMARY[0] <= s <= PRIMARY[1] and s % 10 == 0]
         step0 = 100 * val[0] if 0 in val else None
         mean = sum(window) / len(window) if window else None
         reason = stop_reason(mfile.parent)
@@ -98,9 +104,12 @@ def screen_rows(results: Path, seed: int = 200) -> list[dict]:
             verdict = "dropped" if complete else "dropped (so far)"
         else:
             verdict = "kept" if complete else "kept (so far)"
-        rows.append({"env": mfile.parent.parent.parent.name, "start": m.group(1), "lr": m.group(2),
-                     "kl": m.group(3), "step0": step0, "mean_20_40": mean, "n_val_20_40": len(window),
-                     "delta": None if step0 is None or mean is None else mean - step0,
+        later = sum(primary) / len(primary) if primary else None
+        rows.append({"env": mfile.parent.parent.parent.name, "start": m.group(1), "mb": m.group(2) or DEFAULT_MB,
+                     "lr": m.group(3), "kl": m.group(4), "step0": step0, "mean_20_40": mean,
+                     "n_val_20_40": len(window), "delta": None if step0 is None or mean is None else mean - step0,
+                     "mean_50_150": later, "n_val_50_150": len(primary),
+                     "delta_50_150": None if step0 is None or later is None else later - step0,
                      "last_step": last, "verdict": verdict, "stop": reason})
     return rows
 
@@ -137,20 +146,23 @@ def main(argv: list[str] | None = None) -> int:
     print("SFT starts (best validation SR over the epochs):\n")
     for env, row, best, n in sfts:
         print(f"- {env} {row}: {fmt(best)} ({n} validations)")
-    print("\n| env | start | AdamW rate | KL | step 0 | mean, steps 20-40 | difference | last step | verdict |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    key = lambda r: (r["env"], r["start"], float(r["lr"]), float(r["kl"]))  # noqa: E731
+    print("\n| env | start | minibatch | AdamW rate | KL | step 0 | mean, steps 20-40 | difference "
+          "| mean, steps 50-150 (n) | difference | last step | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    key = lambda r: (r["env"], r["start"], -int(r["mb"]), float(r["lr"]), float(r["kl"]))  # noqa: E731
     for r in sorted(rows, key=key):
-        print(f"| {r['env']} | {r['start']} | {r['lr']} | {r['kl']} | {fmt(r['step0'])} | {fmt(r['mean_20_40'])} "
-              f"| {fmt(r['delta'])} | {r['last_step']} | {r['verdict']} |")
+        later = f"{fmt(r['mean_50_150'])} ({r['n_val_50_150']})" if r["n_val_50_150"] else "–"
+        print(f"| {r['env']} | {r['start']} | {r['mb']} | {r['lr']} | {r['kl']} | {fmt(r['step0'])} "
+              f"| {fmt(r['mean_20_40'])} | {fmt(r['delta'])} | {later} | {fmt(r['delta_50_150'])} "
+              f"| {r['last_step']} | {r['verdict']} |")
     print(f"\nKL rule (steps 20-40 means, KL 0 minus KL 0.01; within {KL_PTS:g} points on every pair keeps KL 0.01):\n")
-    by = {(r["env"], r["start"], r["lr"], r["kl"]): r["mean_20_40"] for r in rows}
+    by = {(r["env"], r["start"], r["mb"], r["lr"], r["kl"]): r["mean_20_40"] for r in rows}
     diffs = []
-    for (env, start, lr, kl), mean in sorted(by.items()):
-        other = by.get((env, start, lr, "0.01"))
+    for (env, start, mb, lr, kl), mean in sorted(by.items()):
+        other = by.get((env, start, mb, lr, "0.01"))
         if kl == "0" and mean is not None and other is not None:
             diffs.append(mean - other)
-            print(f"- {env} {start} lr {lr}: {mean - other:+.1f}")
+            print(f"- {env} {start}{'' if mb == DEFAULT_MB else f' minibatch {mb}'} lr {lr}: {mean - other:+.1f}")
     if diffs:
         within = all(abs(d) <= KL_PTS for d in diffs)
         print(f"\nKL rule: {'every pair within' if within else 'not every pair within'} {KL_PTS:g} points "

@@ -23,7 +23,8 @@
 # divergence screen (docs/lm-study-protocol.md); ENVS (default: the study's) narrows the envs,
 # e.g. `ENVS=shop`. EXTRA (default: none) appends overrides to the study's `common` list in the
 # machine's copy, e.g. `EXTRA=policy.lm.sdpa_kernel=efficient`, the attention kernel a profile
-# chose; each run's config.yaml records it. Carry .whl (scripts/run_device_study.sh says
+# chose; each run's config.yaml records it. STEPS (default: the study's) sets every RL run's step
+# budget, e.g. STEPS=150 lets a screen's runs go on to the ranking's length. Carry .whl (scripts/run_device_study.sh says
 # what it holds).
 set -u
 MODE=${1:?start, watch, pack or preflight}
@@ -119,6 +120,7 @@ if [ "$MODE" = start ]; then
   rows=()
   [ -n "${ROWS:-}" ] && rows=(--rows $ROWS)
   [ -n "${ENVS:-}" ] && rows+=(--envs $ENVS)
+  [ -n "${STEPS:-}" ] && rows+=(--steps "$STEPS")
   cd "$WORK/code" || exit 1
   setsid nohup python3 -m proas experiment run "src/proas/experiments/configs/$STUDY.yaml" --seeds $SEEDS \
     "${rows[@]}" --jobs "$JOBS" --time-limit "$ARG" --out "$RES" > "$RES/grid.log" 2>&1 < /dev/null &

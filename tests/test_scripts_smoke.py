@@ -309,15 +309,24 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     # a first attempt's error, then a resume that ran on: not how the run stopped
     run("grpo_comp_lr1e-3_kl0.01", {0: 0.6, 10: 0.6, 20: 0.6, 30: 0.6, 40: 0.6},
         log="ProasError: step 3: the loss or its gradient is not finite\nresuming run: x\nstep 40/40\n")
+    # a minibatch-32 run that went on to step 150: its own setting (no KL pair with the
+    # minibatch-256 rows), and the mean over steps 50-150 read beside the screen's
+    run("grpo_weak_mb32_lr1e-4_kl0.01", {0: 0.30, 20: 0.40, 30: 0.40, 40: 0.40, 45: 0.9,
+                                          **{s: 0.50 + (s == 150) * 0.11 for s in range(50, 151, 10)}})
     out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"),
                "--steps", str(tmp_path / "steps.csv"))
     assert out.returncode == 0, out.stderr
     steps = list(__import__("csv").DictReader((tmp_path / "steps.csv").read_text().splitlines()))
-    assert len(steps) == 5 + 5 + 5 + 5 + 2 + 5  # one row a logged step, every run
+    assert len(steps) == 5 + 5 + 5 + 5 + 2 + 5 + 16  # one row a logged step, every run
     first = next(r for r in steps if r["row"] == "grpo_weak_lr3e-4_kl0" and r["step"] == "20")
     assert float(first["val_sr"]) == 15.0 and list(first) == ["env", "row", "seed", "step", "val_sr"]
     rows = {(r["start"], r["lr"], r["kl"]): r for r in
-            __import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines())}
+            __import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines()) if r["mb"] == "256"}
+    mb32 = next(r for r in __import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines())
+                if r["mb"] == "32")
+    assert (mb32["lr"], mb32["kl"], mb32["verdict"]) == ("1e-4", "0.01", "kept")
+    assert abs(float(mb32["mean_50_150"]) - 51.0) < 1e-9 and mb32["n_val_50_150"] == "11"  # step 45 is no validation of the window
+    assert abs(float(mb32["delta_50_150"]) - 21.0) < 1e-9 and rows[("weak", "1e-4", "0")]["mean_50_150"] == ""
     assert rows[("weak", "3e-4", "0")]["verdict"] == "dropped"
     assert rows[("weak", "3e-4", "0.01")]["verdict"] == "kept"
     assert rows[("weak", "1e-4", "0")]["verdict"] == "kept"
