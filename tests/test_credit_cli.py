@@ -243,3 +243,34 @@ def test_a_graph_that_cannot_be_written_leaves_the_other_outputs_untouched(files
     assert (files / "out.jsonl").read_text() == "previous output\n"
     assert not (files / "g.dot").exists()
     assert not [p for p in files.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("argv", [
+    ["credit", "--trajectories", "{fifo}.jsonl", "--out", "{d}/out.jsonl"],
+    ["credit", "--trajectories", "{d}/in.jsonl", "--build-from", "{fifo}.jsonl", "--out", "{d}/out.jsonl"],
+    ["credit", "--trajectories", "{d}/in.jsonl", "--graph", "{fifo}.json.gz", "--out", "{d}/out.jsonl"],
+    ["verl", "build-graph", "--env", "household", "--variant", "distill", "--from", "{fifo}.jsonl",
+     "--out", "{d}/g.json.gz"],
+    ["verl", "build-graph", "--env", "household", "--variant", "distill", "--from", "{fifo}.json.gz",
+     "--out", "{d}/g.json.gz"],
+], ids=["trajectories", "build-from", "graph", "distill-jsonl", "distill-graph"])
+def test_an_input_that_is_a_fifo_is_refused_in_one_line_without_blocking(files, capsys, argv):
+    """*Found:* a FIFO named as an input (a trajectory log, a graph) blocked ``proas credit`` and
+    ``proas verl build-graph`` for ever in ``open``."""
+    import os
+    import signal
+
+    fifo = files / "pipe"
+    for suffix in (".jsonl", ".json.gz"):
+        os.mkfifo(f"{fifo}{suffix}")
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("blocked on the FIFO"))
+    signal.alarm(10)
+    try:
+        rc = main([a.format(fifo=fifo, d=files) for a in argv])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and f"{fifo}." in err, err
+    assert "is a FIFO; a file read as data must be a regular file" in err, err
+    assert not (files / "out.jsonl").exists() and not (files / "g.json.gz").exists()

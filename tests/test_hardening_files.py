@@ -163,6 +163,28 @@ def test_lm_export_copies_exactly_the_verified_files(lm_run, tmp_path, capsys):
     assert not (tmp_path / "deep").exists()
 
 
+@pytest.mark.parametrize("linked", ["best", "checkpoints", "checkpoints/step_000002"])
+def test_lm_export_refuses_a_checkpoint_directory_reached_through_a_link(lm_run, tmp_path, capsys, linked):
+    """*Found:* a run directory whose ``best/`` (or ``checkpoints/``, or a ``step_N/``) is a link
+    made ``proas lm export`` copy a checkpoint from wherever the link led. The run directory
+    itself named through a link (scripts/run_lm_study.sh does so) is the user's choice: exported."""
+    run = copy_run(lm_run, tmp_path)
+    if linked != "best":
+        shutil.rmtree(run / "best")  # the export then takes the latest checkpoint
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move(run / linked, tmp_path / "elsewhere" / "ckpt")
+    (run / linked).symlink_to(tmp_path / "elsewhere" / "ckpt", target_is_directory=True)
+    out = tmp_path / "hf"
+    assert cli.main(["lm", "export", str(run), str(out)]) == 2
+    one_line(capsys, f"{run / linked}: is a symbolic link")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".hf.")]
+
+    alias = tmp_path / "alias"
+    alias.symlink_to(shutil.copytree(lm_run, tmp_path / "clean"), target_is_directory=True)
+    assert cli.main(["lm", "export", str(alias), str(out)]) == 0
+    assert (out / "config.json").read_bytes() == (lm_run / "best" / "config.json").read_bytes()
+
+
 def test_lm_export_refuses_a_file_changed_after_verification(lm_run, tmp_path, capsys, monkeypatch):
     """Each file is hashed again as it is copied: one that changed between verification and copy
     (another writer) is not exported, and neither is anything else."""

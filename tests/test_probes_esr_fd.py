@@ -161,6 +161,27 @@ def test_fd_probe_points_match_the_credit_annotation_and_forbid_the_action():
     assert choose_points([3, 3, 2, 1], 4) == [0, 2, 3]
 
 
+def test_fd_probe_refuses_an_empty_graph_before_any_rollout(tmp_path, capsys):
+    """*Found:* against an empty graph (no edges: built from no success) every step is
+    unreasonable, so FD is only the steps left and the table meaningless; it printed numbers.
+    *Decision:* refused, in one line, before the policy plays."""
+    pol = Recorder()
+    no_success = ReferenceGraph.from_trajectories([Trajectory("g", "t", 0.0, [Step("a", "x", "b")])])
+    for graph in (ReferenceGraph(), no_success):
+        with pytest.raises(ProasError, match="reference graph is empty") as info:
+            fd_probe(pol, _make, ["valid-000"], graph, env_name="toy", max_steps=12, n=2, rollouts=2, points=2)
+        assert "\n" not in str(info.value)
+    assert pol.seen == []  # refused before any episode
+    assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d"), "--json"]) == 0
+    ReferenceGraph().save(tmp_path / "empty.json")
+    capsys.readouterr()
+    assert proas_main(["probe", "fd", str(tmp_path / "d"), "--out", str(tmp_path / "fd"), "--tasks", "1", "--n", "2",
+                       "--graph", str(tmp_path / "empty.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proas: error: fd probe: the reference graph is empty") and err.count("\n") == 1, err
+    assert not (tmp_path / "fd").exists()
+
+
 def test_probe_cli_writes_tables_and_plots(tmp_path, capsys):
     assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d"), "--json"]) == 0
     capsys.readouterr()

@@ -181,3 +181,20 @@ def test_option_without_contents_is_skipped_and_an_empty_one_yields_no_goals():
     assert p["options"] == {"size": []}
     # WebShop takes the product of the option value lists: an empty list means no goal at all
     assert synthetic_goals([p], {"A1": 15.0}, random.Random(0)) == []
+
+
+def test_read_json_refuses_a_fifo_without_blocking(tmp_path):
+    """*Found:* ``env.options.items=`` naming a FIFO blocked the shop env's load for ever."""
+    import os
+    import signal
+
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("blocked on the FIFO"))
+    signal.alarm(10)
+    try:
+        for name in ("items.json", "items.json.gz"):
+            os.mkfifo(tmp_path / name)
+            with pytest.raises(ProasError, match="is a FIFO; a file read as data must be a regular file"):
+                read_json(tmp_path / name)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

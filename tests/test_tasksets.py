@@ -164,3 +164,36 @@ def test_a_missing_shipped_validation_set_is_an_error_not_the_valid_split(monkey
     for env in tasksets.SHIPPED_VAL_ENVS:
         with pytest.raises(ProasError, match=f"validation set shipped for env '{env}' is missing"):
             Trainer._val_ids_for(build_config([f"env={env}"]), None, env)
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot"])
+def test_a_manifest_naming_a_validation_set_outside_the_data_root_is_refused(tmp_path, capsys, where):
+    """A crafted manifest must not make proas read a file outside the data root: its ``val_set``
+    path is relative to the root, without ``..``; an absolute one, or one that climbs out, is
+    refused in one line even where it names a genuine validation set (here: an identical one)."""
+    out = _make(tmp_path / "root")
+    elsewhere = tmp_path / "elsewhere"
+    tasksets.make_val_set("toy", VAL, elsewhere, source="unit test")
+    outside = elsewhere / "fixed_val_set" / "toy.jsonl"
+    man = json.loads((out / "manifest.json").read_text())
+    man["val_set"]["path"] = str(outside) if where == "absolute" else "../elsewhere/fixed_val_set/toy.jsonl"
+    (out / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ProasError, match="leads outside the data root") as info:
+        tasksets.load_schedule(out)
+    assert "\n" not in str(info.value) and man["val_set"]["path"] in str(info.value)
+    assert cli.main(["schedule", "verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "leads outside the data root" in err
+    # a schedule whose validation set is given by the caller does not go by the manifest's path,
+    # but the manifest is still refused: it is not one proas writes
+    with pytest.raises(ProasError, match="leads outside the data root"):
+        tasksets.load_schedule(out, val_path=outside)
+
+
+def test_every_shipped_manifest_names_its_validation_set_inside_the_data_root():
+    root = tasksets.default_root()
+    manifests = sorted(root.glob("*/seed*/*/manifest.json"))
+    assert len(manifests) >= 20
+    for path in manifests:  # each passes the check above, and names a validation set that is there
+        rel = tasksets._read_manifest(path)["val_set"]["path"]
+        assert (root / rel).is_file() and rel.startswith("fixed_val_set/"), path

@@ -91,6 +91,7 @@ def export_hf(target: str | Path, out: str | Path) -> Path:
     proas_files = {ckpt.STATE_FILE, ckpt.STATE_JSON, ckpt.GRAPH_FILE, ckpt.CHECKSUMS_FILE, "meta.json"}
     check_output_dir(out)
     directory = ckpt.find_checkpoint(target)  # verified
+    _refuse_linked_dirs(target, directory)
     plain = ckpt.load_plain_state(directory)
     cfg = config_from_yaml(str(plain.get("config", "")), where=f"{directory / ckpt.STATE_FILE} (config)")
     if cfg.policy.kind != "lm":
@@ -111,6 +112,22 @@ def export_hf(target: str | Path, out: str | Path) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return Path(out)
+
+
+def _refuse_linked_dirs(target: str | Path, directory: Path) -> None:
+    """A one-line ``ProasError`` when the checkpoint ``find_checkpoint`` chose inside run
+    ``target`` is reached through a symbolic link (``best/``, ``checkpoints/``, ``step_N/``): a
+    crafted run directory must not make the export copy a directory from elsewhere. ``target``
+    itself may be a link; it is the user's choice."""
+    base = Path(target)
+    if base.is_file():  # a state.pt named: its checkpoint is its folder
+        base = base.parent
+    current = base
+    for part in directory.relative_to(base).parts:
+        current = current / part
+        if current.is_symlink():
+            raise ProasError(f"{current}: is a symbolic link; proas lm export copies a checkpoint inside the run "
+                             "directory only, never through a link (name the checkpoint itself to export it)")
 
 
 def _copy_verified(src: Path, dst: Path, digest: str) -> None:

@@ -21,7 +21,7 @@ from proas.credit.registry import (
     estimators_taking,
 )
 from proas.errors import ProasError
-from proas.fileio import atomic_write_all, check_output_path
+from proas.fileio import atomic_write_all, check_output_path, open_regular
 from proas.ranges import seed
 from proas.termtext import printable
 from proas.types import Trajectory, TrajectoryFormatError
@@ -34,8 +34,9 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     group's statistics.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file only: a FIFO in its place would block the read for ever
+        with open_regular(path, follow_symlinks=True) as fh:
+            text = fh.read().decode("utf-8")
     except FileNotFoundError:
         raise ProasError(f"file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -67,6 +67,11 @@ def fd_probe(policy: Policy, make_env: Callable[[], Env], task_ids: Sequence[str
     The failed trajectories are appended to ``keep_failed`` when given."""
     if n < 1 or rollouts < 1 or points < 1:
         raise ProasError("fd probe: need n, rollouts and points >= 1")
+    if graph.num_edges == 0:
+        # against a graph without edges every step is unreasonable, so FD is only the steps left
+        raise ProasError(f"fd probe: the reference graph is empty ({graph.num_nodes} states, no edges), so every "
+                         "step would be non-advancing and FD only the steps left; give a graph of successful "
+                         "trajectories (--graph)")
     rng = np.random.default_rng(seed)
     envs = [make_env() for _ in range(max(n, len(task_ids) * rollouts))]
     slots = [Slot(t, f"fd-{k}", f"fd-{k}-{j}") for k, t in enumerate(task_ids) for j in range(rollouts)]

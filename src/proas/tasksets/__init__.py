@@ -317,7 +317,7 @@ def make_schedule(
         "pool_size": len(set(pool)),
         "files": {SCHEDULE_FILE: sha256_file(sched_path)},
         "val_set": {
-            "path": str(val.path.relative_to(base)) if _is_under(val.path, base) else str(val.path),
+            "path": val.path.relative_to(base).as_posix(),  # relative: loading refuses any other
             "sha256": val.sha256,
             "size": len(val.task_ids),
         },
@@ -445,14 +445,6 @@ def _root_of(sched_dir: Path) -> Path:
     return sched_dir.resolve().parents[2]
 
 
-def _is_under(path: Path, base: Path) -> bool:
-    try:
-        path.resolve().relative_to(base.resolve())
-        return True
-    except ValueError:
-        return False
-
-
 def _first_duplicate(ids: Sequence[str]) -> str | None:
     seen: set[str] = set()
     for t in ids:
@@ -514,6 +506,11 @@ def _read_manifest(path: Path) -> dict[str, Any]:
                              "not a sha256 digest (64 hex digits)")
     if "val_set" in obj:
         _check_fields(obj["val_set"], _VAL_RECORD_FIELDS, f"{path}: val_set")
+        rel = obj["val_set"].get("path")
+        # a crafted manifest must not make proas read (and hash) a file outside the data root
+        if isinstance(rel, str) and (Path(rel).is_absolute() or ".." in Path(rel).parts):
+            raise ProasError(f"{path}: val_set path {rel!r} leads outside the data root; a manifest names its "
+                             "validation set relative to the root, without '..'")
     return obj
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.errors import ProasError
-from proas.fileio import atomic_open
+from proas.fileio import atomic_open, open_regular
 
 __all__ = ["FORMAT", "MAX_GRAPH_BYTES", "VERSION", "GraphFileError"]
 
@@ -126,6 +126,8 @@ def read_json(path: str | os.PathLike, max_bytes: int | None = None) -> Any:
         raw = _read_capped(path, limit)
     except FileNotFoundError:
         raise GraphFileError(f"graph file not found: {path}") from None
+    except ProasError as exc:  # open_regular: a FIFO, a device, a directory
+        raise GraphFileError(str(exc)) from None
     except IsADirectoryError:
         raise GraphFileError(f"cannot read graph file {path}: is a directory") from None
     # BadGzipFile, EOFError, zlib.error: a damaged or truncated gzip stream
@@ -156,7 +158,7 @@ def _is_index(x: Any, n: int) -> bool:
 def _read_capped(path: Path, limit: int) -> bytes | None:
     """The bytes of ``path``, gunzipped when it is gzip (by its magic number), read in chunks;
     ``None`` once they pass ``limit``."""
-    with open(path, "rb") as fh:
+    with open_regular(path, follow_symlinks=True) as fh:  # never a FIFO, which would block for ever
         gzipped = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
         stream = gzip.GzipFile(fileobj=fh, mode="rb") if gzipped else fh

@@ -19,6 +19,7 @@ hidden price of each product and ``synthetic_goals`` / ``human_goals`` build the
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import random
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from proas.errors import ProasError
+from proas.fileio import open_regular
 
 #: where the shipped synthetic catalog lives, and its three files
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "shop"
@@ -53,12 +55,12 @@ _DROPPED_KEYS = ("product_information", "brand", "brand_url", "list_price", "ava
 def read_json(path: str | Path) -> Any:
     """A JSON file, gzip-compressed when its name ends in ``.gz``; a ``ProasError`` if unreadable."""
     path = Path(path)
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
-                return json.load(fh)
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+    try:  # a regular file only: a FIFO in its place would block the read for ever
+        with open_regular(path, follow_symlinks=True) as raw:
+            if path.suffix == ".gz":
+                with gzip.open(raw, "rt", encoding="utf-8") as fh:
+                    return json.load(fh)
+            return json.load(io.TextIOWrapper(raw, encoding="utf-8"))
     except FileNotFoundError:
         raise ProasError(f"shop data file not found: {path}") from None
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
