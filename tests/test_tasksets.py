@@ -197,3 +197,38 @@ def test_every_shipped_manifest_names_its_validation_set_inside_the_data_root():
     for path in manifests:  # each passes the check above, and names a validation set that is there
         rel = tasksets._read_manifest(path)["val_set"]["path"]
         assert (root / rel).is_file() and rel.startswith("fixed_val_set/"), path
+
+
+def _fifo(path):
+    import os
+
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("which", ["val jsonl", "val manifest", "schedule manifest", "schedule.jsonl", "schedule dir"])
+def test_verify_names_a_fifo_in_a_files_place(tmp_path, capsys, which):
+    """A FIFO where a task-set file (or the schedule directory) should be is named as such in one
+    line, never waited on: it was 'manifest is missing', 'file is missing' or 'no such schedule
+    directory' (for a FIFO validation .jsonl), which sent the user looking for a file that is
+    there."""
+    out = _make(tmp_path)
+    val = tmp_path / "fixed_val_set" / "toy.jsonl"
+    target, arg = {
+        "val jsonl": (val, val),
+        "val manifest": (tmp_path / "fixed_val_set" / "toy.manifest.json", val),
+        "schedule manifest": (out / "manifest.json", out),
+        "schedule.jsonl": (out / "schedule.jsonl", out),
+        "schedule dir": (tmp_path / "sched", tmp_path / "sched"),
+    }[which]
+    _fifo(target)
+    assert cli.main(["schedule", "verify", str(arg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{target}:" in err and "is a FIFO" in err, err
+    assert "missing" not in err and "no such" not in err, err
+
+
+def test_verify_of_a_missing_validation_jsonl_names_the_validation_set(tmp_path, capsys):
+    assert cli.main(["schedule", "verify", str(tmp_path / "gone.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gone.jsonl: validation set is missing" in err, err

@@ -23,14 +23,23 @@ training pool is smaller than a step), and the type of every manifest field; any
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from proas.errors import ProasError
-from proas.fileio import atomic_write_json, atomic_write_jsonl, sha256_file
+from proas.fileio import (
+    atomic_write_json,
+    atomic_write_jsonl,
+    file_kind,
+    read_regular,
+    regular_file_problem,
+    sha256_file,
+)
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -200,6 +209,9 @@ def load_val_set(env: str | None = None, root: str | Path | None = None, path: s
         path = path / f"{env}.jsonl"
     if not path.name.endswith(".jsonl"):
         raise ProasError(f"{path}: a validation set is a .jsonl file")
+    problem = regular_file_problem(path, follow_symlinks=True)
+    if problem is not None:
+        raise ProasError(f"{path}: validation set {problem}")
     manifest = _read_manifest(_val_manifest_path(path))
     digest = _verify_files(path.parent, manifest, [path.name])
     rows = _read_jsonl(path)
@@ -338,7 +350,12 @@ def load_schedule(path: str | Path, val_path: str | Path | None = None) -> Sched
     path = Path(path)
     sched_dir = path.parent if path.name == SCHEDULE_FILE else path
     if not sched_dir.is_dir():
-        raise ProasError(f"{sched_dir}: no such schedule directory")
+        try:
+            mode = os.stat(sched_dir).st_mode
+        except OSError:
+            raise ProasError(f"{sched_dir}: no such schedule directory") from None
+        kind = "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise ProasError(f"{sched_dir}: is {kind}, not a schedule directory")
     manifest = _read_manifest(sched_dir / MANIFEST_FILE)
     _verify_files(sched_dir, manifest, [SCHEDULE_FILE])
     env = manifest.get("env")
@@ -485,10 +502,11 @@ def _kind(value: Any) -> str:
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ProasError(f"{path}: manifest is missing")
+    problem = regular_file_problem(path, follow_symlinks=True)
+    if problem is not None:  # "is missing", or what stands in its place ("is a FIFO, ...")
+        raise ProasError(f"{path}: manifest {problem}")
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(read_regular(path, follow_symlinks=True).decode("utf-8"))
     # ValueError: bad JSON, or an integer of more digits than Python converts;
     # RecursionError: nesting deeper than the parser goes
     except (ValueError, RecursionError) as exc:
@@ -522,8 +540,9 @@ def _verify_files(directory: Path, manifest: dict[str, Any], required: list[str]
     digests = {}
     for name, want in files.items():
         fpath = directory / name
-        if not fpath.is_file():
-            raise ProasError(f"{fpath}: file is missing")
+        problem = regular_file_problem(fpath, follow_symlinks=True)
+        if problem is not None:
+            raise ProasError(f"{fpath}: file {problem}")
         got = sha256_file(fpath)
         if got != want:
             raise ProasError(

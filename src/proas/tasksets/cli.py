@@ -90,7 +90,8 @@ def _command_line(args: argparse.Namespace) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     path = Path(args.path)
-    if path.is_file() and path.name.endswith(".jsonl") and path.name != tasksets.SCHEDULE_FILE:
+    # by name, not by is_file: a missing or FIFO validation set is named as one, not as a schedule
+    if path.name.endswith(".jsonl") and path.name != tasksets.SCHEDULE_FILE and not path.is_dir():
         val = tasksets.load_val_set(path=path)
         print(f"ok: validation set {printable(val.path, newlines=False)}: {len(val.task_ids)} unique tasks, "
               f"sha256 {val.sha256}")
