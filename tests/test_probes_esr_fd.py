@@ -258,6 +258,28 @@ def test_stats_from_training_metrics_and_from_checkpoints(tmp_path, capsys):
     assert proas_main(["probe", "stats", str(tmp_path / "missing"), "--out", str(tmp_path / "st2")]) == 2
 
 
+def test_stats_refuse_a_checkpoints_empty_graph_before_any_rollout(tmp_path, capsys, monkeypatch):
+    """*Found:* a checkpoint whose saved graph has no edges (a run that had seen no success by
+    then) had its fresh rollouts annotated against it: every step unreasonable and non-advancing,
+    so both shares were drawn at 100%, a number that measures nothing. *Decision:* refused, in
+    one line, before the policy plays (as ``probe fd``)."""
+    import proas.train.rollout as rollout_mod
+    from proas.train import checkpoint as ckpt
+
+    assert proas_main(["direct", *TOY, "--save", str(tmp_path / "d"), "--json"]) == 0
+    capsys.readouterr()
+    ReferenceGraph().save(tmp_path / "d" / "best" / ckpt.GRAPH_FILE)
+    monkeypatch.setattr(rollout_mod, "rollout", lambda *a, **k: pytest.fail("played before refusing the graph"))
+    with pytest.raises(ProasError, match="reference graph of .* is empty") as info:
+        run_stats(tmp_path / "d", tasks=4, group=2)
+    assert "\n" not in str(info.value)
+    assert proas_main(["probe", "stats", str(tmp_path / "d"), "--out", str(tmp_path / "st"),
+                       "--tasks", "4", "--group", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proas: error: stats probe: the reference graph of ") and err.count("\n") == 1, err
+    assert not (tmp_path / "st").exists()
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", '"0.5"', "true", "7", "-0.25"])
 def test_stats_refuse_a_share_in_the_metrics_that_is_not_a_share(tmp_path, capsys, value):
     """The trainer writes a share as null or a number in [0, 1]. *Found:* a NaN or a string was

@@ -107,6 +107,9 @@ def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, se
         dirs.append(latest)
     if not dirs:
         raise ProasError(f"{run_dir}: neither training metrics with the probe's figures nor a checkpoint")
+    saved = {d: ReferenceGraph.load(d / ckpt.GRAPH_FILE) for d in dirs if (d / ckpt.GRAPH_FILE).exists()}
+    for d, graph in saved.items():  # checked before any checkpoint plays
+        _refuse_empty(graph, str(d))
     rows = []
     graph_cache: ReferenceGraph | None = None
     for d in dirs:
@@ -115,11 +118,12 @@ def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, se
         env0 = make()
         ids = list(env0.task_ids("train"))[:tasks]
         max_steps = int(cfg.env.max_steps or env0.max_steps)
-        if (d / ckpt.GRAPH_FILE).exists():
-            graph = ReferenceGraph.load(d / ckpt.GRAPH_FILE)
+        if d in saved:
+            graph = saved[d]
         else:
             graph_cache = graph_cache or oracle_graph(env0, ids, max_steps)
             graph = graph_cache
+            _refuse_empty(graph, "the oracle's walkthroughs")
         slots = [Slot(t, f"g{k}", f"g{k}-{j}") for k, t in enumerate(ids) for j in range(group)]
         envs = [env0] + [make() for _ in range(len(slots) - 1)]
         trajs, _ = rollout(envs, slots, policy, np.random.default_rng(seed), temperature=cfg.policy.temperature,
@@ -130,6 +134,15 @@ def stats_from_checkpoints(run_dir: Path, *, tasks: int = 32, group: int = 4, se
                      "train_sr": s["success"] / max(1, s["episodes"]), "source": "rollouts"})
     rows.sort(key=lambda r: r["step"])
     return rows
+
+
+def _refuse_empty(graph: ReferenceGraph, of: str) -> None:
+    """Against a graph without edges every step is unreasonable and non-advancing, so both shares
+    would be 100% whatever the policy does: a figure that measures nothing (as ``probe fd``)."""
+    if graph.num_edges == 0:
+        raise ProasError(f"stats probe: the reference graph of {of} is empty ({graph.num_nodes} states, no edges), "
+                         "so every step would count as unreasonable and non-advancing; probe a checkpoint saved "
+                         "with a graph of successful trajectories (or none: the oracle's)")
 
 
 def run_stats(run_dir: Path, **kw: Any) -> list[dict[str, Any]]:
