@@ -323,3 +323,35 @@ def test_generated_problems_are_their_pddl_text_parsed():
             assert generator.to_problem(spec) == parse_problem(generator.to_pddl(spec))
             kinds.add((split, spec.task_type))
     assert len(kinds) == 3 * len(generator.TASK_TYPES)
+
+
+def test_official_data_files_that_are_fifos_are_refused_or_skipped_without_blocking(tmp_path, monkeypatch):
+    """*Found:* the official data's ``game.tw-pddl`` / ``traj_data.json`` were read with
+    ``read_text`` (after at most an ``is_file``): a FIFO in their place blocked ``load_task`` and
+    the listing of a split for ever. Loading one is now a one-line error; listing skips it, as it
+    skips a corrupt game."""
+    import os
+    import signal
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    src = game_file("train-clean-0005", tmp_path / "gen")
+    split = tmp_path / "json_2.1.1" / "valid_seen"
+    for trial, fifo in (("A/trial_1", None), ("B/trial_1", "traj_data.json"), ("C/trial_1", "game.tw-pddl")):
+        (split / trial).mkdir(parents=True)
+        for name in ("game.tw-pddl", "traj_data.json"):
+            if name == fifo:
+                os.mkfifo(split / trial / name)
+            else:
+                (split / trial / name).write_text((src.parent / name).read_text())
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("blocked on a FIFO"))
+    signal.alarm(10)
+    try:
+        assert task_ids("alfworld:valid_seen") == ["alfworld:json_2.1.1/valid_seen/A/trial_1"]
+        for trial, name in (("B", "traj_data.json"), ("C", "game.tw-pddl")):
+            with pytest.raises(ProasError, match=f"{name}: is a FIFO; a file read as data must be a regular file") \
+                    as info:
+                load_task(f"alfworld:json_2.1.1/valid_seen/{trial}/trial_1")
+            assert "\n" not in str(info.value)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -32,7 +32,7 @@ from proas.envs.household.oracle import solve
 from proas.envs.household.sim import NOTHING, Game, Sim
 from proas.envs.replay import replay_oracle
 from proas.errors import ProasError
-from proas.fileio import atomic_write_json
+from proas.fileio import atomic_write_json, read_regular
 
 if TYPE_CHECKING:  # pragma: no cover
     from proas.types import Trajectory
@@ -103,14 +103,20 @@ def load_task(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(task_id, str) and task_id.startswith(OFFICIAL_PREFIX):
         d = _official_dir(task_id)
         try:
-            data = json.loads((d / "game.tw-pddl").read_text())
-            traj = json.loads((d / "traj_data.json").read_text())
+            data = _read_json(d / "game.tw-pddl")
+            traj = _read_json(d / "traj_data.json")
         except FileNotFoundError as exc:
             raise ProasError(f"ALFWorld game {task_id!r}: {exc.filename} is missing") from None
         except json.JSONDecodeError as exc:
             raise ProasError(f"ALFWorld game {task_id!r}: corrupt JSON ({exc.msg})") from None
         return data, traj
     return _generated(str(task_id))
+
+
+def _read_json(path: Path) -> Any:
+    """A data folder's JSON file, read as data (``read_regular``): a FIFO or a device in its
+    place is a one-line ``ProasError`` instead of a read that blocks for ever."""
+    return json.loads(read_regular(path, follow_symlinks=True))
 
 
 def cache_root() -> Path:
@@ -152,11 +158,11 @@ def official_task_ids(split: str, root: str | Path | None = None) -> list[str]:
         if "movable" in str(rel) or "Sliced" in str(rel) or not (d / "game.tw-pddl").is_file():
             continue
         try:
-            if json.loads(traj.read_text()).get("task_type") not in generator.SHORT_OF:
+            if _read_json(traj).get("task_type") not in generator.SHORT_OF:
                 continue
-            if json.loads((d / "game.tw-pddl").read_text()).get("solvable") is not True:
+            if _read_json(d / "game.tw-pddl").get("solvable") is not True:
                 continue
-        except (json.JSONDecodeError, OSError):
+        except (ValueError, OSError, ProasError):  # unreadable or not a regular file: skipped, as corrupt
             continue
         out.append(OFFICIAL_PREFIX + str(rel))
     return out
