@@ -4,8 +4,9 @@ ran ("Narrowing", rules 1 and 2).
 For each env, start (weak, comp) and setting (minibatch x AdamW rate x KL coefficient) of
 `lm_screen.yaml`: the step-0 validation SR, the mean validation SR over the validations at steps
 20-40, their difference, for a run that went on past step 40 the same over steps 50-150 (the
-primary metric's window, as far as it got), how far the run got, and the verdict: **dropped** when the mean lies more than 10 points
-below step 0 or the run stopped on a non-finite loss, else **kept**. Then the KL rule: for each
+primary metric's window, as far as it got), how far the run got, and the verdict: **dropped**
+when the mean lies more than 10 points below step 0 or the run stopped on a non-finite loss, else
+**kept**. Then the KL rule: for each
 rate, the KL-0 and KL-0.01 runs' steps-20-40 means per env and start, and whether every such pair
 lies within 2 points (then KL stays at 0.01). Also the SFT starts' best validation SR.
 

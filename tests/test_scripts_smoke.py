@@ -325,7 +325,8 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     mb32 = next(r for r in __import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines())
                 if r["mb"] == "32")
     assert (mb32["lr"], mb32["kl"], mb32["verdict"]) == ("1e-4", "0.01", "kept")
-    assert abs(float(mb32["mean_50_150"]) - 51.0) < 1e-9 and mb32["n_val_50_150"] == "11"  # step 45 is no validation of the window
+    # step 45 is no validation of the window
+    assert abs(float(mb32["mean_50_150"]) - 51.0) < 1e-9 and mb32["n_val_50_150"] == "11"
     assert abs(float(mb32["delta_50_150"]) - 21.0) < 1e-9 and rows[("weak", "1e-4", "0")]["mean_50_150"] == ""
     assert rows[("weak", "3e-4", "0")]["verdict"] == "dropped"
     assert rows[("weak", "3e-4", "0.01")]["verdict"] == "kept"
