@@ -4,8 +4,9 @@
 # 32 training tasks, 8 tasks x 4 episodes a step), 60 steps of GRPO from random weights:
 #   - the scorer at its defaults (hashed n-gram features, SGD 1.0), the reference that learns;
 #   - the lm (`tiny` Qwen2, score mode, score_norm=mean so that a random model is near uniform
-#     over the candidates) at AdamW 1e-3 with the default minibatch (256: one update a step here)
-#     and at 1e-3, 3e-3, 1e-2 with minibatch 32 (about six updates a step), SEEDS each.
+#     over the candidates) at AdamW 1e-3, 3e-3, 1e-2 with the default minibatch (256: one update a
+#     step here) and with minibatch 32 (about six updates a step), SEEDS each: the same rates at
+#     both minibatches tell the count of updates from the size of each.
 # Prints training SR per 10 steps and the entropy of a decision, per run; runs land in OUT.
 #
 #   bash scripts/lm_toy_rl.sh [OUT]        (SEEDS="0 1" JOBS=2 by default; about 4 min a run on 2 cores)
@@ -21,7 +22,7 @@ TOY=(env.name=toy_env:make_env env.options.n_places=3 env.options.max_steps=6 en
 LM=(policy=lm policy.lm.model_config=tiny policy.lm.mode=score policy.lm.score_norm=mean policy.lm.device=cpu)
 runs=("scorer_s0|seed=0")
 for s in $SEEDS; do
-  runs+=("lm_lr1e-3_mb256_s$s|seed=$s ${LM[*]} policy.lm.lr=1e-3")
+  for lr in 1e-3 3e-3 1e-2; do runs+=("lm_lr${lr}_mb256_s$s|seed=$s ${LM[*]} policy.lm.lr=$lr"); done
   for lr in 1e-3 3e-3 1e-2; do runs+=("lm_lr${lr}_mb32_s$s|seed=$s ${LM[*]} policy.lm.lr=$lr algo.minibatch_size=32"); done
 done
 mkdir -p "$OUT"
