@@ -27,17 +27,17 @@ from pathlib import Path
 
 from proas.errors import ProasError
 from proas.experiments.datafiles import csv_text
+from proas.experiments.heldout import WINDOW as PRIMARY  # the primary metric's validations (steps 50-150)
 from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
+from proas.train.config import AlgoConfig
 
 ROW = re.compile(r"^grpo_(weak|comp)(?:_mb(\d+))?_lr([0-9.e-]+)_kl([0-9.]+)$")
 DROP_PTS = 10.0
 KL_PTS = 2.0
 WINDOW = (20, 40)
-#: the primary metric's validations (steps 50-150), for runs that went on to the ranking's length
-PRIMARY = (50, 150)
 #: the minibatch of a row that names none (algo.minibatch_size's default)
-DEFAULT_MB = "256"
+DEFAULT_MB = str(AlgoConfig().minibatch_size)
 
 
 def stop_reason(run: Path) -> str:
