@@ -430,12 +430,11 @@ def sft_report(tasks: int = 6) -> dict:
         assert cli.main(["household", "export", "--out", str(tmp / "alf" / "json_2.1.1"), "--logic",
                          str(tmp / "alf" / "logic"), *[a for t in ids for a in ("--task", t)]]) == 0
         os.environ["ALFWORLD_DATA"] = str(tmp / "alf")
+        import agent_system.environments as ae
         from agent_system.environments.env_manager import AlfWorldEnvironmentManager
         from alfworld.agents.environment import get_environment
 
         from proas.integrations.verl.verl_agent import _projection
-
-        import agent_system.environments as ae
 
         cfg_path = Path(ae.__file__).parent / "env_package" / "alfworld" / "configs" / "config_tw.yaml"
         base = get_environment("AlfredTWEnv")(yaml.safe_load(os.path.expandvars(cfg_path.read_text())),
