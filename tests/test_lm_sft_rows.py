@@ -152,3 +152,15 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny_model, rows_file, tmp_pat
     assert "exists and is not empty" in run(rows_file, used)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "long.jsonl", "used"]
     assert (used / "keep").read_text() == "x"
+
+
+def test_an_action_quoted_only_in_the_history_is_not_admissible(rows):
+    from proas.lm.sft_rows import _admissible_part
+
+    # the third step of a task: its history quotes the second action, no longer admissible
+    # (the object is in hand); the admissible list is the part after the last mention
+    row = rows[2]
+    taken = rows[1]["response"].split("<action>")[1].split("</action>")[0]
+    assert f"'{taken}'" in row["prompt"] and f"'{taken}'" not in _admissible_part(row["prompt"])
+    wanted = row["response"].split("<action>")[1].split("</action>")[0]
+    assert f"'{wanted}'" in _admissible_part(row["prompt"])

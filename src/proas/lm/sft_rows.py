@@ -207,7 +207,7 @@ def check_generation(model, tokenizer, rows: Sequence[dict[str, Any]], *, max_ne
     """Greedy answers to ``rows``' prompts (left-padded, as verl-agent's HF rollout generates),
     projected as the RL runs project them (``project_action``): the shares of answers in the
     format (``<think>..</think>`` and a non-empty ``<action>..</action>``), of those whose action
-    is in the prompt's admissible list (quoted there, as both templates list them) and of
+    is in the prompt's admissible list (quoted there, as both templates list them; ``_admissible_part``) and of
     those whose action is the row's own, and the first answers."""
     model.eval()
     fmt = admissible = same = 0
@@ -230,13 +230,21 @@ def check_generation(model, tokenizer, rows: Sequence[dict[str, Any]], *, max_ne
             action, malformed = project_action(text)
             wanted, _ = project_action(row["response"])
             fmt += not malformed
-            admissible += (not malformed) and f"'{action}'" in row["prompt"]
+            admissible += (not malformed) and f"'{action}'" in _admissible_part(row["prompt"])
             same += (not malformed) and action == wanted
             if len(examples) < 3:
                 examples.append(text)
     n = max(len(rows), 1)
     return {"rows": len(rows), "format": fmt / n, "admissible": admissible / n, "oracle_action": same / n,
             "examples": examples}
+
+
+def _admissible_part(prompt: str) -> str:
+    """The prompt from its last mention of the admissible actions on (verl-agent's "Your
+    admissible actions of the current situation are: [...]", proas's "Admissible actions"), so
+    that an action quoted only in the history does not count; the whole prompt when it has none."""
+    at = prompt.lower().rfind("admissible actions")
+    return prompt if at < 0 else prompt[at:]
 
 
 def _device(spec: str) -> torch.device:
