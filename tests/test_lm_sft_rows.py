@@ -96,7 +96,7 @@ def test_sft_rows_lowers_the_loss_and_saves_the_best_epoch_whole(tiny_model, row
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "sft"
-    assert proas_main(["lm", "sft-rows", "--data", str(rows_file), "--model", str(tiny_model), "--out", str(out),
+    assert proas_main(["lm", "sft-rows", "--data", str(rows_file), "--init-from", str(tiny_model), "--out", str(out),
                        "--epochs", "20", "--lr", "3e-3", "--batch-size", "4", "--val-fraction", "0.25",
                        "--check-rows", "8", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
@@ -130,7 +130,7 @@ def test_sft_rows_lowers_the_loss_and_saves_the_best_epoch_whole(tiny_model, row
 
 def test_bad_input_is_one_line_and_writes_nothing(tiny_model, rows_file, tmp_path, capsys):
     def run(data, out, *extra):
-        code = proas_main(["lm", "sft-rows", "--data", str(data), "--model", str(tiny_model), "--out", str(out),
+        code = proas_main(["lm", "sft-rows", "--data", str(data), "--init-from", str(tiny_model), "--out", str(out),
                            "--device", "cpu", *extra])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and err.startswith("proas: error: "), err

@@ -74,13 +74,13 @@ def register(sub) -> None:
                                     "tasks are held out for a validation loss after every epoch; the best epoch is "
                                     "saved, with a greedy generation check on held-out rows (docs/verl.md).")
     s.add_argument("--data", required=True, metavar="FILE", help="the rows (sft.jsonl or sft.parquet)")
-    s.add_argument("--model", required=True, metavar="DIR", help="the model directory to start from "
+    s.add_argument("--init-from", required=True, metavar="DIR", help="the model directory to start from "
                    "(proas lm new-model, proas lm export)")
     s.add_argument("--out", required=True, metavar="DIR", help="the directory to write (new or empty)")
     s.add_argument("--epochs", type=integer("[1, 10000]"), default=3, help="passes over the rows (default 3)")
-    s.add_argument("--lr", type=number("(0, 1]"), default=1e-3, help="AdamW's peak rate (default 1e-3)")
+    s.add_argument("--lr", type=number("(0, 1]"), default=1e-3, metavar="RATE", help="AdamW's peak rate (default 1e-3)")
     s.add_argument("--batch-size", type=integer("[1, 65536]"), default=32, help="rows a step (default 32)")
-    s.add_argument("--val-fraction", type=number("[0, 1)"), default=0.05,
+    s.add_argument("--val-fraction", type=number("[0, 1)"), default=0.05, metavar="FRACTION",
                    help="share of the tasks held out for the validation loss (default 0.05)")
     s.add_argument("--max-rows", type=integer("[1, INT32]"), default=None, help="use only the first N rows")
     s.add_argument("--max-prompt-length", type=integer("[1, 2**20]"), default=2048,
@@ -225,7 +225,7 @@ def _sft_rows(args) -> int:
                           max_rows=args.max_rows, max_prompt_length=args.max_prompt_length,
                           max_response_length=args.max_response_length, check_rows=args.check_rows, seed=args.seed,
                           device=args.device)
-    train_on_rows(args.data, args.model, args.out, opts, log=lambda line: print(line, flush=True))
+    train_on_rows(args.data, args.init_from, args.out, opts, log=lambda line: print(line, flush=True))
     return 0
 
 

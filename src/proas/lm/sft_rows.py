@@ -271,10 +271,10 @@ def train_on_rows(data: str | Path, model_dir: str | Path, out: str | Path, opts
     rows = read_rows(data)
     if opts.max_rows is not None:
         rows = rows[: opts.max_rows]
-    tokenizer = load_tokenizer(model_dir, "--model")
+    tokenizer = load_tokenizer(model_dir, "--init-from")
     if tokenizer.eos_token is None or tokenizer.pad_token_id is None:
-        raise ProasError(f"--model {model_dir}: its tokenizer has no end-of-turn (eos) or padding token")
-    check_weights_dir(model_dir, "--model")
+        raise ProasError(f"--init-from {model_dir}: its tokenizer has no end-of-turn (eos) or padding token")
+    check_weights_dir(model_dir, "--init-from")
     train_rows, val_rows = split_rows(rows, opts.val_fraction, opts.seed)
     encoded = {}
     truncated = 0
@@ -290,7 +290,8 @@ def train_on_rows(data: str | Path, model_dir: str | Path, out: str | Path, opts
                                                      use_safetensors=True)
     except Exception as exc:  # noqa: BLE001 - a damaged file ends in many types (SafetensorError, ...)
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise ProasError(f"--model {model_dir}: cannot load a local model ({type(exc).__name__}: {first})") from None
+        raise ProasError(f"--init-from {model_dir}: cannot load a local model "
+                         f"({type(exc).__name__}: {first})") from None
     model.to(device)
     lengths = [(n, len(ids) - n) for ids, n in encoded["train"] + encoded["val"]]
     tokens = {"prompt_mean": sum(p for p, _ in lengths) / len(lengths), "prompt_max": max(p for p, _ in lengths),
