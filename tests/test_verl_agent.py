@@ -207,6 +207,30 @@ def test_main_ppo_refuses_an_env_without_states_before_ray_starts(patched):
 
 
 @pytest.fixture(scope="module")
+def sft(patched):
+    return run_check(patched, "--sft")
+
+
+def test_sft_data_prompts_are_verl_agents_alfworld_templates(sft):
+    assert sft["tasks"] == 6 and sft["rows"] > 6
+    assert sft["first_is_no_history_template"] and sft["later_are_history_template"], sft
+
+
+def test_sft_data_prompts_are_what_alfredtwenv_shows_the_policy_on_the_exported_games(sft):
+    if sft["alfworld_same_prompts"] is None:
+        pytest.skip("TextWorld is not installed in this interpreter (the main one has it, with the alfworld extra)")
+    # every step of the 6 tasks, one of each type, prompt for prompt; the rows' actions win each game
+    assert sft["alfworld_same_prompts"] == [sft["rows"], sft["rows"]]
+    assert sft["alfworld_won"] == [6, 6]
+
+
+def test_sft_rows_tokens_and_targets_are_verls_sft_datasets(sft):
+    if sft["sft_dataset_same_tokens"] is None:
+        pytest.skip("verl's SFT dataset needs pandas and pyarrow (the verl venv has them)")
+    assert sft["sft_dataset_same_tokens"] == [sft["rows"], sft["rows"]]
+
+
+@pytest.fixture(scope="module")
 def loops(patched):
     return run_check(patched, "--loop")["loops"]
 

@@ -4,6 +4,7 @@ step, and compare with proas's credit layer. Prints one JSON object.
     PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --loop      # the rollout loop
     PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --parity    # + the advantages
     PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --checkpoint RUN_DIR
+    PYTHONPATH=PATCHED_VERL_AGENT:src python tests/verl_agent_check.py --sft   # the SFT start's rows
 
 tests/test_verl_agent.py runs these in a subprocess whose ``PYTHONPATH`` starts with a verl-agent
 checkout patched with the recipe (its ``verl`` package is verl-agent's fork, not the PyPI verl of
@@ -397,8 +398,118 @@ def _valid_flags(gathered, traj):
     return [bool(nt["is_action_valid"][r]) for _, r in rows]
 
 
+def sft_report(tasks: int = 6) -> dict:
+    """``proas verl sft-data``'s rows with verl-agent importable, against what verl-agent shows the
+    policy and what verl's SFT dataset trains on: the prompts' template; the same tasks exported
+    (``proas household export``) and played by ALFWorld's own ``AlfredTWEnv`` (verl-agent's
+    ``config_tw.yaml``, train mode) behind verl-agent's ``AlfWorldEnvironmentManager`` with the
+    rows' responses, prompt by prompt (None where TextWorld is not installed); and ``proas lm
+    sft-rows``' tokens and targets of each row against verl's ``SFTDataset``'s."""
+    import importlib.util
+    import os
+    import tempfile
+
+    from agent_system.environments.prompts.alfworld import ALFWORLD_TEMPLATE, ALFWORLD_TEMPLATE_NO_HIS
+
+    from proas.integrations.verl.verl_agent import sft_examples
+
+    rows = sft_examples("household", tasks=tasks)
+    tmp = Path(tempfile.mkdtemp())
+    out = {"rows": len(rows), "tasks": len({r["task_id"] for r in rows}),
+           "first_is_no_history_template": rows[0]["prompt"].startswith(ALFWORLD_TEMPLATE_NO_HIS.split("{")[0]),
+           "later_are_history_template": all(r["prompt"].startswith(ALFWORLD_TEMPLATE.split("{")[0])
+                                             for r in rows[1:] if r["task_id"] == rows[0]["task_id"])}
+    out["alfworld_same_prompts"] = None
+    if importlib.util.find_spec("textworld") is not None and importlib.util.find_spec("alfworld") is not None:
+        import yaml
+        from omegaconf import OmegaConf
+
+        from proas import cli
+
+        ids = sorted({r["task_id"] for r in rows})
+        assert cli.main(["household", "export", "--out", str(tmp / "alf" / "json_2.1.1"), "--logic",
+                         str(tmp / "alf" / "logic"), *[a for t in ids for a in ("--task", t)]]) == 0
+        os.environ["ALFWORLD_DATA"] = str(tmp / "alf")
+        import agent_system.environments as ae
+        from agent_system.environments.env_manager import AlfWorldEnvironmentManager
+        from alfworld.agents.environment import get_environment
+
+        from proas.integrations.verl.verl_agent import _projection
+
+        cfg_path = Path(ae.__file__).parent / "env_package" / "alfworld" / "configs" / "config_tw.yaml"
+        base = get_environment("AlfredTWEnv")(yaml.safe_load(os.path.expandvars(cfg_path.read_text())),
+                                              train_eval="train")
+
+        class OneGame:  # verl-agent's AlfworldEnvs for one env, without Ray: what its worker does
+            def __init__(self, env):
+                self.env, self.admissible = env, [None]
+
+            def reset(self):
+                obs, info = self.env.reset()
+                info = {k: v[0] for k, v in info.items()}
+                self.admissible[0] = info["admissible_commands"]
+                return [obs[0]], None, [info]
+
+            def step(self, actions):
+                obs, _, dones, info = self.env.step(actions)
+                info = {k: v[0] for k, v in info.items()}
+                self.admissible[0] = info["admissible_commands"]
+                return [obs[0]], None, [10.0 * float(info["won"])], [dones[0]], [info]
+
+            @property
+            def get_admissible_commands(self):
+                return self.admissible
+
+        same = total = won = 0
+        games = sorted(base.game_files)
+        for game in games:
+            tid = Path(game).parent.name
+            base.game_files = [game]
+            env = base.init_env(batch_size=1)
+            env.seed(0)
+            manager = AlfWorldEnvironmentManager(OneGame(env), _projection("alfworld", "alfworld_projection"),
+                                                 OmegaConf.create({"env": {"history_length": 2}}))
+            obs, infos = manager.reset(kwargs=None)
+            for r in (r for r in rows if r["task_id"] == tid):
+                same, total = same + (obs["text"][0] == r["prompt"]), total + 1
+                obs, _, _, infos = manager.step([r["response"]])
+            won += bool(infos[0]["won"])
+            env.close()
+        out["alfworld_same_prompts"] = [same, total]
+        out["alfworld_won"] = [won, len(games)]
+    out["sft_dataset_same_tokens"] = None
+    if importlib.util.find_spec("pandas") is not None and importlib.util.find_spec("pyarrow") is not None:
+        import pandas as pd
+        from verl.utils.dataset.sft_dataset import SFTDataset
+
+        from proas.lm.model import load_tokenizer
+        from proas.lm.sft_rows import RowsSFTOptions, collate, encode_row
+        from proas.lm.tools import build_env_tokenizer
+
+        build_env_tokenizer([r["prompt"] + r["response"] for r in rows], 600, tmp / "tok")
+        tok = load_tokenizer(tmp / "tok")
+        pd.DataFrame(rows).to_parquet(tmp / "sft.parquet")
+        theirs = SFTDataset(str(tmp / "sft.parquet"), tok, {"max_length": 1024, "truncation": "error"})
+        same = 0
+        for i, row in enumerate(rows):
+            ids, n_prompt, _ = encode_row(tok, row, RowsSFTOptions())
+            labels = collate([(ids, n_prompt)], tok.pad_token_id)["labels"][0]
+            item = theirs[i]
+            n = int(item["attention_mask"].sum())
+            # verl's loss mask marks the positions whose next token is a target
+            targets = [t + 1 for t in range(n) if int(item["loss_mask"][t])]
+            same += (item["input_ids"][:n].tolist() == ids
+                     and targets == [t for t in range(len(ids)) if int(labels[t]) != -100])
+        out["sft_dataset_same_tokens"] = [same, len(rows)]
+    return out
+
+
 def main(argv: list[str]) -> int:
     import tempfile
+
+    if argv[:1] == ["--sft"]:  # verl only where pandas is (verl's SFT dataset)
+        print(json.dumps(sft_report()))
+        return 0
 
     import verl
 
@@ -415,7 +526,7 @@ def main(argv: list[str]) -> int:
         build_graph("household", tasks=6).save(graph_path)
         out.update(parity(graph_path))
     else:
-        print("usage: verl_agent_check.py --loop | --parity | --checkpoint RUN_DIR", file=sys.stderr)
+        print("usage: verl_agent_check.py --loop | --parity | --checkpoint RUN_DIR | --sft", file=sys.stderr)
         return 2
     print(json.dumps(out))
     return 0

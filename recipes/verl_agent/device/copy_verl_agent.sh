@@ -10,7 +10,10 @@ set -euo pipefail
 GIT_DIR_IN=${1:?the git directory of a verl-agent clone or mirror}
 COMMIT=796ed310287fa605c9292a0fce07a86d79fde05e
 cd "$(dirname "$0")/../../.."
-grep -qx '/.verl-agent/' .git/info/exclude 2>/dev/null || echo /.verl-agent/ >> .git/info/exclude
+# git's own exclude file: .git is a file in a worktree, so ask git where it is
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.verl-agent/' "$exclude" 2>/dev/null || echo /.verl-agent/ >> "$exclude"
 rm -rf .verl-agent.tmp && mkdir .verl-agent.tmp
 git --git-dir="$GIT_DIR_IN" ls-tree -r "$COMMIT" verl agent_system gigpo \
   | grep -v -e 'envs/chromedriver$' -e 'env_package/gym_cards/' \

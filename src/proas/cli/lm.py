@@ -1,6 +1,6 @@
 """``proas lm``: the commands around the ``lm`` policy's Hugging Face models (docs/lm.md):
 export a run's model (``export_hf``), train a tokenizer on an env's text (``env_corpus``), write
-a from-scratch model.
+a from-scratch model, fine-tune a model directory on (prompt, response) rows (``proas.lm.sft_rows``).
 
 The lm itself (policy, decoding, tools, options) is the package ``proas.lm``, on the policies'
 floor below the trainer. These commands stand on the top floor because their work is the
@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Iterator
 
 from proas.errors import ProasError
-from proas.ranges import integer, seed
+from proas.ranges import integer, number, seed
 
 
 def register(sub) -> None:
     lm = sub.add_parser(
         "lm",
-        help="lm policy tools: export a run's model, train an env tokenizer, make a from-scratch model",
+        help="lm policy tools: export a run's model, train an env tokenizer, make a from-scratch model, "
+             "fine-tune one on (prompt, response) rows",
         description="Tools around the lm policy's Hugging Face models.",
     )
     lsub = lm.add_subparsers(dest="lm_command", metavar="COMMAND")
@@ -63,6 +64,34 @@ def register(sub) -> None:
     m.add_argument("--seed", type=seed(), default=0, help="seed of the initial weights")
     m.add_argument("--out", required=True, metavar="DIR", help="the directory to write (new or empty)")
     m.set_defaults(func=_new_model)
+
+    s = lsub.add_parser("sft-rows", help="fine-tune a model directory on (prompt, response) rows "
+                                         "(proas verl sft-data), loss on the responses only",
+                        description="Supervised fine-tuning of a Hugging Face model directory on (prompt, "
+                                    "response) rows (.jsonl or .parquet, as proas verl sft-data writes them): each "
+                                    "prompt as the user message of the tokenizer's chat template, as verl-agent's "
+                                    "rollout shows it, the loss on the response and end-of-turn tokens only. Whole "
+                                    "tasks are held out for a validation loss after every epoch; the best epoch is "
+                                    "saved, with a greedy generation check on held-out rows (docs/verl.md).")
+    s.add_argument("--data", required=True, metavar="FILE", help="the rows (sft.jsonl or sft.parquet)")
+    s.add_argument("--init-from", required=True, metavar="DIR", help="the model directory to start from "
+                   "(proas lm new-model, proas lm export)")
+    s.add_argument("--out", required=True, metavar="DIR", help="the directory to write (new or empty)")
+    s.add_argument("--epochs", type=integer("[1, 10000]"), default=3, help="passes over the rows (default 3)")
+    s.add_argument("--lr", type=number("(0, 1]"), default=1e-3, metavar="RATE", help="AdamW's peak rate (default 1e-3)")
+    s.add_argument("--batch-size", type=integer("[1, 65536]"), default=32, help="rows a step (default 32)")
+    s.add_argument("--val-fraction", type=number("[0, 1)"), default=0.05, metavar="FRACTION",
+                   help="share of the tasks held out for the validation loss (default 0.05)")
+    s.add_argument("--max-rows", type=integer("[1, INT32]"), default=None, help="use only the first N rows")
+    s.add_argument("--max-prompt-length", type=integer("[1, 2**20]"), default=2048,
+                   help="the RL run's data.max_prompt_length: longer prompts are cut on the left (default 2048)")
+    s.add_argument("--max-response-length", type=integer("[1, 2**20]"), default=64,
+                   help="the RL run's data.max_response_length: a longer response is an error (default 64)")
+    s.add_argument("--check-rows", type=integer("[0, INT32]"), default=64,
+                   help="held-out rows the generation check answers greedily (default 64; 0: none)")
+    s.add_argument("--seed", type=seed(), default=0, help="seeds the held-out tasks and the row order (default 0)")
+    s.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: a GPU if there is one")
+    s.set_defaults(func=_sft_rows)
 
 
 def _export(args) -> int:
@@ -186,6 +215,17 @@ def _tokenizer(args) -> int:
     cfg = build_config(([f"env.name={args.env}"] if args.env else []) + list(args.overrides))
     tok = env_tokenizer(cfg, args.vocab, args.out, max_tasks=args.max_tasks, span=args.span)
     print(f"tokenizer: {len(tok)} tokens, {args.out}  (proas lm new-model --tokenizer {args.out} --out DIR)")
+    return 0
+
+
+def _sft_rows(args) -> int:
+    from proas.lm.sft_rows import RowsSFTOptions, train_on_rows
+
+    opts = RowsSFTOptions(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, val_fraction=args.val_fraction,
+                          max_rows=args.max_rows, max_prompt_length=args.max_prompt_length,
+                          max_response_length=args.max_response_length, check_rows=args.check_rows, seed=args.seed,
+                          device=args.device)
+    train_on_rows(args.data, args.init_from, args.out, opts, log=lambda line: print(line, flush=True))
     return 0
 
 
