@@ -1,7 +1,7 @@
 """The lm study's divergence screen, read by the rules that docs/lm-study-protocol.md fixed before it
 ran ("Narrowing", rules 1 and 2).
 
-For each env, start (weak, comp) and setting (minibatch x AdamW rate x KL coefficient) of
+For each env, start (weak, mid, comp) and setting (minibatch x AdamW rate x KL coefficient) of
 `lm_screen.yaml`: the step-0 validation SR, the mean validation SR over the validations at steps
 20-40, their difference, for a run that went on past step 40 the same over steps 50-150 (the
 primary metric's window, as far as it got), how far the run got, and the verdict: **dropped**
@@ -32,7 +32,7 @@ from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 from proas.train.config import AlgoConfig
 
-ROW = re.compile(r"^grpo_(weak|comp)(?:_mb(\d+))?_lr([0-9.e-]+)_kl([0-9.]+)$")
+ROW = re.compile(r"^grpo_(weak|mid|comp)(?:_mb(\d+))?_lr([0-9.e-]+)_kl([0-9.]+)$")
 DROP_PTS = 10.0
 KL_PTS = 2.0
 WINDOW = (20, 40)

@@ -314,11 +314,13 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     # minibatch-256 rows), and the mean over steps 50-150 read beside the screen's
     run("grpo_weak_mb32_lr1e-4_kl0.01", {0: 0.30, 20: 0.40, 30: 0.40, 40: 0.40, 45: 0.9,
                                           **{s: 0.50 + (s == 150) * 0.11 for s in range(50, 151, 10)}})
+    # the middle start's rows are a start of their own (27.0 - 40: dropped)
+    run("grpo_mid_lr1e-4_kl0.01", {0: 0.40, 20: 0.25, 30: 0.27, 40: 0.29})
     out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"),
                "--steps", str(tmp_path / "steps.csv"))
     assert out.returncode == 0, out.stderr
     steps = list(__import__("csv").DictReader((tmp_path / "steps.csv").read_text().splitlines()))
-    assert len(steps) == 5 + 5 + 5 + 5 + 2 + 5 + 16  # one row a logged step, every run
+    assert len(steps) == 5 + 5 + 5 + 5 + 2 + 5 + 16 + 4  # one row a logged step, every run
     first = next(r for r in steps if r["row"] == "grpo_weak_lr3e-4_kl0" and r["step"] == "20")
     assert float(first["val_sr"]) == 15.0 and list(first) == ["env", "row", "seed", "step", "val_sr"]
     rows = {(r["start"], r["lr"], r["kl"]): r for r in
@@ -330,6 +332,7 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     assert abs(float(mb32["mean_50_150"]) - 51.0) < 1e-9 and mb32["n_val_50_150"] == "11"
     assert abs(float(mb32["delta_50_150"]) - 21.0) < 1e-9 and rows[("weak", "1e-4", "0")]["mean_50_150"] == ""
     assert rows[("weak", "3e-4", "0")]["verdict"] == "dropped"
+    assert rows[("mid", "1e-4", "0.01")]["verdict"] == "dropped"
     assert rows[("weak", "3e-4", "0.01")]["verdict"] == "kept"
     assert rows[("weak", "1e-4", "0")]["verdict"] == "kept"
     assert rows[("comp", "1e-3", "0")]["verdict"] == "dropped (non-finite)"
