@@ -307,7 +307,8 @@ def test_sequence_nll_is_the_causal_lm_loss_over_prompt_and_oracle_response():
         assert float(sequence_nll(gen, gdata[:1])) == pytest.approx(want, rel=1e-4)
 
 
-def test_sft_sequence_loss_is_recorded_and_changes_the_update(tmp_path):
+def test_sft_sequence_loss_is_recorded_and_changes_the_update(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROAS_COMMIT", "abc1234")  # a device copy has no .git: the commit comes from here
     c = build_config(TOY + ["policy=lm", "policy.lm.model_config=tiny", "policy.lm.mode=score",
                             "env.fixed_val_set.enabled=false"])
     runs = {}
@@ -321,6 +322,7 @@ def test_sft_sequence_loss_is_recorded_and_changes_the_update(tmp_path):
     assert runs[1.0][1]["sft/nll"] != pytest.approx(runs[0.0][1]["sft/nll"], rel=1e-9)
     summary = json.loads((tmp_path / "1.0" / "summary.json").read_text())
     assert summary["options"]["sequence_loss"] == 1.0
+    assert summary["commit"] == "abc1234"
 
 
 def test_sft_sequence_loss_is_refused_where_it_cannot_apply(tmp_path):

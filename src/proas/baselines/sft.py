@@ -47,6 +47,7 @@ from proas.lm.prompt import LM_THOUGHT, score_response  # the thought SFT teache
 from proas.policies.base import Context, Policy, task_text
 from proas.train.config import Config, config_to_yaml, pin_tuned_defaults
 from proas.train.loop import val_seed, validate, weights_finite, write_run_config
+from proas.train.outputs import source_commit
 from proas.train.rundir import absolute_paths
 from proas.train.warm_start import build_policy, init_source_record
 
@@ -326,6 +327,8 @@ def train_sft(cfg: Config, run_dir: Path, opts: SFTOptions,
         "first_val_sr": vals[0][1] if vals else None, "best_val_sr": top[1], "best_val_epoch": top[0],
         "last_val_sr": vals[-1][1] if vals else None,
         "final_nll": history[-1].get("sft/nll", math.nan) if history else None,
+        # the code that made the start (an RL run's summary names its own): PROAS_COMMIT on a device copy
+        "commit": source_commit(),
     }
     atomic_write_json(run_dir / "summary.json", summary)
     return summary
