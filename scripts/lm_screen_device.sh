@@ -16,6 +16,8 @@
 # Carry .whl. ENVS (default both) narrows the envs, e.g. ENVS=household once shop's screen is done;
 # STEPS (default the study's 40) lets the runs go on, e.g. to the ranking's 150; CHECKS (default
 # "attn profile") names the parts of scripts/lm_kernel_check_device.sh to run, "" for none.
+# ROWS2 (with ENVS2, STEPS2) starts a second grid beside the first, e.g. household's 40-step
+# screen beside shop's 150-step runs.
 #
 #   bash scripts/lm_screen_device.sh [DEADLINE]
 set -u
@@ -42,6 +44,13 @@ export EXTRA
 # 1. the screen, detached
 WEAK="sft_weak_shop sft_weak_household $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"
 ROWS=${ROWS:-$WEAK} STEPS=${STEPS:-} STUDY=lm_screen SEEDS=200 ENVS=${ENVS:-"shop household"} WORK=$WORK bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
+# 1b. optionally a second grid beside it, with its own rows, envs and step budget (a study's step
+#     budget is one for all its runs), in its own work dir: ROWS2, ENVS2, STEPS2 (WORK2, default
+#     $WORK-2); `watch` below waits for both, and step 4 packs and reads both
+if [ -n "${ROWS2:-}" ]; then
+  ROWS=$ROWS2 STEPS=${STEPS2:-} STUDY=lm_screen SEEDS=200 ENVS=${ENVS2:-"shop household"} WORK=${WORK2:-$WORK-2} \
+    bash scripts/run_lm_competent.sh start 2400 2>&1 | tail -n 5
+fi
 export PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)" | tee -a "$OUT/step_profile.txt"
@@ -63,4 +72,11 @@ fi
 STUDY=lm_screen WORK=$WORK OUT=$OUT bash scripts/run_lm_competent.sh pack > /dev/null 2>&1
 python3 scripts/lm_screen_verdict.py "$RES" --csv "$OUT/screen.csv" --steps "$OUT/steps.csv" > "$OUT/screen.md" 2>&1
 cat "$OUT/screen.md"
+if [ -n "${ROWS2:-}" ]; then
+  mkdir -p "$OUT/second"
+  STUDY=lm_screen WORK=${WORK2:-$WORK-2} OUT=$OUT/second bash scripts/run_lm_competent.sh pack > /dev/null 2>&1
+  python3 scripts/lm_screen_verdict.py "${WORK2:-$WORK-2}/res" --csv "$OUT/second/screen.csv" \
+    --steps "$OUT/second/steps.csv" > "$OUT/second/screen.md" 2>&1
+  cat "$OUT/second/screen.md"
+fi
 exit 0
