@@ -90,7 +90,8 @@ def test_the_cpu_preflight_reads_the_learn_phases_arms_after_run_sh_overrides():
         last = dict(o.split("=", 1) for o in over)  # what Hydra ends with
         assert last["proas.shaping"] == shaping and last["proas.enable"] == "True"
         assert last["actor_rollout_ref.actor.optim.lr"] == "1e-4"
-        assert last["data.train_batch_size"] == "8" and last["env.rollout.n"] == "4" and last["env.max_steps"] == "20"
+        assert last["data.train_batch_size"] == "8" and last["env.rollout.n"] == "4"
+        assert last["env.max_steps"] == "20"
         assert last["data.val_batch_size"] == "64" and last["data.val_files"] == "/w/data_learn/test.parquet"
         assert last["trainer.val_before_train"] == "True" and last["trainer.test_freq"] == "5"
         assert last["trainer.save_freq"] == "5" and last["+ray_init.address"] == "local"
@@ -228,9 +229,8 @@ def test_plot_steps_keeps_a_resumed_steps_last_value_and_writes_a_png(tmp_path):
     assert plot.series(rows, "val/success_rate") == {"grpo": [(0, 0.25), (5, 0.40)], "proas": [(0, 0.2)]}
     assert plot.series(rows, "episode/success_rate") == {"grpo": [(1, 0.125), (5, 0.5)]}
     csv_path = tmp_path / "steps.csv"
-    csv_path.write_text("run,step,val/success_rate,episode/success_rate\n"
-                        + "".join(f"{r['run']},{r['step']},{r['val/success_rate']},{r.get('episode/success_rate', '')}\n"
-                                  for r in rows))
+    lines = [",".join([r["run"], r["step"], r["val/success_rate"], r.get("episode/success_rate", "")]) for r in rows]
+    csv_path.write_text("run,step,val/success_rate,episode/success_rate\n" + "\n".join(lines) + "\n")
     png = tmp_path / "learn.png"
     proc = subprocess.run([sys.executable, str(DEVICE / "plot_steps.py"), str(csv_path), "--out", str(png)],
                           capture_output=True, text=True, timeout=120)
@@ -256,7 +256,8 @@ def test_run_sh_watch_and_pack_read_the_arms_that_learn_left_without_setting_any
     (learn / "grpo_proas-lr1e-4.log").write_text("step:0 - val/success_rate:0.200\n")
     (learn / "grpo_proas-lr1e-4.pid").write_text(dead)  # no exit status: the trainer was killed
     out = tmp_path / "out"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "VERL_AGENT_DIR": str(tmp_path), "WORK": str(tmp_path / "work"),
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "VERL_AGENT_DIR": str(tmp_path),
+           "WORK": str(tmp_path / "work"),
            "OUT": str(out), "PHASES": "watch pack", "ARMS": "grpo grpo_proas", "LRS": "1e-4", "WATCH": "60",
            "WHEELS": str(tmp_path / "no-wheels")}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # python3 for steps_csv.py
@@ -269,4 +270,27 @@ def test_run_sh_watch_and_pack_read_the_arms_that_learn_left_without_setting_any
     assert sorted(p.name for p in out.iterdir()) == ["grpo-lr1e-4.log", "grpo_proas-lr1e-4.log", "learn_steps.csv"]
     lines = (out / "learn_steps.csv").read_text().splitlines()
     assert [line.split(",")[:3] for line in lines[1:]] == [
-        ["grpo-lr1e-4", "0", "0.250"], ["grpo-lr1e-4", "1", ""], ["grpo-lr1e-4", "5", "0.375"], ["grpo_proas-lr1e-4", "0", "0.200"]]
+        ["grpo-lr1e-4", "0", "0.250"], ["grpo-lr1e-4", "1", ""], ["grpo-lr1e-4", "5", "0.375"],
+        ["grpo_proas-lr1e-4", "0", "0.200"]]
+
+
+def test_unstage_unpacks_the_two_halves_in_order_and_refuses_a_wrong_half(tmp_path):
+    import hashlib
+    import io
+    import tarfile
+
+    src = tmp_path / "src"
+    (src / "model").mkdir(parents=True)
+    (src / "model" / "config.json").write_text('{"a": 1}')
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        tar.add(src / "model", arcname="./model")
+    data = buf.getvalue()
+    half = len(data) // 2
+    (tmp_path / "sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+    cmd = [sys.executable, str(DEVICE / "unstage.py"), str(tmp_path / "dest"), "--sha256", str(tmp_path / "sha256")]
+    proc = subprocess.run(cmd, input=data, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "dest" / "model" / "config.json").read_text() == '{"a": 1}'
+    swapped = subprocess.run(cmd, input=data[half:] + data[:half], capture_output=True, text=False, timeout=60)
+    assert swapped.returncode == 2 and b"out of order" in swapped.stderr

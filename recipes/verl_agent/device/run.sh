@@ -17,7 +17,8 @@
 #   PHASES="watch pack" WATCH=560 bash .../run.sh      (next calls: no setup, only the logs)
 # `learn` starts one detached trainer per arm and rate (ARMS x LRS) side by side on the GPU, each
 # resuming from its last checkpoint if it has one; `watch` prints their progress until they all
-# end or WATCH seconds pass; `pack` copies their logs and the per-step CSV to $OUT.
+# end or WATCH seconds pass; `pack` copies their logs and the per-step CSV to $OUT; `stop` ends
+# the arms named in STOP.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(pwd)
@@ -74,12 +75,20 @@ pack_arms() {  # every arm's log (and its exit status) and the per-step CSV of a
         || echo "pack: steps_csv.py found no step lines yet" >&2
     ls -l "$OUTDIR"
 }
-# watch and pack read what `learn` left in $WORK: no installs, nothing set up
+stop_arms() {  # STOP's arms (names as arm_names prints them): their whole session, Ray cluster included
+    local name
+    for name in ${STOP:?STOP=NAME... (e.g. grpo-lr1e-5)}; do
+        [[ -f "$LEARN/$name.pid" ]] || { echo "$name: not started" >&2; continue; }
+        kill -TERM -- "-$(cat "$LEARN/$name.pid")" 2>/dev/null && echo "$name: stopped (resumes from its last checkpoint)" \
+            || echo "$name: not running"
+    done
+}
+# watch, stop and pack read what `learn` left in $WORK: no installs, nothing set up
 only_logs=1
-for phase in $PHASES; do [[ $phase == watch || $phase == pack ]] || only_logs=0; done
+for phase in $PHASES; do [[ $phase == watch || $phase == pack || $phase == stop ]] || only_logs=0; done
 if (( only_logs )); then
     for phase in $PHASES; do
-        case $phase in watch) watch_arms ;; pack) pack_arms ;; esac
+        case $phase in watch) watch_arms ;; pack) pack_arms ;; stop) stop_arms ;; esac
     done
     exit 0
 fi
@@ -197,6 +206,7 @@ learn() {  # one detached trainer per arm and rate, side by side; each resumes f
                 "$LEARN/$name" "$LEARN_STEPS" auto "${learn_overrides[@]}" proas.shaping="$shaping" \
                 actor_rollout_ref.actor.optim.lr="$lr" trainer.experiment_name="$name" \
                 >> "$LEARN/$name.log" 2>&1 < /dev/null &
+            for _ in $(seq 50); do [[ -f "$LEARN/$name.pid" ]] && break; sleep 0.2; done  # for watch, next
             echo "$name: started (log $LEARN/$name.log)"
         done
     done
@@ -220,7 +230,8 @@ for phase in $PHASES; do
         learn) learn ;;
         watch) watch_arms ;;
         pack) pack_arms ;;
-        *) echo "unknown phase $phase (full, cut, resume, resume-full, learn, watch, pack)" >&2; exit 2 ;;
+        stop) stop_arms ;;
+        *) echo "unknown phase $phase (full, cut, resume, resume-full, learn, watch, pack, stop)" >&2; exit 2 ;;
     esac
 done
 # the resumed run's checkpoints against the uninterrupted run's, tensor by tensor (step STEPS/2:
