@@ -4,7 +4,7 @@
 # (.verl-agent, copy_verl_agent.sh) and the start model, as one xz-compressed tar cut in two
 # halves, .va_stage/part1 and .va_stage/part2 (git-ignored), each carried by one device call.
 # The wheels go in uncompressed (stored zips), so that xz compresses their contents as one
-# stream: 56 MiB for all three against 87 MiB as they lie, still more than one call carries
+# stream: 56 MiB for all three against 91 MiB as they lie, still more than one call carries
 # beside the working tree, hence two halves.
 #
 #   bash recipes/verl_agent/device/stage.sh MODEL_DIR
