@@ -122,3 +122,17 @@ def test_export_of_an_official_game_is_refused_not_reported_as_written(tmp_path,
     err = capsys.readouterr().err
     assert "export writes generated tasks only" in err and "wrote" not in err
     assert not out.exists()
+
+
+def test_export_per_type_takes_the_first_n_of_every_type(tmp_path, capsys):
+    # a split lists its tasks type by type: --limit alone would give pick tasks only
+    assert cli.main(["household", "export", "--out", str(tmp_path), "--split", "train", "--per-type", "2"]) == 0
+    assert "wrote 12 ALFWorld game directories" in capsys.readouterr().out
+    games = sorted(p.name for p in (tmp_path / "train").glob("*/*"))
+    types = ("pick", "look", "clean", "heat", "cool", "pick2")
+    assert games == sorted(f"train-{t}-000{i}" for t in types for i in (0, 1))
+    assert cli.main(["household", "export", "--out", str(tmp_path / "v"), "--split", "valid", "--per-type", "30",
+                     "--limit", "40"]) == 0
+    assert "wrote 40 ALFWorld game directories" in capsys.readouterr().out
+    looks = list((tmp_path / "v" / "valid_seen" / "look_at_obj_in_light").iterdir())
+    assert len(looks) == 10  # 30 pick, then 10 of the 12 look

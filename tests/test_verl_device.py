@@ -73,8 +73,28 @@ def test_the_cpu_preflight_reads_run_sh_overrides_with_its_variables_filled_in()
     assert len(keys) == len(set(keys)) > 30 and not any("$" in o for o in over)
     for want in ("proas.enable=True", "proas.graph=/w/arg.json.gz", "env.env_name=alfworld/AlfredTWEnv",
                  "actor_rollout_ref.rollout.name=hf", "trainer.total_training_steps=10",
-                 "trainer.resume_mode=disable", "trainer.default_local_dir=/w/run", "trainer.logger=['console']"):
+                 "trainer.resume_mode=disable", "trainer.default_local_dir=/w/run", "trainer.logger=['console']",
+                 "actor_rollout_ref.model.path=/w/model"):
         assert want in over, want
+
+
+def test_the_cpu_preflight_reads_the_learn_phases_arms_after_run_sh_overrides():
+    """run.sh's learn phase: its own settings and the arm's come after run's (Hydra: the last wins)."""
+    spec = importlib.util.spec_from_file_location("cpu_check", DEVICE / "cpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = mod.run_sh_overrides(work="/w", env="alfworld/AlfredTWEnv")
+    for arm, shaping in (("grpo", "none"), ("grpo_proas", "proas")):
+        over = mod.learn_overrides(work="/w", arm=arm, lr="1e-4")
+        assert over[: len(base)] == base and not any("$" in o for o in over)
+        last = dict(o.split("=", 1) for o in over)  # what Hydra ends with
+        assert last["proas.shaping"] == shaping and last["proas.enable"] == "True"
+        assert last["actor_rollout_ref.actor.optim.lr"] == "1e-4"
+        assert last["data.train_batch_size"] == "8" and last["env.rollout.n"] == "4"
+        assert last["env.max_steps"] == "20"
+        assert last["data.val_batch_size"] == "64" and last["data.val_files"] == "/w/data_learn/test.parquet"
+        assert last["trainer.val_before_train"] == "True" and last["trainer.test_freq"] == "5"
+        assert last["trainer.save_freq"] == "5" and last["+ray_init.address"] == "local"
 
 
 def load_device_module(name: str):
@@ -122,13 +142,15 @@ def test_steps_csv_keeps_each_runs_console_metrics_in_order(tmp_path):
                  "noise: global_step_1 saved\n"
                  "\x1b[36m(TaskRunner pid=1)\x1b[0m step:2 - actor/grad_norm:0.000 - episode/success_rate:0.250\n")
     b = tmp_path / "resumed.log"
-    b.write_text("step:2 - actor/grad_norm:0.001\n")
+    b.write_text("step:0 - val/success_rate:0.375 - val/pick_and_place_simple_success_rate:0.5\n"
+                 "step:2 - actor/grad_norm:0.001\n")
     out = subprocess.run([sys.executable, str(DEVICE / "steps_csv.py"), f"full={a}", f"resumed={b}"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     head = out[0].split(",")
     rows = [dict(zip(head, line.split(","))) for line in out[1:]]
-    assert [(r["run"], r["step"]) for r in rows] == [("full", "1"), ("full", "2"), ("resumed", "2")]
-    assert [r["actor/grad_norm"] for r in rows] == ["0.062", "0.000", "0.001"]
+    assert [(r["run"], r["step"]) for r in rows] == [("full", "1"), ("full", "2"), ("resumed", "0"), ("resumed", "2")]
+    assert [r["actor/grad_norm"] for r in rows] == ["0.062", "0.000", "", "0.001"]
+    assert [r["val/success_rate"] for r in rows] == ["", "", "0.375", ""]
     assert rows[0]["timing_s/step"] == "12.5" and rows[0]["episode/success_rate"] == ""
     assert rows[1]["episode/success_rate"] == "0.250"
     empty = tmp_path / "empty.log"
@@ -195,3 +217,80 @@ def test_a_left_padded_batch_of_the_length_that_broke_has_finite_gradients_on_th
     loss_e, norm_e = check.grad_norm(str(tmp_path), "eager", "cpu", length=704)
     assert all(map(torch.isfinite, map(torch.tensor, (loss_s, norm_s, loss_e, norm_e))))
     assert abs(loss_s - loss_e) < 0.05 and abs(norm_s - norm_e) < 0.05 * norm_e
+
+
+def test_plot_steps_keeps_a_resumed_steps_last_value_and_writes_a_png(tmp_path):
+    plot = load_device_module("plot_steps")
+    rows = [{"run": "grpo", "step": "0", "val/success_rate": "0.25"},
+            {"run": "grpo", "step": "5", "val/success_rate": "0.30", "episode/success_rate": "0.5"},
+            {"run": "grpo", "step": "1", "val/success_rate": "", "episode/success_rate": "0.125"},
+            {"run": "grpo", "step": "5", "val/success_rate": "0.40", "episode/success_rate": ""},  # resumed at 5
+            {"run": "proas", "step": "0", "val/success_rate": "0.2"}]
+    assert plot.series(rows, "val/success_rate") == {"grpo": [(0, 0.25), (5, 0.40)], "proas": [(0, 0.2)]}
+    assert plot.series(rows, "episode/success_rate") == {"grpo": [(1, 0.125), (5, 0.5)]}
+    csv_path = tmp_path / "steps.csv"
+    lines = [",".join([r["run"], r["step"], r["val/success_rate"], r.get("episode/success_rate", "")]) for r in rows]
+    csv_path.write_text("run,step,val/success_rate,episode/success_rate\n" + "\n".join(lines) + "\n")
+    png = tmp_path / "learn.png"
+    proc = subprocess.run([sys.executable, str(DEVICE / "plot_steps.py"), str(csv_path), "--out", str(png)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 lines" in proc.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("run,step,val/success_rate\ngrpo,zero,0.5\n")
+    proc = subprocess.run([sys.executable, str(DEVICE / "plot_steps.py"), str(bad), "--out", str(png)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "not a number" in proc.stderr
+
+
+def test_run_sh_watch_and_pack_read_the_arms_that_learn_left_without_setting_anything_up(tmp_path):
+    """PHASES="watch pack": no installs; each arm's state from its pid and exit-status files, its
+    last step and validation success from its log; pack copies the logs and writes the CSV."""
+    learn = tmp_path / "work" / "learn"
+    learn.mkdir(parents=True)
+    dead = subprocess.run(["bash", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+    (learn / "grpo-lr1e-4.log").write_text("step:0 - val/success_rate:0.250\nstep:1 - episode/success_rate:0.125\n"
+                                           "step:5 - val/success_rate:0.375 - episode/success_rate:0.5\n")
+    (learn / "grpo-lr1e-4.pid").write_text(dead)
+    (learn / "grpo-lr1e-4.rc").write_text("0\n")
+    (learn / "grpo_proas-lr1e-4.log").write_text("step:0 - val/success_rate:0.200\n")
+    (learn / "grpo_proas-lr1e-4.pid").write_text(dead)  # no exit status: the trainer was killed
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "VERL_AGENT_DIR": str(tmp_path),
+           "WORK": str(tmp_path / "work"),
+           "OUT": str(out), "PHASES": "watch pack", "ARMS": "grpo grpo_proas", "LRS": "1e-4", "WATCH": "60",
+           "WHEELS": str(tmp_path / "no-wheels")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # python3 for steps_csv.py
+    proc = subprocess.run(["bash", str(DEVICE / "run.sh")], cwd=DEVICE.parents[2], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "grpo-lr1e-4: ended, exit 0; step:5 val/success_rate:0.375 episode/success_rate:0.5" in proc.stdout
+    assert "grpo_proas-lr1e-4: gone (no exit status: killed?); step:0 val/success_rate:0.200" in proc.stdout
+    assert "pip" not in proc.stdout + proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["grpo-lr1e-4.log", "grpo_proas-lr1e-4.log", "learn_steps.csv"]
+    lines = (out / "learn_steps.csv").read_text().splitlines()
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        ["grpo-lr1e-4", "0", "0.250"], ["grpo-lr1e-4", "1", ""], ["grpo-lr1e-4", "5", "0.375"],
+        ["grpo_proas-lr1e-4", "0", "0.200"]]
+
+
+def test_unstage_unpacks_the_two_halves_in_order_and_refuses_a_wrong_half(tmp_path):
+    import hashlib
+    import io
+    import tarfile
+
+    src = tmp_path / "src"
+    (src / "model").mkdir(parents=True)
+    (src / "model" / "config.json").write_text('{"a": 1}')
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        tar.add(src / "model", arcname="./model")
+    data = buf.getvalue()
+    half = len(data) // 2
+    (tmp_path / "sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+    cmd = [sys.executable, str(DEVICE / "unstage.py"), str(tmp_path / "dest"), "--sha256", str(tmp_path / "sha256")]
+    proc = subprocess.run(cmd, input=data, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "dest" / "model" / "config.json").read_text() == '{"a": 1}'
+    swapped = subprocess.run(cmd, input=data[half:] + data[:half], capture_output=True, text=False, timeout=60)
+    assert swapped.returncode == 2 and b"out of order" in swapped.stderr

@@ -3,8 +3,9 @@
 code on the run's model, before any device time is spent.
 
 With the pinned verl-agent (patched or not) on PYTHONPATH and the transformers the device has,
-this composes verl-agent's trainer config with run.sh's own overrides (so a key that verl-agent
-does not know fails here), loads the model as its FSDP worker does (sdpa attention, verl's
+this composes verl-agent's trainer config with run.sh's own overrides, those of its machinery
+phases and those of its learning run's arms (so a key that verl-agent does not know fails here),
+loads the learning run's config and the model as its FSDP worker does (sdpa attention, verl's
 monkey patch), and runs one batch of the three model calls of a training step through
 verl-agent's classes: ``HFRollout.generate_sequences`` (rollout.name=hf), the actor's
 ``compute_log_prob`` and its ``update_policy``. It checks their shapes, that the log-probs are
@@ -29,14 +30,35 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def _fill(body: str, work: str, env: str) -> list[str]:
+    """``body``'s words that are overrides, with run.sh's shell variables filled in: its defaults
+    (``NAME=${NAME:-value}``) and the values run.sh gives the rest."""
+    text = (HERE / "run.sh").read_text()
+    values = dict(re.findall(r"^\s*(\w+)=\$\{\1:-([^}$]*)\}", text, re.M))
+    values.update({"ENV": env, "WORK": work, "1": f"{work}/run", "2": "10", "3": "disable",
+                   "MODEL_DIR": f"{work}/model", "GRAPH": f"{work}/arg.json.gz"})
+    body = re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), body)
+    return [tok for tok in shlex.split(body, comments=True) if "=" in tok]
+
+
 def run_sh_overrides(work: str = "/tmp/proas-va", env: str = "proas/household") -> list[str]:
-    """The Hydra overrides of run.sh's trainer command, with its shell variables filled in."""
+    """The Hydra overrides of run.sh's trainer command (``run``), with its shell variables filled in."""
     text = (HERE / "run.sh").read_text()
     start = text.index("python3 -m verl.trainer.main_ppo") + len("python3 -m verl.trainer.main_ppo")
-    body = text[start:text.index("2>&1 | tee", start)].replace("\\\n", " ").rstrip().rstrip(")")
-    values = {"ENV": env, "WORK": work, "1": f"{work}/run", "2": "10", "3": "disable"}
-    body = re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), body)
-    return [tok for tok in shlex.split(body) if "=" in tok]
+    body = text[start:text.index('"${@:4}"', start)].replace("\\\n", " ")
+    return _fill(body, work, env)
+
+
+def learn_overrides(work: str = "/tmp/proas-va", env: str = "alfworld/AlfredTWEnv",
+                    arm: str = "grpo", lr: str = "1e-4") -> list[str]:
+    """What run.sh's ``learn`` phase runs: ``run``'s overrides, then its ``learn_overrides``
+    array, then the arm's shaping and rate (later Hydra overrides win)."""
+    text = (HERE / "run.sh").read_text()
+    start = text.index("learn_overrides=(") + len("learn_overrides=(")
+    body = text[start:text.index("\n)", start)]
+    shaping = {"grpo": "none", "grpo_proas": "proas"}[arm]
+    return [*run_sh_overrides(work, env), *_fill(body, work, env), f"proas.shaping={shaping}",
+            f"actor_rollout_ref.actor.optim.lr={lr}"]
 
 
 def compose(verl_agent: Path, overrides: list[str]):
@@ -70,11 +92,14 @@ def main() -> int:
     from verl.workers.rollout.hf_rollout import HFRollout
 
     verl_agent = Path(verl.__file__).resolve().parents[1]
-    cfg = compose(verl_agent, run_sh_overrides())  # an unknown key fails here
+    compose(verl_agent, run_sh_overrides())  # an unknown key fails here
+    for arm in ("grpo", "grpo_proas"):
+        cfg = compose(verl_agent, learn_overrides(arm=arm))
+    assert cfg.proas.shaping == "proas" and cfg.actor_rollout_ref.actor.use_kl_loss, cfg.proas
     with open_dict(cfg):
         cfg.actor_rollout_ref.rollout.response_length = args.response_length
-    print(f"config: run.sh's {len(run_sh_overrides())} overrides compose (verl-agent at {verl_agent}, "
-          f"transformers {transformers.__version__}, torch {torch.__version__})")
+    print(f"config: run.sh's {len(run_sh_overrides())} overrides and its learn phase's {len(learn_overrides())} "
+          f"compose (verl-agent at {verl_agent}, transformers {transformers.__version__}, torch {torch.__version__})")
 
     # the CUDA-only calls of verl-agent's rollout and actor, as no-ops on the CPU
     torch.cpu.empty_cache = lambda: None
@@ -107,6 +132,7 @@ def main() -> int:
     print(f"log-probs: {tuple(logp.shape)}, mean {float(logp.mean()):.3f}")
 
     out.batch["old_log_probs"] = logp
+    out.batch["ref_log_prob"] = logp.detach().clone()  # the learn phase's KL loss reads it
     out.batch["advantages"] = torch.tensor([[1.0], [-1.0]]).expand(-1, args.response_length).contiguous()
     out.batch["response_mask"] = out.batch["attention_mask"][:, -args.response_length:]
     before = [q.detach().clone() for q in model.parameters()]
@@ -115,7 +141,7 @@ def main() -> int:
         cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = n
     metrics = actor.update_policy(out)
     moved = sum(bool((q.detach() != b).any()) for q, b in zip(model.parameters(), before))
-    assert moved > 0 and "actor/pg_loss" in metrics, (moved, sorted(metrics))
+    assert moved > 0 and "actor/pg_loss" in metrics and "actor/kl_loss" in metrics, (moved, sorted(metrics))
     print(f"update: {moved} of {len(before)} weight tensors moved; metrics {', '.join(sorted(metrics))}")
     print("cpu_check: ok")
     return 0

@@ -7,7 +7,10 @@
 #   bash recipes/verl_agent/device/fetch_wheels.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-grep -qx '/.whl_va/' .git/info/exclude 2>/dev/null || echo /.whl_va/ >> .git/info/exclude
+# git's own exclude file: .git is a file in a worktree, so ask git where it is
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.whl_va/' "$exclude" 2>/dev/null || echo /.whl_va/ >> "$exclude"
 list=recipes/verl_agent/device/wheels.txt
 for batch in batch1 batch2; do
     dest=.whl_va/$batch

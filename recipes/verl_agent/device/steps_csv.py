@@ -13,10 +13,10 @@ import csv
 import re
 import sys
 
-COLUMNS = ["episode/success_rate", "episode/valid_action_ratio", "proas/changed_step_rate",
+COLUMNS = ["val/success_rate", "episode/success_rate", "episode/valid_action_ratio", "proas/changed_step_rate",
            "proas/reasonable_rate", "proas/future_drift_mean", "critic/advantages/min", "actor/pg_loss",
-           "actor/grad_norm", "actor/entropy_loss", "response_length/mean", "timing_s/gen",
-           "timing_s/update_actor", "timing_s/step"]
+           "actor/grad_norm", "actor/kl_loss", "actor/ppo_kl", "actor/entropy_loss", "response_length/mean",
+           "timing_s/gen", "timing_s/update_actor", "timing_s/step"]
 
 _STEP = re.compile(r"\bstep:(\d+) - (.*)$")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from proas.envs.household.env import OFFICIAL_PREFIX, game_file, task_ids
+from proas.envs.household.generator import parse_task_id
 from proas.errors import ProasError
 from proas.fileio import atomic_write_text
 from proas.ranges import integer
@@ -26,6 +27,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     if official:
         raise ProasError(f"--task {official[0]!r}: an official ALFWorld game already lies under $ALFWORLD_DATA; "
                          "export writes generated tasks only")
+    if args.per_type is not None:
+        # a split lists its tasks type by type, so a plain --limit takes the first types only
+        taken: dict[str, int] = {}
+        kept = []
+        for task_id in ids:
+            short = parse_task_id(task_id)[1]
+            if taken.get(short, 0) < args.per_type:
+                taken[short] = taken.get(short, 0) + 1
+                kept.append(task_id)
+        ids = kept
     if args.limit is not None:
         ids = ids[: args.limit]
     for task_id in ids:
@@ -50,6 +61,8 @@ def register(sub: Any) -> None:
     ex.add_argument("--split", default="valid", choices=("train", "valid_seen", "valid_unseen", "valid"),
                     help="the split to export (default valid, the fixed 128)")
     ex.add_argument("--task", action="append", metavar="TASK_ID", help="a task id (repeatable); overrides --split")
+    ex.add_argument("--per-type", type=integer("[1, INT32]"), default=None, metavar="N",
+                    help="export only the first N tasks of each task type (a split lists its tasks type by type)")
     ex.add_argument("--limit", type=integer("[0, INT32]"), default=None, help="export only the first N tasks")
     ex.add_argument("--logic", metavar="DIR", default=None,
                     help="also write ALFWorld's domain and grammar (alfred.pddl, alfred.twl2) here: "
