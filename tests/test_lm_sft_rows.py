@@ -141,6 +141,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny_model, rows_file, tmp_pat
     bad = tmp_path / "bad.jsonl"
     bad.write_text(rows_file.read_text().splitlines()[0] + "\n{not json\n")
     assert "line 2 is not JSON" in run(bad, tmp_path / "o1")
+    bad.write_text("[" * 100_000 + "]" * 100_000 + "\n")  # deeper than the parser goes
+    assert "line 1 is not JSON (RecursionError)" in run(bad, tmp_path / "o1")
     bad.write_text('{"prompt": "p"}\n')
     assert "line 1 is not an object with the strings 'prompt' and 'response'" in run(bad, tmp_path / "o1")
     long = tmp_path / "long.jsonl"

@@ -92,6 +92,8 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise ProasError(f"--data {name}: line {n} is not JSON ({exc.msg})") from None
+            except (ValueError, RecursionError) as exc:  # too many digits, too deep (as tasksets' reader)
+                raise ProasError(f"--data {name}: line {n} is not JSON ({exc.__class__.__name__})") from None
             where.append(f"line {n}")
     rows = []
     for rec, at in zip(records, where):
