@@ -52,7 +52,6 @@ SMOKE = {
     "lm_kernel_check_device.sh": "bash",
     "lm_toy_rl.sh": "bash",
     "lm_screen_verdict.py": "python",
-    "lm_start_modes.sh": "bash",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
     "run_lm_competent.sh": "bash",
@@ -357,14 +356,3 @@ def test_lm_toy_rl_runs_the_scorer_and_prints_its_curve(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and line in again.stdout
 
-
-def test_lm_start_modes_gives_up_on_an_unfinished_run(tmp_path):
-    # a run with no summary.json is still training: the script waits WAIT s, then says so (rc 1)
-    # instead of scoring a half-trained checkpoint
-    (tmp_path / "run").mkdir()
-    env = {**os.environ, "RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out")}
-    res = subprocess.run(["bash", str(SCRIPTS / "lm_start_modes.sh"), "0"], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 1
-    assert "has not finished after 0 s" in res.stdout
-    assert not list((tmp_path / "out").glob("start_modes_*.json"))
