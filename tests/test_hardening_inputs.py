@@ -271,6 +271,16 @@ def test_build_config_refuses_each_kind_of_construct(value):
         build_config([f"env.options.k={value}"])
 
 
+@pytest.mark.parametrize("value", ["=", "[=]", "{k: =}"])
+def test_an_override_whose_value_resolves_to_a_tag_no_safe_constructor_builds_is_refused(value):
+    # hypothesis found it: "=" carries no tag, but YAML 1.1 resolves it to tag:yaml.org,2002:value
+    from proas.train.config import build_config
+
+    with pytest.raises(ProasError, match="its value is not a YAML value") as info:
+        build_config([f"env.options.k={value}"])
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("value", ["--- y", "---", "--- !!str y", "%TAG ! x"])
 def test_an_override_with_a_yaml_document_marker_or_directive_is_refused(value):
     from proas.train.config import build_config

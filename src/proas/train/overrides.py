@@ -64,3 +64,11 @@ def check_override(key: str, value: str) -> None:
             bad = _control(event.value)
             if bad is not None:  # written as an escape inside double quotes
                 raise _refuse(key, value, f"its value holds {bad}, {_NOT_TEXT}")
+    # a scalar with no tag of its own can still resolve to one that no safe constructor builds
+    # (YAML 1.1's value key "=" becomes tag:yaml.org,2002:value), which OmegaConf's loader would
+    # raise as a traceback
+    try:
+        yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise _refuse(key, value, f"its value is not a YAML value ({problem})") from None
