@@ -10,17 +10,28 @@ when the mean lies more than 10 points below step 0 or the run stopped on a non-
 rate, the KL-0 and KL-0.01 runs' steps-20-40 means per env and start, and whether every such pair
 lies within 2 points (then KL stays at 0.01). Also the SFT starts' best validation SR.
 
-    python scripts/lm_screen_verdict.py RESULTS [--csv FILE] [--steps FILE] > screen.md
+    python scripts/lm_screen_verdict.py RESULTS [--csv FILE] [--steps FILE] [--diagnostics FILE] > screen.md
+    python scripts/lm_screen_verdict.py STEPS.csv [--diagnostics FILE]   # the diagnostics table alone
 
 RESULTS is the screen's `--out` (RESULTS/<env>/<row>/seed200/metrics.jsonl). ``--steps`` also
 writes every run's metrics per step (SFT runs per epoch): validation SR, training SR and score,
 entropy, KL, gradient norm, env-error rate, seconds a step, and the trainer's group and
 length-bias diagnostics where the run recorded them.
+
+The report ends with the diagnostics the protocol names for a start that RL does not lift, one
+row per RL run, read from those per-step metrics: training SR and score over the first and the
+last ten steps, the entropy of a decision over the first and last five, the largest mean KL to
+the start over an aligned ten-step window (1-10, 11-20, ...), the share of groups holding a
+success (and of groups whose rewards are all equal), the env-error rate, and how often a
+shortest candidate was chosen against a uniform choice's rate. Given a per-step CSV that
+``--steps`` wrote (such as the shipped ``results/lm/screen/*_steps.csv``) instead of RESULTS, it
+prints that table alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import re
 import sys
 from pathlib import Path
@@ -81,6 +92,95 @@ def step_rows(results: Path, seed: int = 200) -> list[dict]:
     return [{k: r[k] for k in ("env", "row", "seed", "step", *used)} for r in rows]
 
 
+def _num(v) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(v) if v not in ("", None) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def diagnostics(steps: list[dict]) -> list[dict]:
+    """One row per RL run (rows named grpo_*) of per-step records as step_rows gives them or as
+    its CSV holds them: the diagnostics of the module docstring. Percentages are in points; a
+    diagnostic no record holds is None."""
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for r in steps:
+        if str(r.get("row", "")).startswith("grpo_"):
+            runs.setdefault((str(r["env"]), str(r["row"])), []).append(r)
+    out = []
+    for (env, row), recs in sorted(runs.items()):
+        def series(col: str) -> list[tuple[int, float]]:
+            pts = []
+            for r in recs:
+                step, v = _num(r.get("step")), _num(r.get(col))
+                if step is not None and step >= 1 and v is not None:
+                    pts.append((int(step), v))
+            return sorted(pts)
+
+        def ends(col: str, k: int, scale: float = 1.0) -> tuple[float | None, float | None]:
+            pts = series(col)
+            first = _mean([v * scale for _, v in pts[:k]])
+            return first, (_mean([v * scale for _, v in pts[-k:]]) if len(pts) >= 2 * k else None)
+
+        def whole(col: str, scale: float = 1.0) -> float | None:
+            return _mean([v * scale for _, v in series(col)])
+
+        sr0, sr1 = ends("train_sr", 10)
+        sc0, sc1 = ends("train_score", 10)
+        en0, en1 = ends("entropy", 5)
+        windows: dict[int, list[float]] = {}
+        for step, v in series("kl"):
+            windows.setdefault((step - 1) // 10, []).append(v)
+        full = {w: _mean(v) for w, v in windows.items() if len(v) == 10}
+        kl_w = max(full, key=lambda w: full[w]) if full else None
+        no_success = whole("groups_no_success", 100.0)
+        last = max((int(s) for s, _ in series("train_sr")), default=None)
+        out.append({"env": env, "row": row, "last_step": last,
+                    "train_sr_first10": sr0, "train_sr_last10": sr1,
+                    "score_first10": sc0, "score_last10": sc1,
+                    "entropy_first5": en0, "entropy_last5": en1,
+                    "kl_max10": None if kl_w is None else full[kl_w],
+                    "kl_max10_steps": "" if kl_w is None else f"{10 * kl_w + 1}-{10 * kl_w + 10}",
+                    "groups_with_success": None if no_success is None else 100.0 - no_success,
+                    "groups_flat": whole("groups_flat", 100.0),
+                    "error_rate": whole("error_rate", 100.0),
+                    "chose_shortest": whole("chose_shortest", 100.0),
+                    "shortest_by_chance": whole("shortest_by_chance", 100.0)})
+    return out
+
+
+def print_diagnostics(diag: list[dict]) -> None:
+    f2 = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
+    print("\nDiagnostics (per-step metrics of each RL run; SR, shares and rates in %):\n")
+    print("| env | run | last step | training SR, steps 1-10 → last 10 | score, first 10 → last 10 "
+          "| entropy, first 5 → last 5 | largest KL, 10-step window | groups with a success "
+          "| flat groups | env errors | shortest chosen (by chance) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in diag:
+        kl = f"{f2(d['kl_max10'])} ({d['kl_max10_steps']})" if d["kl_max10"] is not None else "–"
+        short = (f"{fmt(d['chose_shortest'])} ({fmt(d['shortest_by_chance'])})"
+                 if d["chose_shortest"] is not None else "–")
+        print(f"| {d['env']} | {d['row']} | {d['last_step'] if d['last_step'] is not None else '–'} "
+              f"| {fmt(d['train_sr_first10'])} → {fmt(d['train_sr_last10'])} "
+              f"| {f2(d['score_first10'])} → {f2(d['score_last10'])} "
+              f"| {f2(d['entropy_first5'])} → {f2(d['entropy_last5'])} | {kl} "
+              f"| {fmt(d['groups_with_success'])} | {fmt(d['groups_flat'])} | {fmt(d['error_rate'])} | {short} |")
+
+
+def _write_diagnostics(path: Path, diag: list[dict]) -> None:
+    cols = list(diag[0]) if diag else ["env", "row"]
+    rows = [{k: ("" if v is None else round(v, 4) if isinstance(v, float) else v) for k, v in d.items()} for d in diag]
+    atomic_write_text(path, csv_text(cols, rows))
+
+
 def screen_rows(results: Path, seed: int = 200) -> list[dict]:
     rows = []
     for mfile in sorted(results.glob(f"*/grpo_*/seed{seed}/metrics.jsonl")):
@@ -129,11 +229,28 @@ def fmt(x: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", type=Path)
+    ap.add_argument("results", type=Path, help="the screen's --out, or a per-step CSV that --steps wrote")
     ap.add_argument("--seed", type=int, default=200)
     ap.add_argument("--csv", type=Path, help="also write the per-run rows here")
     ap.add_argument("--steps", type=Path, help="also write every run's metrics per step here")
+    ap.add_argument("--diagnostics", type=Path, help="also write the diagnostics table here (CSV)")
     args = ap.parse_args(argv)
+    if args.results.is_file() and args.results.suffix == ".csv":
+        try:
+            with args.results.open(newline="") as fh:
+                steps = list(csv.DictReader(fh))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            print(f"error: {args.results}: {exc}", file=sys.stderr)
+            return 2
+        if not steps or not {"env", "row", "step"} <= set(steps[0]):
+            print(f"error: {args.results} is no per-step CSV (needs the columns env, row, step)", file=sys.stderr)
+            return 2
+        diag = diagnostics(steps)
+        print(f"# lm screen diagnostics: {args.results}")
+        print_diagnostics(diag)
+        if args.diagnostics:
+            _write_diagnostics(args.diagnostics, diag)
+        return 0
     if not args.results.is_dir():
         print(f"error: {args.results} is not a directory", file=sys.stderr)
         return 2
@@ -168,10 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         within = all(abs(d) <= KL_PTS for d in diffs)
         print(f"\nKL rule: {'every pair within' if within else 'not every pair within'} {KL_PTS:g} points "
               f"({len(diffs)} pairs)" + (" -> KL stays 0.01" if within else " -> both KL values go on"))
+    steps = step_rows(args.results, args.seed)
+    diag = diagnostics(steps)
+    if diag:
+        print_diagnostics(diag)
+    if args.diagnostics:
+        _write_diagnostics(args.diagnostics, diag)
     if args.csv:
         atomic_write_text(args.csv, csv_text(list(rows[0]) if rows else ["env"], sorted(rows, key=key)))
     if args.steps:
-        steps = step_rows(args.results, args.seed)
         atomic_write_text(args.steps, csv_text(list(steps[0]) if steps else ["env"], steps))
     return 0
 

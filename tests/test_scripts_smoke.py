@@ -340,6 +340,36 @@ def test_lm_screen_verdict_applies_the_protocols_drop_and_kl_rules(tmp_path):
     assert "not every pair within 2 points (2 pairs)" in out.stdout
 
 
+def test_lm_screen_verdict_diagnostics_read_the_per_step_metrics(tmp_path):
+    """The diagnostics table: training SR over the first and last ten steps, entropy over the
+    first and last five, the largest aligned ten-step KL window, and the run means of the group,
+    error and length-bias shares, from a results dir and from the per-step CSV it writes."""
+    d = tmp_path / "res" / "shop" / "grpo_mid_lr1e-4_kl0.01" / "seed200"
+    d.mkdir(parents=True)
+    recs = [{"step": 0, "val/sr": 0.3}]
+    for s in range(1, 31):
+        recs.append({"step": s, "train/sr": 0.1 if s <= 10 else 0.5 if s > 20 else 0.3,
+                     "train/score": 0.6, "loss/entropy": 1.0 if s <= 5 else 0.4 if s > 25 else 0.7,
+                     "loss/kl": 2.0 if 11 <= s <= 20 else 0.1, "train/groups_no_success": 0.25,
+                     "train/groups_flat": 0.5, "train/error_rate": 0.02 * (s % 2),
+                     "rollout/chose_shortest": 0.3, "rollout/shortest_by_chance": 0.6})
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    row = ("| shop | grpo_mid_lr1e-4_kl0.01 | 30 | 10.0 → 50.0 | 0.60 → 0.60 | 1.00 → 0.40 | 2.00 (11-20) "
+           "| 75.0 | 50.0 | 1.0 | 30.0 (60.0) |")
+    out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path / "res"),
+               "--steps", str(tmp_path / "steps.csv"), "--diagnostics", str(tmp_path / "diag.csv"))
+    assert out.returncode == 0, out.stderr
+    assert row in out.stdout
+    again = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path / "steps.csv"))
+    assert again.returncode == 0, again.stderr
+    assert row in again.stdout and "step 0" not in again.stdout  # the table alone
+    diag = list(__import__("csv").DictReader((tmp_path / "diag.csv").read_text().splitlines()))
+    assert diag[0]["kl_max10_steps"] == "11-20" and float(diag[0]["groups_with_success"]) == 75.0
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    bad = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path / "bad.csv"))
+    assert bad.returncode == 2 and "no per-step CSV" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_lm_toy_rl_runs_the_scorer_and_prints_its_curve(tmp_path):
     """With SEEDS empty the probe runs its reference alone (the scorer, 60 fast steps) and prints
     its training SR per 10 steps; a second call skips the finished run."""
