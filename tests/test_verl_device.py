@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 DEVICE = Path(__file__).resolve().parents[1] / "recipes" / "verl_agent" / "device"
+ROOT = DEVICE.parents[2]
 
 
 def load_padding():
@@ -297,3 +299,28 @@ def test_unstage_unpacks_the_two_halves_in_order_and_refuses_a_wrong_half(tmp_pa
     assert (tmp_path / "dest" / "model" / "config.json").read_text() == '{"a": 1}'
     swapped = subprocess.run(cmd, input=data[half:] + data[:half], capture_output=True, text=False, timeout=60)
     assert swapped.returncode == 2 and b"out of order" in swapped.stderr
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"ARMS": "grpo bogus"}, "unknown arm bogus in ARMS"),
+    ({"LRS": "1e-4 fast"}, "LRS holds fast, not a positive number"),
+    ({"LRS": "0"}, "LRS holds 0, not a positive number"),
+    ({"PHASES": "learn wach"}, "unknown phase wach"),
+    ({"WATCH": "0"}, "WATCH=0 is not a positive whole number"),
+    ({"LEARN_STEPS": "4x"}, "LEARN_STEPS=4x is not a positive whole number"),
+])
+def test_run_sh_refuses_a_bad_arm_rate_phase_or_count_before_it_installs_or_starts_anything(tmp_path, env, message):
+    """A bad entry anywhere in ARMS (not only the first) stops run.sh in one line, exit 2, before
+    pip runs or any arm's trainer starts; the arms listed before it are not started."""
+    work = tmp_path / "w"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # a python3 that records being called: nothing may run before the checks
+    (bin_dir / "python3").write_text(f"#!/bin/sh\necho called >> {tmp_path}/python3_called\nexit 1\n")
+    (bin_dir / "python3").chmod(0o755)
+    base = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VERL_AGENT_DIR": str(tmp_path),
+            "WORK": str(work), "PHASES": "learn"}
+    out = subprocess.run(["bash", str(DEVICE / "run.sh")], cwd=ROOT, env={**base, **env},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (work / "learn").exists() and not (tmp_path / "python3_called").exists()

@@ -39,6 +39,25 @@ LEARN_STEPS=${LEARN_STEPS:-40}
 VAL_EPISODES=${VAL_EPISODES:-64}
 WATCH=${WATCH:-540}
 LEARN=$WORK/learn
+# every phase, arm, rate and count is checked before anything is installed or started: a typo
+# in the last arm listed used to stop `learn` only when its turn came, after the arms before it
+# had started
+for phase in $PHASES; do
+    case $phase in full|cut|resume|resume-full|learn|watch|pack|stop) ;;
+        *) echo "run.sh: unknown phase $phase (full, cut, resume, resume-full, learn, watch, pack, stop)" >&2; exit 2 ;;
+    esac
+done
+for arm in $ARMS; do
+    case $arm in grpo|grpo_proas) ;; *) echo "run.sh: unknown arm $arm in ARMS (grpo, grpo_proas)" >&2; exit 2 ;; esac
+done
+for lr in $LRS; do
+    [[ $lr =~ ^[0-9]+(\.[0-9]+)?([eE]-?[0-9]+)?$ ]] && awk -v x="$lr" 'BEGIN { exit !(x > 0) }' \
+        || { echo "run.sh: LRS holds $lr, not a positive number" >&2; exit 2; }
+done
+for var in STEPS LEARN_STEPS VAL_EPISODES WATCH; do
+    [[ ${!var} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: $var=${!var} is not a positive whole number" >&2; exit 2; }
+done
+[[ -n "${ARMS// }" && -n "${LRS// }" ]] || { echo "run.sh: ARMS and LRS must each name at least one" >&2; exit 2; }
 VERL_AGENT_DIR=$(cd "$VERL_AGENT_DIR" && pwd)
 export PYTHONPATH="$VERL_AGENT_DIR:$REPO/recipes/verl_agent/device:${PYTHONPATH:-}"
 
