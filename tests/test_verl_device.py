@@ -330,6 +330,14 @@ def test_unstage_unpacks_the_two_halves_in_order_and_refuses_a_wrong_half(tmp_pa
     assert (tmp_path / "dest" / "model" / "config.json").read_text() == '{"a": 1}'
     swapped = subprocess.run(cmd, input=data[half:] + data[:half], capture_output=True, text=False, timeout=60)
     assert swapped.returncode == 2 and b"out of order" in swapped.stderr
+    # a missing sha256 file, or a DEST that is a file: one line each, exit 2 (were tracebacks)
+    missing = subprocess.run(cmd[:-1] + [str(tmp_path / "none")], input=data, capture_output=True, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.startswith(b"unstage: cannot read ")
+    assert b"Traceback" not in missing.stderr
+    (tmp_path / "file").write_text("x")
+    on_file = subprocess.run([cmd[0], cmd[1], str(tmp_path / "file"), *cmd[3:]], input=data, capture_output=True,
+                             timeout=60)
+    assert on_file.returncode == 2 and on_file.stderr.startswith(b"unstage: cannot unpack")
 
 
 @pytest.mark.parametrize("env, message", [
