@@ -236,3 +236,76 @@ def test_a_run_of_the_previous_format_resumes_exactly_like_this_one(trained_run,
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
     assert [r["step"] for r in metrics(new)] == [0, 1, 2, 3, 4] and metrics(new) == metrics(old)
+
+
+# ---- a Hugging Face model or tokenizer directory that ships its own code (``auto_map``)
+
+_CUSTOM_CODE = """import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+class EvilConfig(Qwen2Config):
+    model_type = "evilmodel"
+class EvilModel(Qwen2ForCausalLM):
+    config_class = EvilConfig
+class EvilTok(PreTrainedTokenizerFast):
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def custom_code_dirs(tmp_path_factory):
+    """(a model directory whose config.json maps its classes to its own evil.py, a tokenizer
+    directory whose tokenizer_config.json does, the file evil.py writes when it runs)."""
+    from proas.lm.tools import build_env_tokenizer, new_model_dir
+
+    root = tmp_path_factory.mktemp("custom_code")
+    marker = root / "RAN"
+    build_env_tokenizer(["go to desk 1", "open drawer 2", "take mug 1 from desk 1"] * 20, 300, root / "tok")
+    new_model_dir(root / "tok", root / "model", "tiny", num_hidden_layers=1)
+    shutil.copytree(root / "model", root / "evil_model")
+    cfg = json.loads((root / "evil_model" / "config.json").read_text())
+    cfg.update(model_type="evilmodel", auto_map={"AutoConfig": "evil.EvilConfig",
+                                                 "AutoModelForCausalLM": "evil.EvilModel"})
+    (root / "evil_model" / "config.json").write_text(json.dumps(cfg))
+    shutil.copytree(root / "tok", root / "evil_tok")
+    tcfg = json.loads((root / "evil_tok" / "tokenizer_config.json").read_text())
+    tcfg.update(tokenizer_class="EvilTok", auto_map={"AutoTokenizer": [None, "evil.EvilTok"]})
+    (root / "evil_tok" / "tokenizer_config.json").write_text(json.dumps(tcfg))
+    for d in ("evil_model", "evil_tok"):
+        (root / d / "evil.py").write_text(_CUSTOM_CODE.format(marker=str(marker)))
+    return root / "evil_model", root / "evil_tok", marker
+
+
+@pytest.fixture
+def says_yes(monkeypatch):
+    # transformers asks at a prompt whether to run a directory's code when it is not told;
+    # here every such question is answered yes, so only a refusal keeps the code from running
+    monkeypatch.setattr("builtins.input", lambda *a, **k: "y")
+
+
+def test_a_tokenizer_directory_s_own_code_is_never_run(custom_code_dirs, says_yes):
+    from proas.lm.model import load_tokenizer
+
+    _, tok_dir, marker = custom_code_dirs
+    with pytest.raises(ProasError, match="cannot load its tokenizer"):
+        load_tokenizer(tok_dir, "policy.lm.tokenizer_path")
+    assert not marker.exists()
+
+
+def test_a_model_directory_s_own_code_is_never_run(custom_code_dirs, says_yes, tmp_path, capsys):
+    from proas.lm.policy import LMPolicy
+    from proas.train.config import build_config
+
+    model_dir, _, marker = custom_code_dirs
+    cfg = build_config(["policy=lm", f"policy.lm.model_path={model_dir}", "policy.lm.device=cpu"])
+    with pytest.raises(ProasError, match="cannot load a local model"):
+        LMPolicy.from_config(cfg.policy.lm)
+    assert not marker.exists()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": p, "response": "<think>x</think><action>go to desk 1</action>",
+                                        "task_id": p}) + "\n" for p in ("go to desk 1", "open drawer 2")))
+    rc = proas_main(["lm", "sft-rows", "--data", str(rows), "--init-from", str(model_dir), "--out",
+                     str(tmp_path / "out"), "--val-fraction", "0", "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "cannot load a local model" in err[0]
+    assert not marker.exists() and not (tmp_path / "out").exists()

@@ -191,6 +191,17 @@ def test_select_writes_records_and_the_evaluation_config_only_once_every_arm_is_
         len(heldout.settings(a)) for a in heldout.arms()) * len(heldout.TUNING_SEEDS)
 
 
+def test_select_refuses_an_sft_ablation_config_before_it_writes_any_output(tmp_path, capsys):
+    # the refusal came after --out and --records were written: a failed command left half its outputs
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out, rec, abl = tmp_path / "sel.md", tmp_path / "r.csv", tmp_path / "abl.yaml"
+    assert proas_main(["heldout", "select", str(runs), "--start", "sft", "--out", str(out), "--records", str(rec),
+                       "--ablation-config", str(abl)]) == 2
+    assert "--ablation-config needs --start random" in capsys.readouterr().err
+    assert not out.exists() and not rec.exists() and not abl.exists()
+
+
 def test_the_tuning_sets_share_no_task_with_training_or_evaluation(tmp_path):
     """`proas schedule make-tuning-val` is deterministic (the shipped sets are what it writes)
     and its sets are disjoint from the training pool and the evaluation validation set."""

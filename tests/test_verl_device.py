@@ -221,6 +221,37 @@ def test_a_left_padded_batch_of_the_length_that_broke_has_finite_gradients_on_th
     assert abs(loss_s - loss_e) < 0.05 and abs(norm_s - norm_e) < 0.05 * norm_e
 
 
+def test_attn_check_never_runs_a_model_directory_s_own_code(tmp_path, monkeypatch):
+    """A model directory whose config.json maps its classes to its own Python file (auto_map):
+    transformers, not told, asks on stdin whether to run it; answered yes here, the check must
+    still refuse rather than import the file."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(16)} | {"[UNK]": 16}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[UNK]").save_pretrained(tmp_path)
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=17, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(model_type="evilmodel", auto_map={"AutoConfig": "evil.EvilConfig",
+                                                 "AutoModelForCausalLM": "evil.EvilModel"})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    marker = tmp_path / "RAN"
+    (tmp_path / "evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "from transformers import Qwen2Config, Qwen2ForCausalLM\n"
+        "class EvilConfig(Qwen2Config):\n    model_type = 'evilmodel'\n"
+        "class EvilModel(Qwen2ForCausalLM):\n    config_class = EvilConfig\n")
+    monkeypatch.setattr("builtins.input", lambda *a, **k: "y")
+    check = load_device_module("attn_check")
+    with pytest.raises(ValueError, match="custom code"):
+        check.grad_norm(str(tmp_path), "eager", "cpu")
+    assert not marker.exists()
+
+
 def test_plot_steps_keeps_a_resumed_steps_last_value_and_writes_a_png(tmp_path):
     # the plot is drawn here, with the main environment's matplotlib; the verl venv that also
     # runs this file has none, and the main suite runs this test
@@ -299,6 +330,14 @@ def test_unstage_unpacks_the_two_halves_in_order_and_refuses_a_wrong_half(tmp_pa
     assert (tmp_path / "dest" / "model" / "config.json").read_text() == '{"a": 1}'
     swapped = subprocess.run(cmd, input=data[half:] + data[:half], capture_output=True, text=False, timeout=60)
     assert swapped.returncode == 2 and b"out of order" in swapped.stderr
+    # a missing sha256 file, or a DEST that is a file: one line each, exit 2 (were tracebacks)
+    missing = subprocess.run(cmd[:-1] + [str(tmp_path / "none")], input=data, capture_output=True, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.startswith(b"unstage: cannot read ")
+    assert b"Traceback" not in missing.stderr
+    (tmp_path / "file").write_text("x")
+    on_file = subprocess.run([cmd[0], cmd[1], str(tmp_path / "file"), *cmd[3:]], input=data, capture_output=True,
+                             timeout=60)
+    assert on_file.returncode == 2 and on_file.stderr.startswith(b"unstage: cannot unpack")
 
 
 @pytest.mark.parametrize("env, message", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 
 import numpy as np
@@ -565,3 +566,40 @@ def test_rows_to_batch_handles_odd_types_and_bad_rows_as_the_object_path_did():
         rows_to_trajectories(flag)
     with pytest.raises(TypeError):
         rows_to_batch(flag)
+
+
+class _Draws:
+    """An attached env with a draw state (``ProASCredit.attach_envs``)."""
+
+    def state_dict(self):
+        return {"n": 1}
+
+    def load_state_dict(self, state):
+        self.loaded = state
+
+
+def test_a_damaged_checkpoint_state_or_tracker_is_one_line_not_a_traceback(tmp_path):
+    credit = ProASCredit(ReferenceGraph.from_trajectories(hand_batch()))
+    credit.attach_envs(_Draws())
+    saved = credit.save_checkpoint(tmp_path / "global_step_1")
+    state = json.loads((saved / "state.json").read_text())
+    # a number with more digits than Python parses (ValueError, not JSONDecodeError)
+    (saved / "state.json").write_text(json.dumps(state)[:-1] + ', "x": ' + "9" * 5000 + "}")
+    with pytest.raises(ProasError, match="corrupt ProAS checkpoint state"):
+        credit.load_checkpoint(tmp_path / "global_step_1")
+    (saved / "state.json").write_text(json.dumps({**state, "envs": 5}))  # len(5) was a TypeError
+    with pytest.raises(ProasError, match="bad envs"):
+        credit.load_checkpoint(tmp_path / "global_step_1")
+    # a FIFO in the place of state.json: a regular file is read, the resume never blocks on it
+    (saved / "state.json").unlink()
+    os.mkfifo(saved / "state.json")
+    with pytest.raises(ProasError, match="FIFO"):
+        credit.load_checkpoint(tmp_path / "global_step_1")
+    (tmp_path / "latest_checkpointed_iteration.txt").mkdir()  # was IsADirectoryError
+    with pytest.raises(ProasError, match="is a directory"):
+        credit.resume(tmp_path)
+    (tmp_path / "latest_checkpointed_iteration.txt").rmdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_bytes(b"\xff1")  # was UnicodeDecodeError
+    with pytest.raises(ProasError, match="cannot be read"):
+        credit.resume(tmp_path)
+    assert credit.graph.num_nodes == 3 and credit.batches_seen == 0

@@ -26,10 +26,13 @@ def grad_norm(model_dir: str, impl: str, device: str, length: int | None = None,
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    # the local directory only, and none of its own code (auto_map), as proas and verl load it
+    local = {"local_files_only": True, "trust_remote_code": False}
+    tok = AutoTokenizer.from_pretrained(model_dir, **local)
     tok.padding_side = "left"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=impl, dtype=torch.bfloat16).to(device)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=impl, dtype=torch.bfloat16,
+                                                 **local).to(device)
     if length:
         ids = torch.randint(0, min(len(tok), model.config.vocab_size), (2, length), device=device)
         mask = torch.ones_like(ids)

@@ -107,9 +107,11 @@ def main() -> int:
     torch.cpu.mem_get_info = lambda *a: (1, 1)
 
     torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(args.model)
+    # the local directory only, and none of its own code (auto_map), as proas and verl load it
+    local = {"local_files_only": True, "trust_remote_code": False}
+    tok = AutoTokenizer.from_pretrained(args.model, **local)
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa", dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa", dtype=torch.float32, **local)
     apply_monkey_patch(model, use_remove_padding=cfg.actor_rollout_ref.model.use_remove_padding)
     chats = [[{"role": "user", "content": "Your task is to: put some key on bed."}],
              [{"role": "user", "content": "Your task is to: heat some egg and put it in countertop. A fridge 1."}]]

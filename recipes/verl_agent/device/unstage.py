@@ -22,8 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dest", type=Path)
     ap.add_argument("--sha256", type=Path, required=True, help="stage.sh's .va_stage/sha256")
     args = ap.parse_args(argv)
+    try:
+        want = args.sha256.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"unstage: cannot read {args.sha256}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        return 2
     data = sys.stdin.buffer.read()
-    want = args.sha256.read_text().strip()
     got = hashlib.sha256(data).hexdigest()
     if got != want:
         print(f"unstage: the archive's sha256 is {got[:12]}..., stage.sh wrote {want[:12]}...: a half is missing, "
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
             tar.extractall(args.dest, filter="data")
-    except (tarfile.TarError, lzma.LZMAError) as e:
+    except (tarfile.TarError, lzma.LZMAError, OSError) as e:  # OSError: DEST is a file, a full disk
         print(f"unstage: cannot unpack: {e}", file=sys.stderr)
         return 2
     print(f"unpacked {len(data) / 2**20:.1f} MiB into {args.dest}: "

@@ -123,6 +123,8 @@ def _heldout_select(args) -> int:
     )
     from proas.fileio import atomic_write_bytes
 
+    if args.ablation_config and args.start != "random":  # before the records are read or anything written
+        raise ProasError("the ablations run from random weights: --ablation-config needs --start random")
     records = load_records(Path(s) for s in args.sources)
     choices = select(records, args.start)
     text = render_selection(choices, args.start)
@@ -155,8 +157,6 @@ def _heldout_select(args) -> int:
         body = yaml.safe_dump(evaluation_study(selection_json(choices), args.start, envs), sort_keys=False, width=110)
         write(args.eval_config, head + body)
     if args.ablation_config:
-        if args.start != "random":
-            raise ProasError("the ablations run from random weights: --ablation-config needs --start random")
         envs = args.eval_envs or list(ENVS)
         body = yaml.safe_dump(ablation_study(selection_json(choices), envs), sort_keys=False, width=110)
         write(args.ablation_config, f"# Written by `proas heldout select --ablation-config`.\n{body}")

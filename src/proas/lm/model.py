@@ -152,12 +152,15 @@ def load_tokenizer(path: str | Path, key: str = "tokenizer"):
         raise ProasError(f"{key}={str(path)!r}: no tokenizer files ({', '.join(TOKENIZER_FILES)}); a model "
                          "directory needs its tokenizer (or set policy.lm.tokenizer_path)")
     cfg_file = directory / "tokenizer_config.json"
+    # trust_remote_code=False: the code a directory ships (auto_map) is never run, nor asked
+    # about at a prompt that one 'y' on stdin answers
     try:
         cls = json.loads(cfg_file.read_bytes()).get("tokenizer_class") if cfg_file.is_file() else None
         if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-            tok = PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True)
+            tok = PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True,
+                                                          trust_remote_code=False)
         else:
-            tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     except ProasError:
         raise
     except Exception as exc:  # noqa: BLE001 - tokenizers and transformers raise many types for a broken file

@@ -136,9 +136,11 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
                                        "policy.lm.tokenizer_path" if lm.tokenizer_path else f"policy.lm.{key}")
             check_weights_dir(model_path, f"policy.lm.{key}")
             try:
-                # safetensors only: a pickle's weights are never unpickled (check_weights_dir)
+                # safetensors only: a pickle's weights are never unpickled (check_weights_dir);
+                # nor is the directory's own code (auto_map) run
                 model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True,
-                                                             use_safetensors=True, **attn_kw)
+                                                             use_safetensors=True, trust_remote_code=False,
+                                                             **attn_kw)
             except Exception as exc:  # noqa: BLE001 - a damaged file ends in many types (SafetensorError, ...)
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 raise ProasError(f"policy.lm.{key}={model_path!r}: cannot load a local model "

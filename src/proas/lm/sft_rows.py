@@ -287,9 +287,11 @@ def train_on_rows(data: str | Path, model_dir: str | Path, out: str | Path, opts
             encoded[name].append((ids, n_prompt))
             truncated += cut
     # every row is checked before the weights load
-    try:  # safetensors only: a pickle's weights are never unpickled (check_weights_dir)
+    # safetensors only: a pickle's weights are never unpickled (check_weights_dir); nor is the
+    # directory's own code (auto_map) run
+    try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, local_files_only=True,
-                                                     use_safetensors=True)
+                                                     use_safetensors=True, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - a damaged file ends in many types (SafetensorError, ...)
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise ProasError(f"--init-from {model_dir}: cannot load a local model "

@@ -36,7 +36,7 @@ from proas.credit import (
     credit_arrays,
 )
 from proas.errors import ProasError
-from proas.fileio import atomic_write_json
+from proas.fileio import atomic_write_json, read_regular
 from proas.integrations.verl.rows import (
     BatchLayout,
     StepColumns,
@@ -377,10 +377,11 @@ class ProASCredit:
         folder = Path(checkpoint_dir) / CHECKPOINT_SUBDIR
         state_path = folder / "state.json"
         try:
-            state = json.loads(state_path.read_text(encoding="utf-8"))
+            # a regular file (a FIFO would block the resume), read as verl's checkpoint may hold links
+            state = json.loads(read_regular(state_path, follow_symlinks=True).decode("utf-8"))
         except FileNotFoundError:
             raise ProasError(f"no ProAS checkpoint in {checkpoint_dir} ({state_path} is missing)") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: too many digits
             raise ProasError(f"{state_path}: corrupt ProAS checkpoint state ({type(exc).__name__})") from None
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             raise ProasError(f"{state_path}: not a ProAS checkpoint state")
@@ -390,6 +391,8 @@ class ProASCredit:
         if not isinstance(seen, int) or seen < 0:
             raise ProasError(f"{state_path}: bad batches_seen {seen!r}")
         envs = state.get("envs", [])
+        if not isinstance(envs, list):
+            raise ProasError(f"{state_path}: bad envs {str(envs)[:40]!r} (a list of env draw states)")
         if self.envs and envs and len(envs) != len(self.envs):
             raise ProasError(f"{state_path}: {len(envs)} env draw states for {len(self.envs)} attached envs")
         graph = ReferenceGraph.load(folder / "graph.json.gz")
@@ -407,7 +410,10 @@ class ProASCredit:
         tracker = Path(default_local_dir) / VERL_TRACKER_FILE
         if not tracker.exists():
             return None
-        text = tracker.read_text(encoding="utf-8").strip()
+        try:
+            text = read_regular(tracker, follow_symlinks=True).decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:  # read_regular's own refusals are one line already
+            raise ProasError(f"{tracker}: cannot be read ({type(exc).__name__})") from None
         try:
             step = int(text)
         except ValueError:
