@@ -18,6 +18,8 @@
 # "attn profile") names the parts of scripts/lm_kernel_check_device.sh to run, "" for none.
 # ROWS2 (with ENVS2, STEPS2) starts a second grid beside the first, e.g. household's 40-step
 # screen beside shop's 150-step runs.
+# START_READS (e.g. "1 2 3 4") validates each SFT start again at those sampling seeds
+# (scripts/lm_start_reads.py), for the bar's reference.
 #
 #   bash scripts/lm_screen_device.sh [DEADLINE]
 set -u
@@ -53,6 +55,15 @@ if [ -n "${ROWS2:-}" ]; then
 fi
 export PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 JAX_PLATFORMS=cpu
+# 1c. START_READS (sampling seeds, e.g. "1 2 3 4"): each grid's SFT starts validated again at
+#     these seeds as soon as they exist (scripts/lm_start_reads.py, detached), the bar's reference
+#     by the protocol's 2026-12-08 amendment; pack carries RES/start_reads.jsonl
+if [ -n "${START_READS:-}" ]; then
+  for w in "$WORK" ${ROWS2:+"${WORK2:-$WORK-2}"}; do
+    setsid nohup python3 scripts/lm_start_reads.py "$w/res" --seeds $START_READS --wait 1500 \
+      > "$w/res/start_reads.log" 2>&1 < /dev/null &
+  done
+fi
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'transformers', transformers.__version__)" | tee -a "$OUT/step_profile.txt"
 echo "screen started: $SECONDS s"
 

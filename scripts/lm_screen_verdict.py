@@ -18,6 +18,11 @@ writes every run's metrics per step (SFT runs per epoch): validation SR, trainin
 entropy, KL, gradient norm, env-error rate, seconds a step, and the trainer's group and
 length-bias diagnostics where the run recorded them.
 
+Where RESULTS holds start_reads.jsonl (scripts/lm_start_reads.py: each SFT start validated again
+at further sampling seeds), a second table reads the primary metric against the mean of the
+start's readings (the run's step-0 reading and those), the bar's reference since the protocol's
+2026-12-08 amendment; the CSV's ``start_mean``, ``n_start`` and ``delta_50_150_vs_start`` hold it.
+
 The report ends with the diagnostics the protocol names for a start that RL does not lift, one
 row per RL run, read from those per-step metrics: training SR and score over the first and the
 last ten steps, the entropy of a decision over the first and last five, the largest mean KL to
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
 import sys
 from pathlib import Path
@@ -43,7 +49,7 @@ from proas.experiments.heldout import run_metrics
 from proas.fileio import atomic_write_text
 from proas.train.config import AlgoConfig
 
-ROW = re.compile(r"^grpo_(weak|mid|comp)(?:_mb(\d+))?_lr([0-9.e-]+)_kl([0-9.]+)$")
+ROW = re.compile(r"^grpo_(weak|mid5|mid|comp)(?:_mb(\d+))?_lr([0-9.e-]+)_kl([0-9.]+)$")
 DROP_PTS = 10.0
 KL_PTS = 2.0
 WINDOW = (20, 40)
@@ -215,6 +221,40 @@ def screen_rows(results: Path, seed: int = 200) -> list[dict]:
     return rows
 
 
+def start_readings(results: Path, seed: int = 200) -> dict[tuple[str, str], list[float]]:
+    """(env, start) -> the SR (%) readings of that start at further sampling seeds, from
+    RESULTS/start_reads.jsonl (scripts/lm_start_reads.py); {} when there is none."""
+    path = results / "start_reads.jsonl"
+    if not path.is_file():
+        return {}
+    out: dict[tuple[str, str], list[float]] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("sr"), (int, float)) or isinstance(rec.get("sr"), bool):
+            raise ProasError(f"{path}:{n}: not a start reading (a JSON object with a numeric sr)")
+        m = re.match(r"^sft_(.+)_" + re.escape(str(rec.get("env"))) + "$", str(rec.get("row", "")))
+        if m and rec.get("seed") == seed:
+            out.setdefault((str(rec["env"]), m.group(1)), []).append(100 * float(rec["sr"]))
+    return out
+
+
+def add_start_reference(rows: list[dict], reads: dict[tuple[str, str], list[float]]) -> None:
+    """The bar's reference by the 2026-12-08 amendment: the mean of the start's readings, the
+    run's step-0 reading and those of start_reads.jsonl; and the primary metric against it."""
+    for r in rows:
+        more = reads.get((r["env"], r["start"]), [])
+        pts = ([r["step0"]] if r["step0"] is not None else []) + more
+        r["start_mean"] = sum(pts) / len(pts) if more and pts else None
+        r["n_start"] = len(pts) if more else 0
+        r["delta_50_150_vs_start"] = (None if r["start_mean"] is None or r["mean_50_150"] is None
+                                      else r["mean_50_150"] - r["start_mean"])
+
+
 def sft_rows(results: Path, seed: int = 200) -> list[tuple[str, str, float | None, int]]:
     out = []
     for mfile in sorted(results.glob(f"*/sft_*/seed{seed}/metrics.jsonl")):
@@ -257,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the trainer's reader: a torn last line skipped, a resumed step's last record kept
         rows = screen_rows(args.results, args.seed)
         sfts = sft_rows(args.results, args.seed)
+        reads = start_readings(args.results, args.seed)
+        add_start_reference(rows, reads)
     except ProasError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -273,6 +315,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['env']} | {r['start']} | {r['mb']} | {r['lr']} | {r['kl']} | {fmt(r['step0'])} "
               f"| {fmt(r['mean_20_40'])} | {fmt(r['delta'])} | {later} | {fmt(r['delta_50_150'])} "
               f"| {r['last_step']} | {r['verdict']} |")
+    if reads:
+        print("\nAgainst the start's readings (its step-0 reading and those of start_reads.jsonl, "
+              "the bar's reference):\n")
+        print("| env | start | minibatch | AdamW rate | KL | start (readings) | mean, steps 50-150 | difference |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in sorted(rows, key=key):
+            ref = f"{fmt(r['start_mean'])} ({r['n_start']})" if r["start_mean"] is not None else "–"
+            print(f"| {r['env']} | {r['start']} | {r['mb']} | {r['lr']} | {r['kl']} | {ref} "
+                  f"| {fmt(r['mean_50_150'])} | {fmt(r['delta_50_150_vs_start'])} |")
     print(f"\nKL rule (steps 20-40 means, KL 0 minus KL 0.01; within {KL_PTS:g} points on every pair keeps KL 0.01):\n")
     by = {(r["env"], r["start"], r["mb"], r["lr"], r["kl"]): r["mean_20_40"] for r in rows}
     diffs = []

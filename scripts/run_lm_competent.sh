@@ -138,7 +138,7 @@ elif [ "$MODE" = pack ]; then
   [ -d "$RES" ] || { echo "no study on this machine (a fresh one): nothing to pack"; exit 3; }
   mkdir -p "$OUT"
   (cd "$RES" && find . \( -name metrics.jsonl -o -name config.yaml -o -name summary.json -o -name train.log \
-      -o -name grid.log -o -name models.log \) -not -path '*/best/*' -not -path '*/checkpoints/*' \
+      -o -name grid.log -o -name models.log -o -name start_reads.jsonl -o -name start_reads.log \) -not -path '*/best/*' -not -path '*/checkpoints/*' \
       | tar czf "$OUT/$STUDY.tgz" -T -) && echo "packed $OUT/$STUDY.tgz"
   progress; tail -n 8 "$RES/grid.log"; failures
 else

@@ -52,6 +52,7 @@ SMOKE = {
     "lm_kernel_check_device.sh": "bash",
     "lm_toy_rl.sh": "bash",
     "lm_screen_verdict.py": "python",
+    "lm_start_reads.py": "python",
     "run_device_study.sh": "bash",
     "run_lm_study.sh": "bash",
     "run_lm_competent.sh": "bash",
@@ -386,3 +387,50 @@ def test_lm_toy_rl_runs_the_scorer_and_prints_its_curve(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and line in again.stdout
 
+
+
+def test_lm_start_reads_validates_each_finished_sft_start_at_each_seed_once(tmp_path):
+    """Each finished SFT run is read at every seed, with `proas eval --seed`'s own figure; a
+    second pass makes no reading twice; an unfinished run (no summary.json) is not read."""
+    res = tmp_path / "res"
+    run = res / "shop" / "sft_mid_shop" / "seed200"
+    made = _run(sys.executable, "-m", "proas", "sft", "--run-dir", str(run), "--epochs", "1", "--max-tasks", "8",
+                "env=shop", "seed=200", "env.fixed_val_set.size=8", "train.progress=false")
+    assert made.returncode == 0, made.stderr
+    (res / "shop" / "sft_weak_shop" / "seed200").mkdir(parents=True)  # still running: no summary
+    out = _run(sys.executable, str(SCRIPTS / "lm_start_reads.py"), str(res), "--seeds", "1", "2")
+    assert out.returncode == 0, out.stderr
+    reads = [json.loads(x) for x in (res / "start_reads.jsonl").read_text().splitlines()]
+    got = [(r["row"], r["seed"], r["eval_seed"]) for r in reads]
+    assert got == [("sft_mid_shop", 200, 1), ("sft_mid_shop", 200, 2)]
+    direct = _run(sys.executable, "-m", "proas", "eval", str(run), "--seed", "2", "--json")
+    assert reads[1]["sr"] == json.loads(direct.stdout.strip().splitlines()[-1])["sr"]
+    before = (res / "start_reads.jsonl").read_text()
+    again = _run(sys.executable, str(SCRIPTS / "lm_start_reads.py"), str(res), "--seeds", "1", "2")
+    assert again.returncode == 0 and again.stdout == "" and (res / "start_reads.jsonl").read_text() == before
+    (res / "start_reads.jsonl").write_text(before + "[1]\n")
+    bad = _run(sys.executable, str(SCRIPTS / "lm_start_reads.py"), str(res), "--seeds", "3")
+    assert bad.returncode == 2 and "not a JSON object" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_lm_screen_verdict_reads_the_bar_against_the_mean_of_the_starts_readings(tmp_path):
+    """With start_reads.jsonl, the primary metric is also read against the mean of the start's
+    readings: the run's step-0 reading and the file's (of that env, start and seed only)."""
+    d = tmp_path / "shop" / "grpo_mid5_lr1e-4_kl0.01" / "seed200"
+    d.mkdir(parents=True)
+    vals = {0: 0.10, 20: 0.2, 30: 0.2, 40: 0.2, **{s: 0.40 for s in range(50, 151, 10)}}
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "val/sr": v}) + "\n" for s, v in vals.items()))
+    reads = [{"env": "shop", "row": "sft_mid5_shop", "seed": 200, "eval_seed": 1, "sr": 0.20},
+             {"env": "shop", "row": "sft_mid5_shop", "seed": 200, "eval_seed": 2, "sr": 0.30},
+             {"env": "shop", "row": "sft_mid5_shop", "seed": 201, "eval_seed": 1, "sr": 0.90},  # another seed
+             {"env": "shop", "row": "sft_mid_shop", "seed": 200, "eval_seed": 1, "sr": 0.90}]   # another start
+    (tmp_path / "start_reads.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reads))
+    out = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path), "--csv", str(tmp_path / "s.csv"))
+    assert out.returncode == 0, out.stderr
+    # start: (10 + 20 + 30) / 3 = 20.0; steps 50-150: 40.0
+    assert "| shop | mid5 | 256 | 1e-4 | 0.01 | 20.0 (3) | 40.0 | 20.0 |" in out.stdout
+    row = next(__import__("csv").DictReader((tmp_path / "s.csv").read_text().splitlines()))
+    assert float(row["delta_50_150"]) == 30.0 and float(row["delta_50_150_vs_start"]) == 20.0
+    (tmp_path / "start_reads.jsonl").write_text('{"env": "shop", "sr": "high"}\n')
+    bad = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path))
+    assert bad.returncode == 2 and "not a start reading" in bad.stderr
