@@ -73,7 +73,7 @@ case " $CHECKS " in *" attn "*) MODELS=$RES/models PARTS=attn OUT=$OUT bash scri
 
 # 3. watch; the step profile once the GPU is free
 left=$((DEADLINE - 45 - SECONDS))
-[ $left -gt 20 ] && STUDY=lm_screen WORK=$WORK bash scripts/run_lm_competent.sh watch $left
+[ $left -gt 20 ] && ALSO_WORK=${ROWS2:+${WORK2:-$WORK-2}} STUDY=lm_screen WORK=$WORK bash scripts/run_lm_competent.sh watch $left
 if [[ " $CHECKS " == *" profile "* ]] && ! pgrep -f "[p]roas experiment run" > /dev/null \
     && [ $((DEADLINE - SECONDS)) -gt 150 ]; then
   MODELS=$RES/models PARTS=profile OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - 45 - SECONDS))

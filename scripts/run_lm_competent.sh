@@ -7,6 +7,7 @@
 #                                                    # tokenizer and model, launch the grid; LIMIT s
 #                                                    # after the start every run still going is stopped
 #   bash scripts/run_lm_competent.sh watch SECONDS   # a later call: progress for SECONDS, or until the grid ends
+#                                                    # (ALSO_WORK=DIR...: their grids' progress too)
 #   bash scripts/run_lm_competent.sh pack            # $OUT/lm_competent.tgz: every run's metrics, config,
 #                                                    # summary and log, no weights
 #   bash scripts/run_lm_competent.sh preflight       # install, models (which `start` keeps), then one
@@ -49,8 +50,12 @@ failures() {  # the last lines of up to three failed runs' logs (the grid log na
     | while read -r log; do echo "--- $log"; tail -n 3 "$log"; done
 }
 
-progress() {  # per env and row: the epoch (SFT) or step (RL) each seed reached, * = finished, (val SR %)
-  python3 - "$RES" <<'EOP'
+progress() {  # per env and row: the epoch (SFT) or step (RL) each seed reached, * = finished, (val SR %);
+              # also for each work dir in ALSO_WORK (e.g. lm_screen_device.sh's second grid)
+  local w
+  for w in "$WORK" ${ALSO_WORK:-}; do
+  [ "$w" = "$WORK" ] || echo "($w)"
+  python3 - "$w/res" <<'EOP'
 import json, pathlib, sys
 res = pathlib.Path(sys.argv[1])
 for env in ("household", "shop"):
@@ -69,6 +74,7 @@ for env in ("household", "shop"):
         rows.setdefault(m.parent.parent.name, []).append(f"{last.get('step', 0)}{done}{val}")
     print(env, " ".join(f"{r}:{','.join(s)}" for r, s in rows.items()))
 EOP
+  done
 }
 
 setup() {  # install .whl, copy the code (EXTRA into the study's common), each env's tokenizer and model
