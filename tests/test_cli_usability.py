@@ -105,6 +105,15 @@ def test_every_argument_has_help():
     assert not missing, missing
 
 
+def test_every_command_says_what_it_does_in_its_own_help():
+    """`proas eval --help` (and every other command's) opens with what the command does, as the
+    list of `proas --help` says it: a newcomer reads the command's help, not its parent's."""
+    silent = [" ".join(path) for path, parser in walk(build_parser()) if path and not parser.description]
+    assert not silent, silent
+    text = build_parser()._subparsers._group_actions[0].choices["eval"].format_help()
+    assert "\n\nEvaluate a trained policy on the validation set.\n" in text
+
+
 def test_every_default_is_shown():
     """An option that takes a value and has a default (0 included) says it in its help."""
     hidden = []

@@ -78,10 +78,18 @@ def _conventions(parser: argparse.ArgumentParser) -> None:
     tests/test_cli_usability.py): subcommands are named COMMAND; a whole number that its command
     does not name is N (SEED for a seed, PORT for a port), a temperature T; and every option
     with a default says it. A number's type is a ``proas.ranges.Number`` (its range checked as
-    it is parsed), whose ``kind`` is ``int`` or ``float``."""
+    it is parsed), whose ``kind`` is ``int`` or ``float``. A command registered without a
+    description opens its ``--help`` with the line its parent's list gives it, so that ``proas
+    eval --help`` says what the command does, as ``proas --help`` does."""
     for _, command in walk(parser):
         for a in command._actions:
             _convention(a)
+            if isinstance(a, argparse._SubParsersAction):
+                for listed in a._choices_actions:
+                    sub = a.choices[listed.dest]
+                    if not sub.description and listed.help:
+                        text = listed.help[0].upper() + listed.help[1:]
+                        sub.description = text if text.endswith(".") else text + "."
 
 
 def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

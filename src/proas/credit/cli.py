@@ -231,7 +231,12 @@ def register(sub) -> None:
     p = sub.add_parser(
         "credit",
         help="ProAS credit for trajectory logs (JSONL in, per-step JSONL out)",
-        description="Annotate and shape the advantages of a batch of logged trajectories.",
+        description="Annotate and shape the advantages of a batch of logged trajectories. Each input "
+                    'line is one trajectory, {"group", "trajectory", "reward", "steps": [{"state", "action", '
+                    '"next_state", "error"}, ...]}, with abstract states; each output line is one step, with '
+                    "its rea, pa, fd, base_advantage and advantage. Without --graph or --build-from the "
+                    "reference graph is built from the input's own successes (docs/credit.md, \"On your own "
+                    'logs").',
     )
     p.add_argument("--trajectories", required=True, metavar="FILE", help="input JSONL, one trajectory per line")
     p.add_argument("--out", required=True, metavar="FILE", help="output JSONL, one line per step")
@@ -244,7 +249,8 @@ def register(sub) -> None:
                    help="base estimator, A_i and B_i,t (docs/credit.md; ppo and gae are one estimator)")
     p.add_argument("--shaping", default="proas", choices=list(SHAPINGS),
                    help="how the base advantage is reshaped: proas (the method), none, or an ablation")
-    p.add_argument("--static", action="store_true", help="do not merge the input's successful trajectories")
+    p.add_argument("--static", action="store_true",
+                   help="do not merge the input's successful trajectories into the graph (the Static ARG)")
     p.add_argument("--rea", default=REA_RULES[0], choices=list(REA_RULES),
                    help="reasonableness rule: (s_t, s_t+1) is an ARG edge (transition, default), "
                         "(s_t, a_t) labels an ARG edge (state_action), or s_t+1 is a node (node)")
@@ -254,7 +260,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed(), default=0, help="seed of the random-label ablation")
     p.add_argument("--estimator-option", action="append", metavar="KEY=VALUE",
                    help="an option of the estimator, e.g. gamma=0.95 (docs/credit.md lists them)")
-    p.add_argument("--shaping-option", action="append", metavar="KEY=VALUE", help=", ".join(SHAPING_OPTIONS))
+    p.add_argument("--shaping-option", action="append", metavar="KEY=VALUE",
+                   help=f"an option of the shaping: {', '.join(SHAPING_OPTIONS)} (docs/credit.md, \"Shaping\")")
     p.set_defaults(func=cmd_credit)
 
     d = sub.add_parser("credit-demo", help="show ProAS credit on shipped example trajectories")
