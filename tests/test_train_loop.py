@@ -265,6 +265,22 @@ def test_resuming_and_validating_say_so(tmp_path):
     first = io.StringIO()
     train(c, run_dir=tmp_path / "fresh", console=Console(file=first, width=200))
     assert "validating the untrained policy on 16 tasks ..." in first.getvalue()
+    # the untrained policy's figure is printed, as the run's later lines are
+    step0 = json.loads((tmp_path / "fresh" / "metrics.jsonl").read_text().splitlines()[0])
+    assert f"step 0/2  val SR {100 * step0['val/sr']:5.1f}%" in first.getvalue()
+    assert "best validation SR" in first.getvalue()
+
+
+def test_a_run_without_validation_says_so_at_the_end(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    train(cfg("train.steps=1", "train.val_every=0"), run_dir=tmp_path / "run", console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "no validation (train.val_every=0)" in text and "n/a" not in text and "step None" not in text
+    assert "step 0/" not in text
 
 
 def test_env_exception_messages_are_shown_literally(tmp_path, monkeypatch):

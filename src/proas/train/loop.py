@@ -194,6 +194,8 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
                     console.print(f"validating the untrained policy on {len(trainer.val_ids)} tasks ...")
                     with gc_paused(freeze):
                         rec.update(trainer.run_validation(0))
+                    if "val/sr" in rec:  # the figure every later line is read against
+                        console.print(f"step 0/{total}  val SR {100 * rec['val/sr']:5.1f}%", soft_wrap=True)
                 rec["time/wall"] = wall()
                 sink.write(rec)
                 history.append(rec)
@@ -240,9 +242,11 @@ def _train(cfg: Config | None, *, run_dir: Path | None, resume: Path | None, con
         plot_curve(history, run_dir / "curve.png",
                    f"{cfg.env.name} / {cfg.policy.kind} / {cfg.algo.estimator}+{cfg.algo.shaping} / seed {cfg.seed}")
         atomic_write_json(run_dir / "summary.json", summary)
+        vals = (f"best validation SR {_pct(summary['best_val_sr'])} (step {summary['best_val_step']}), "
+                f"last {_pct(summary['last_val_sr'])}" if summary.get("best_val_step") is not None
+                else "no validation (train.val_every=0)")
         console.print(
-            f"[bold green]done[/]: {trainer.step} steps in {summary['wall_s']:.0f}s; best validation SR "
-            f"{_pct(summary['best_val_sr'])} (step {summary['best_val_step']}), last {_pct(summary['last_val_sr'])}\n"
+            f"[bold green]done[/]: {trainer.step} steps in {summary['wall_s']:.0f}s; {vals}\n"
             f"run:            {run_dir}\n"
             f"learning curve: {run_dir / 'curve.png'}\n"
             f"best checkpoint: {run_dir / 'best'}  (proas eval {run_dir})",
