@@ -274,3 +274,12 @@ def test_an_input_that_is_a_fifo_is_refused_in_one_line_without_blocking(files, 
     assert rc == 2 and err.count("\n") == 1 and f"{fifo}." in err, err
     assert "is a FIFO; a file read as data must be a regular file" in err, err
     assert not (files / "out.jsonl").exists() and not (files / "g.json.gz").exists()
+
+
+def test_credit_counts_its_output_in_words_that_agree_with_the_numbers(tmp_path, capsys):
+    write_jsonl(tmp_path / "one.jsonl", [path_traj("g", "only", 1, ["A", "B"])])
+    assert main(["credit", "--trajectories", str(tmp_path / "one.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 0
+    assert "wrote 1 step of 1 trajectory to " in capsys.readouterr().out
+    write_jsonl(tmp_path / "two.jsonl", [path_traj("g", "a", 1, ["A", "B", "C"]), path_traj("g", "b", 0, ["A", "C"])])
+    assert main(["credit", "--trajectories", str(tmp_path / "two.jsonl"), "--out", str(tmp_path / "o2.jsonl")]) == 0
+    assert "wrote 3 steps of 2 trajectories to " in capsys.readouterr().out

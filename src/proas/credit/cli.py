@@ -170,10 +170,15 @@ def cmd_credit(args: argparse.Namespace) -> int:
     atomic_write_all(files)  # every output or none
     n_steps = int(res.offsets[-1])
     print(
-        f"wrote {n_steps} steps of {len(trajectories)} trajectories to {printable(args.out, newlines=False)} "
+        f"wrote {_count(n_steps, 'step')} of {_count(len(trajectories), 'trajectory', 'trajectories')} to "
+        f"{printable(args.out, newlines=False)} "
         f"(graph: {graph.num_nodes} nodes, {graph.num_edges} edges)"
     )
     return 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 DEMO_FILE = "household_demo.jsonl"
