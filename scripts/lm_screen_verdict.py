@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 import sys
 from pathlib import Path
@@ -223,23 +222,22 @@ def screen_rows(results: Path, seed: int = 200) -> list[dict]:
 
 def start_readings(results: Path, seed: int = 200) -> dict[tuple[str, str], list[float]]:
     """(env, start) -> the SR (%) readings of that start at further sampling seeds, from
-    RESULTS/start_reads.jsonl (scripts/lm_start_reads.py); {} when there is none."""
-    path = results / "start_reads.jsonl"
-    if not path.is_file():
-        return {}
+    RESULTS/start_reads.jsonl (scripts/lm_start_reads.py, whose reader this is); {} when there is
+    none."""
+    from lm_start_reads import READS, load_reads  # this script's folder is on sys.path
+
+    try:
+        reads = load_reads(results)
+    except (ValueError, OSError) as exc:
+        raise ProasError(str(exc)) from None
     out: dict[tuple[str, str], list[float]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            rec = None
-        if not isinstance(rec, dict) or not isinstance(rec.get("sr"), (int, float)) or isinstance(rec.get("sr"), bool):
-            raise ProasError(f"{path}:{n}: not a start reading (a JSON object with a numeric sr)")
+    for n, rec in enumerate(reads, 1):
+        sr = rec.get("sr")
+        if not isinstance(sr, (int, float)) or isinstance(sr, bool):
+            raise ProasError(f"{results / READS}: reading {n}: not a start reading (no numeric sr)")
         m = re.match(r"^sft_(.+)_" + re.escape(str(rec.get("env"))) + "$", str(rec.get("row", "")))
         if m and rec.get("seed") == seed:
-            out.setdefault((str(rec["env"]), m.group(1)), []).append(100 * float(rec["sr"]))
+            out.setdefault((str(rec["env"]), m.group(1)), []).append(100 * float(sr))
     return out
 
 
