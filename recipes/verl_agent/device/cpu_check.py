@@ -56,7 +56,9 @@ def learn_overrides(work: str = "/tmp/proas-va", env: str = "alfworld/AlfredTWEn
     text = (HERE / "run.sh").read_text()
     start = text.index("learn_overrides=(") + len("learn_overrides=(")
     body = text[start:text.index("\n)", start)]
-    shaping = {"grpo": "none", "grpo_proas": "proas"}[arm]
+    start = text.index("shaping_of() {")
+    arms = dict(re.findall(r"^\s*(\w+)\) echo (\w+) ;;", text[start:text.index("\n}", start)], re.M))
+    shaping = arms[arm]  # run.sh's own arm -> shaping table
     return [*run_sh_overrides(work, env), *_fill(body, work, env), f"proas.shaping={shaping}",
             f"actor_rollout_ref.actor.optim.lr={lr}"]
 

@@ -47,8 +47,15 @@ for phase in $PHASES; do
         *) echo "run.sh: unknown phase $phase (full, cut, resume, resume-full, learn, watch, pack, stop)" >&2; exit 2 ;;
     esac
 done
+shaping_of() {  # an arm's ProAS shaping; no output and status 1 for an unknown arm
+    case $1 in
+        grpo) echo none ;;        # verl-agent's own GRPO advantages (docs/verl.md section 7)
+        grpo_proas) echo proas ;;
+        *) return 1 ;;
+    esac
+}
 for arm in $ARMS; do
-    case $arm in grpo|grpo_proas) ;; *) echo "run.sh: unknown arm $arm in ARMS (grpo, grpo_proas)" >&2; exit 2 ;; esac
+    shaping_of "$arm" > /dev/null || { echo "run.sh: unknown arm $arm in ARMS (grpo, grpo_proas)" >&2; exit 2; }
 done
 for lr in $LRS; do
     [[ $lr =~ ^[0-9]+(\.[0-9]+)?([eE]-?[0-9]+)?$ ]] && awk -v x="$lr" 'BEGIN { exit !(x > 0) }' \
@@ -208,11 +215,7 @@ learn() {  # one detached trainer per arm and rate, side by side; each resumes f
     python3 recipes/verl_agent/device/prepare_data.py "$WORK/data_learn" --train 8 --val "$VAL_EPISODES"
     mkdir -p "$LEARN"
     for arm in $ARMS; do
-        case $arm in
-            grpo) shaping=none ;;        # verl-agent's own GRPO advantages (docs/verl.md section 7)
-            grpo_proas) shaping=proas ;;
-            *) echo "unknown arm $arm (grpo, grpo_proas)" >&2; exit 2 ;;
-        esac
+        shaping=$(shaping_of "$arm")  # ARMS was checked before setup
         for lr in $LRS; do
             name=$arm-lr$lr
             if [[ -f "$LEARN/$name.pid" && ! -f "$LEARN/$name.rc" ]] && kill -0 "$(cat "$LEARN/$name.pid")" 2>/dev/null; then
@@ -249,8 +252,7 @@ for phase in $PHASES; do
         learn) learn ;;
         watch) watch_arms ;;
         pack) pack_arms ;;
-        stop) stop_arms ;;
-        *) echo "unknown phase $phase (full, cut, resume, resume-full, learn, watch, pack, stop)" >&2; exit 2 ;;
+        stop) stop_arms ;;    # (PHASES was checked before setup)
     esac
 done
 # the resumed run's checkpoints against the uninterrupted run's, tensor by tensor (step STEPS/2:
