@@ -247,7 +247,7 @@ def add_start_reference(rows: list[dict], reads: dict[tuple[str, str], list[floa
     for r in rows:
         more = reads.get((r["env"], r["start"]), [])
         pts = ([r["step0"]] if r["step0"] is not None else []) + more
-        r["start_mean"] = sum(pts) / len(pts) if more and pts else None
+        r["start_mean"] = sum(pts) / len(pts) if more else None
         r["n_start"] = len(pts) if more else 0
         r["delta_50_150_vs_start"] = (None if r["start_mean"] is None or r["mean_50_150"] is None
                                       else r["mean_50_150"] - r["start_mean"])
