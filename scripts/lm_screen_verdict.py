@@ -30,7 +30,8 @@ the start over an aligned ten-step window (1-10, 11-20, ...), the share of group
 success (and of groups whose rewards are all equal), the env-error rate, and how often a
 shortest candidate was chosen against a uniform choice's rate. Given a per-step CSV that
 ``--steps`` wrote (such as the shipped ``results/lm/screen/*_steps.csv``) instead of RESULTS, it
-prints that table alone.
+prints that table alone. ``--block N`` adds each RL run's training SR (mean) and seconds a step
+(median) over aligned N-step blocks.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -112,16 +114,21 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def diagnostics(steps: list[dict]) -> list[dict]:
-    """One row per RL run (rows named grpo_*) of per-step records as step_rows gives them or as
-    its CSV holds them: the diagnostics of the module docstring. Percentages are in points; a
-    diagnostic no record holds is None."""
+def _rl_runs(steps: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Per-step records grouped by RL run (rows named grpo_*): (env, row) -> records."""
     runs: dict[tuple[str, str], list[dict]] = {}
     for r in steps:
         if str(r.get("row", "")).startswith("grpo_"):
             runs.setdefault((str(r["env"]), str(r["row"])), []).append(r)
+    return runs
+
+
+def diagnostics(steps: list[dict]) -> list[dict]:
+    """One row per RL run (rows named grpo_*) of per-step records as step_rows gives them or as
+    its CSV holds them: the diagnostics of the module docstring. Percentages are in points; a
+    diagnostic no record holds is None."""
     out = []
-    for (env, row), recs in sorted(runs.items()):
+    for (env, row), recs in sorted(_rl_runs(steps).items()):
         def series(col: str) -> list[tuple[int, float]]:
             pts = []
             for r in recs:
@@ -160,6 +167,35 @@ def diagnostics(steps: list[dict]) -> list[dict]:
                     "chose_shortest": whole("chose_shortest", 100.0),
                     "shortest_by_chance": whole("shortest_by_chance", 100.0)})
     return out
+
+
+def blocks(steps: list[dict], size: int) -> list[dict]:
+    """Per RL run and aligned block of ``size`` steps (1-size, size+1-2*size, ...): the mean
+    training SR (%) and the median seconds a step, from per-step records as ``diagnostics``
+    reads them."""
+    out = []
+    for (env, row), recs in sorted(_rl_runs(steps).items()):
+        by: dict[int, list[dict]] = {}
+        for r in recs:
+            step = _num(r.get("step"))
+            if step is not None and step >= 1:
+                by.setdefault((int(step) - 1) // size, []).append(r)
+        for b, rs in sorted(by.items()):
+            sr = [v for v in (_num(r.get("train_sr")) for r in rs) if v is not None]
+            sec = [v for v in (_num(r.get("step_s")) for r in rs) if v is not None]
+            last = max(int(_num(r["step"])) for r in rs)
+            out.append({"env": env, "row": row, "steps": f"{b * size + 1}-{last}", "train_sr": _mean(sr),
+                        "step_s_median": statistics.median(sec) if sec else None})
+    return out
+
+
+def print_blocks(rows: list[dict], size: int) -> None:
+    print(f"\nBy {size}-step block (training SR in %, the mean; seconds a step, the median):\n")
+    print("| env | run | steps | training SR | seconds a step |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        sec = "–" if r["step_s_median"] is None else f"{r['step_s_median']:.1f}"
+        print(f"| {r['env']} | {r['row']} | {r['steps']} | {fmt(r['train_sr'])} | {sec} |")
 
 
 def print_diagnostics(diag: list[dict]) -> None:
@@ -272,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, help="also write the per-run rows here")
     ap.add_argument("--steps", type=Path, help="also write every run's metrics per step here")
     ap.add_argument("--diagnostics", type=Path, help="also write the diagnostics table here (CSV)")
+    ap.add_argument("--block", type=int, default=0, metavar="N",
+                    help="also print each RL run's training SR and seconds a step by N-step block")
     args = ap.parse_args(argv)
     if args.results.is_file() and args.results.suffix == ".csv":
         try:
@@ -286,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         diag = diagnostics(steps)
         print(f"# lm screen diagnostics: {args.results}")
         print_diagnostics(diag)
+        if args.block > 0:
+            print_blocks(blocks(steps, args.block), args.block)
         if args.diagnostics:
             _write_diagnostics(args.diagnostics, diag)
         return 0
@@ -338,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     diag = diagnostics(steps)
     if diag:
         print_diagnostics(diag)
+    if args.block > 0:
+        print_blocks(blocks(steps, args.block), args.block)
     if args.diagnostics:
         _write_diagnostics(args.diagnostics, diag)
     if args.csv:

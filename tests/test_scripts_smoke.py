@@ -353,7 +353,7 @@ def test_lm_screen_verdict_diagnostics_read_the_per_step_metrics(tmp_path):
                      "train/score": 0.6, "loss/entropy": 1.0 if s <= 5 else 0.4 if s > 25 else 0.7,
                      "loss/kl": 2.0 if 11 <= s <= 20 else 0.1, "train/groups_no_success": 0.25,
                      "train/groups_flat": 0.5, "train/error_rate": 0.02 * (s % 2),
-                     "rollout/chose_shortest": 0.3, "rollout/shortest_by_chance": 0.6})
+                     "rollout/chose_shortest": 0.3, "rollout/shortest_by_chance": 0.6, "time/step": float(s)})
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     row = ("| shop | grpo_mid_lr1e-4_kl0.01 | 30 | 10.0 → 50.0 | 0.60 → 0.60 | 1.00 → 0.40 | 2.00 (11-20) "
            "| 75.0 | 50.0 | 1.0 | 30.0 (60.0) |")
@@ -361,9 +361,13 @@ def test_lm_screen_verdict_diagnostics_read_the_per_step_metrics(tmp_path):
                "--steps", str(tmp_path / "steps.csv"), "--diagnostics", str(tmp_path / "diag.csv"))
     assert out.returncode == 0, out.stderr
     assert row in out.stdout
-    again = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path / "steps.csv"))
+    again = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path / "steps.csv"), "--block", "10")
     assert again.returncode == 0, again.stderr
     assert row in again.stdout and "step 0" not in again.stdout  # the table alone
+    # by 10-step block: the mean training SR and the median seconds a step (steps 21-30: 25.5)
+    assert "| shop | grpo_mid_lr1e-4_kl0.01 | 1-10 | 10.0 | 5.5 |" in again.stdout
+    assert "| shop | grpo_mid_lr1e-4_kl0.01 | 21-30 | 50.0 | 25.5 |" in again.stdout
+    assert "By 10-step block" not in out.stdout  # only when asked
     diag = list(__import__("csv").DictReader((tmp_path / "diag.csv").read_text().splitlines()))
     assert diag[0]["kl_max10_steps"] == "11-20" and float(diag[0]["groups_with_success"]) == 75.0
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
