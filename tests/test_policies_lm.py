@@ -391,16 +391,17 @@ def test_score_mode_passes_are_bounded_by_cached_tokens():
     p = scored(score_impl="expand")
     # (prompt length, candidate lengths); a pass costs its rows x (widest prompt + longest candidate)
     shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
+    # the decisions go by width (widest prompt + longest candidate): 4 (6), 2 (14), 0 (25), 1 (32), 3 (110)
     p.score_tokens_per_pass = 100
-    # 2x25=50, 3x32=96; +3 rows: 6x32=192 > 100, new pass; decision 3 (1x110) is over the budget
-    # alone and still gets its own pass; 4 joins it at 2x110=220 > 100, so it goes alone too
-    assert p._score_groups(shapes, limit=8, impl="expand") == [[0, 1], [2], [3], [4]]
+    # 1x6, 4x14=56; +2 rows: 6x25=150 > 100, new pass; 2x25, 3x32=96; decision 3 (1x110) is
+    # over the budget alone and still gets its own pass
+    assert p._score_groups(shapes, limit=8, impl="expand") == [[4, 2], [0, 1], [3]]
     p.score_tokens_per_pass = 200
-    assert p._score_groups(shapes, limit=8, impl="expand") == [[0, 1, 2], [3], [4]]  # 6x32=192 fits
+    assert p._score_groups(shapes, limit=8, impl="expand") == [[4, 2, 0], [1], [3]]  # 6x25=150 fits, 7x32 not
     p.score_tokens_per_pass = 10**6
-    assert p._score_groups(shapes, limit=2, impl="expand") == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
-    assert p.micro_batches([{"prompt": [0] * pl, "cands": [[0] * n for n in c]} for pl, c in shapes], 2) == \
-        [[0, 1], [2, 3], [4]]
+    assert p._score_groups(shapes, limit=2, impl="expand") == [[4, 2], [0, 1], [3]]  # micro_batch_size still caps
+    assert p.micro_batches([{"prompt": [k] * pl, "cands": [[0] * n for n in c]}
+                            for k, (pl, c) in enumerate(shapes)], 2) == [[4, 2], [0, 1], [3]]
     # acting in one pass per decision chooses as acting in one pass for all
     contexts = [ctx(step=3), ctx(step=0), ctx(step=1)]
     wide = p.act(contexts, np.random.default_rng(5), temperature=1.0)
@@ -529,7 +530,8 @@ def test_auto_score_impl_packs_the_loss_everywhere_and_acting_off_the_gpu():
     data = [{"prompt": [0] * pl, "cands": [[0] * n for n in c]}
             for pl, c in [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]]
     q.device = torch.device("cuda")
-    assert q.micro_batches(data, 8) == [[0, 1, 2], [3], [4]]  # packed widths; expand's would be [[0, 1], [2], ...]
+    # packed widths 28, 32, 22, 110, 6: 1x6, 2x22, 3x28=84, 4x32 > 100; expand's would be [[4, 2], [0, 1], [3]]
+    assert q.micro_batches(data, 8) == [[4, 2, 0], [1], [3]]
 
 
 def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
@@ -538,12 +540,113 @@ def test_packed_score_passes_are_bounded_by_decisions_times_packed_width():
     # plus all of its candidates): widths 28, 32, 22, 110, 6
     shapes = [(20, [3, 5]), (30, [2]), (10, [4, 4, 4]), (90, [20]), (5, [1])]
     p.score_tokens_per_pass = 100
-    # 1x28, 2x32=64, 3x32=96; +1: 4x110 > 100, new pass; 2x110 > 100 again
-    assert p._score_groups(shapes, limit=8, impl="packed") == [[0, 1, 2], [3], [4]]
+    # by width: 4 (6), 2 (22), 0 (28), 1 (32), 3 (110); 1x6, 2x22, 3x28=84; +1: 4x32 > 100, new pass; 2x110 > 100
+    assert p._score_groups(shapes, limit=8, impl="packed") == [[4, 2, 0], [1], [3]]
     p.score_tokens_per_pass = 64
-    assert p._score_groups(shapes, limit=8, impl="packed") == [[0, 1], [2], [3], [4]]  # 2x32=64 fits, 3x32=96 does not
+    assert p._score_groups(shapes, limit=8, impl="packed") == [[4, 2], [0, 1], [3]]  # 3x28=84 does not fit, 2x32 does
     p.score_tokens_per_pass = 10**6
-    assert p._score_groups(shapes, limit=2, impl="packed") == [[0, 1], [2, 3], [4]]  # micro_batch_size still caps
+    assert p._score_groups(shapes, limit=2, impl="packed") == [[4, 2], [0, 1], [3]]  # micro_batch_size still caps
+
+
+def test_score_passes_hold_decisions_of_similar_width_and_equal_ones_together():
+    p = scored(score_impl="packed")
+    p.score_tokens_per_pass = 10**6
+    # widths 100, 10, 90, 20: in order, every pass would be padded to 90 or 100
+    shapes = [(99, [1]), (9, [1]), (89, [1]), (19, [1])]
+    groups = p._score_groups(shapes, limit=2, impl="packed")
+    assert groups == [[1, 3], [2, 0]]
+
+    def padded(gs):  # the attention's area: rows x width^2 of each pass
+        return sum(len(g) * max(sum(shapes[i][1]) + shapes[i][0] for i in g) ** 2 for g in gs)
+
+    assert (padded(groups), padded([[0, 1], [2, 3]])) == (2 * 20**2 + 2 * 100**2, 2 * 100**2 + 2 * 90**2)
+    # equal widths keep their order, unless keys say which decisions are equal: those go together
+    same = [(9, [1])] * 4
+    assert p._score_groups(same, limit=2, impl="packed") == [[0, 1], [2, 3]]
+    assert p._score_groups(same, limit=2, impl="packed", keys=["a", "b", "a", "b"]) == [[0, 2], [1, 3]]
+
+
+@pytest.mark.parametrize("impl", ["expand", "packed", "shared"])
+def test_equal_decisions_are_scored_once_with_their_own_scores_and_gradients(impl):
+    p = scored(score_impl=impl)
+    a = ([5, 6, 7, 8, 9], [[10, 11], [12]])
+    b = ([5, 6], [[13], [14, 15, 16]])
+    rows = []
+    hook = p.module.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    both = p.candidate_logps([a, b, a, a], impl=impl)
+    hook.remove()
+    # passes over the two distinct decisions only: packed's one; expand's and shared's prompts, then
+    # their candidates (expand: a row per candidate, 2 + 2; shared: a row per decision)
+    assert rows == {"packed": [2], "expand": [2, 4], "shared": [2, 2]}[impl]
+    alone = [p.candidate_logps([x], impl=impl)[0] for x in (a, b, a, a)]
+    for got, want in zip(both, alone, strict=True):
+        assert torch.allclose(got, want, atol=1e-5)
+    # a loss over the duplicates moves the weights as a loss over separate passes does
+
+    def grads(scores):
+        p.module.zero_grad(set_to_none=True)
+        sum(w * s[-1] for w, s in zip([1.0, 2.0, -0.5, 0.25], scores, strict=True)).backward()
+        return [q.grad.clone() for q in p.module.parameters() if q.grad is not None]
+
+    g_once = grads(p.candidate_logps([a, b, a, a], impl=impl))
+    g_alone = grads([p.candidate_logps([x], impl=impl)[0] for x in (a, b, a, a)])
+    assert len(g_once) == len(g_alone)
+    for x, y in zip(g_once, g_alone, strict=True):
+        assert torch.allclose(x, y, atol=1e-5)
+
+
+def test_acting_on_repeated_contexts_scores_each_once_and_acts_on_each():
+    p = scored(score_impl="packed")
+    contexts = [ctx(step=3), ctx(step=0), ctx(step=3), ctx(step=1), ctx(step=0)]
+    rows = []
+    hook = p.module.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    many = p.act(contexts, np.random.default_rng(3), temperature=1.0)
+    hook.remove()
+    assert sum(rows) == 3  # three distinct decisions
+    one = [p.act([c], np.random.default_rng(0), temperature=0.0)[0] for c in contexts]
+    # each decision's log-prob is its own context's, whatever pass and place it had
+    greedy = p.act(contexts, np.random.default_rng(3), temperature=0.0)
+    assert [d.action for d in greedy] == [d.action for d in one]
+    assert [d.logp for d in greedy] == pytest.approx([d.logp for d in one], abs=1e-5)
+    assert [d.data["prompt"] for d in many] == [d.data["prompt"] for d in one]
+    # the sampled draws use the rollout's generator once per decision, in order
+    alone = [p.act([c], rng, temperature=1.0)[0] for rng in [np.random.default_rng(3)] for c in contexts]
+    assert [d.action for d in many] == [d.action for d in alone]
+
+
+def test_an_update_in_width_ordered_passes_equals_one_in_passes_taken_in_order(tmp_path, monkeypatch):
+    from proas.policies.base import Policy
+    from proas.train.loop import Trainer
+
+    toy = TOY_SCORE + ["policy.lm.lr=1e-2", "algo.kl_coef=0.01", "policy.lm.micro_batch_size=3",
+                       "algo.minibatch_size=8"]
+
+    def run(name):
+        t = Trainer(build_config(toy), tmp_path / name)
+        grads = []  # each optimiser step's gradients (AdamW's step would turn rounding into signs)
+        t.optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs: grads.append([q.grad.clone() for q in t.policy.parameters()
+                                                    if q.grad is not None]))
+        return t.train_step(), grads
+
+    rec_a, grads_a = run("a")
+    groups = []
+    orig = LMPolicy.micro_batches
+    monkeypatch.setattr(LMPolicy, "micro_batches", lambda self, data, limit: groups.append(orig(self, data, limit))
+                        or Policy.micro_batches(self, data, limit))
+    rec_b, grads_b = run("b")
+    # the width order did regroup the decisions, and the update came out the same
+    assert any(g != Policy.micro_batches(None, [0] * sum(map(len, g)), 3) for g in groups)
+    for k in ("train/sr", "train/steps", "loss/updates"):
+        assert rec_a[k] == rec_b[k]
+    for k in ("loss/pg", "loss/kl", "loss/entropy", "loss/grad_norm"):
+        assert rec_a[k] == pytest.approx(rec_b[k], rel=1e-4, abs=1e-6)
+    assert len(grads_a) == len(grads_b) == rec_a["loss/updates"] >= 2
+    for ga, gb in zip(grads_a, grads_b, strict=True):
+        scale = max(float(g.abs().max()) for g in ga)
+        assert scale > 0
+        for x, y in zip(ga, gb, strict=True):
+            assert torch.allclose(x, y, rtol=0, atol=1e-4 * scale)
 
 
 @pytest.mark.parametrize("impl", ["expand", "packed"])

@@ -26,7 +26,7 @@ from proas.lm.model import (
 from proas.lm.optim import OptimisationMixin
 from proas.lm.options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem, hold_sdpa_kernel
 from proas.lm.prompt import _CHAT_TEMPLATE, PromptMixin
-from proas.lm.scoring import ScoringMixin
+from proas.lm.scoring import ScoringMixin, decision_key
 from proas.policies.base import Context, Decision, Policy
 
 
@@ -190,8 +190,11 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
         if self.mode == "score":
             return self._act_score(contexts, rng, temperature)
         return self._act_generate(contexts, temperature)
+
     def micro_batches(self, data: Sequence[dict[str, Any]], limit: int) -> list[list[int]]:
         if self.mode != "score":
             return super().micro_batches(data, limit)
+        # equal decisions side by side, so that a pass scores each once (``candidate_logps``)
         return self._score_groups([(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in data], limit,
-                                  self.score_impl_for(loss=True))
+                                  self.score_impl_for(loss=True),
+                                  keys=[decision_key(d["prompt"], d["cands"]) for d in data])

@@ -27,6 +27,30 @@ def _ragged(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.n
     return values, row, offset, lengths
 
 
+def decision_key(prompt: Sequence[int], cands: Sequence[Sequence[int]]) -> tuple:
+    """A hashable key of a decision's prompt and candidate ids: equal keys, equal scores."""
+    return (tuple(prompt), tuple(map(tuple, cands)))
+
+
+def _distinct(items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) -> tuple[list[int], list[int]]:
+    """``(firsts, inverse)`` of a list of decisions ``(prompt ids, candidate ids)``: the
+    positions of the distinct decisions' first occurrences, and for every decision the index in
+    ``firsts`` of its equal. A group's episodes share their first prompt and a policy that has
+    learnt a task revisits its states, so a batch often holds the same decision more than once;
+    its scores are computed once."""
+    index: dict[tuple, int] = {}
+    firsts: list[int] = []
+    inverse: list[int] = []
+    for i, (prompt, cands) in enumerate(items):
+        key = decision_key(prompt, cands)
+        j = index.get(key)
+        if j is None:
+            j = index[key] = len(firsts)
+            firsts.append(i)
+        inverse.append(j)
+    return firsts, inverse
+
+
 class ScoringMixin:
     """``LMPolicy``'s score mode: a decision's prompt and candidates, their scores
     (``candidate_logps``, by the ``expand`` or ``packed`` passes), acting and the loss's
@@ -63,26 +87,43 @@ class ScoringMixin:
             return self.score_impl
         return "expand" if not loss and self.device.type == "cuda" else "packed"
 
-    def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int, impl: str) -> list[list[int]]:
-        """Consecutive groups of decisions (``(prompt length, candidate lengths)`` each) with at
-        most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens, rows x width of
-        the pass. ``expand``: a row per candidate, holding the group's widest prompt plus its
-        longest candidate (the cached tokens). ``packed``: a row per decision, as wide as the
-        group's longest prompt plus all its candidates; the budget bounds the token states (KV
-        cache, activations) and so, like ``expand``'s, memory. The pass's mask adds rows x
+    def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int, impl: str,
+                      keys: Sequence[Any] | None = None) -> list[list[int]]:
+        """Groups of decisions (``(prompt length, candidate lengths)`` each), one per forward
+        pass, with at most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens, rows
+        x width of the pass: positions into ``shapes``, every one in exactly one group.
+        ``expand``: a row per candidate, holding the group's widest prompt plus its longest
+        candidate (the cached tokens). ``packed`` and ``shared``: a row per decision, as wide as
+        the group's longest prompt plus all its candidates; the budget bounds the token states
+        (KV cache, activations) and so, like ``expand``'s, memory. The pass's mask adds rows x
         width x width scalars, one tensor for all layers: less than the token states, whose
         size is rows x width x hidden x layers, while width stays under hidden x layers. A
-        decision over the budget alone still gets a pass of its own."""
+        decision over the budget alone still gets a pass of its own.
+
+        The decisions are taken in order of their width (a stable sort: equal widths keep their
+        order, and with ``keys`` equal keys come together), so a pass holds decisions of
+        similar width: every row of a pass is padded to its widest, and the attention's cost
+        grows with the square of that width. A pass's results do not depend on the other rows
+        in it (up to float rounding), so the grouping changes no score and no loss: the loss
+        of a minibatch is the row-weighted sum of its passes' losses."""
         def shape(plen: int, cands: list[int]) -> tuple[int, int]:
             if impl in ("packed", "shared"):
                 return 1, plen + sum(cands)
             return len(cands), plen + max(cands, default=0)
 
+        dims = [shape(plen, cands) for plen, cands in shapes]
+        if keys is None:
+            order = sorted(range(len(dims)), key=lambda i: dims[i][1])
+        else:
+            first: dict[Any, int] = {}
+            for i, k in enumerate(keys):
+                first.setdefault(k, i)
+            order = sorted(range(len(dims)), key=lambda i: (dims[i][1], first[keys[i]]))
         groups: list[list[int]] = []
         cur: list[int] = []
         rows = width = 0
-        for i, (plen, cands) in enumerate(shapes):
-            dr, dw = shape(plen, cands)
+        for i in order:
+            dr, dw = dims[i]
             r, w = rows + dr, max(width, dw)
             if cur and (len(cur) >= limit or r * w > self.score_tokens_per_pass):
                 groups.append(cur)
@@ -113,7 +154,17 @@ class ScoringMixin:
         tokens (those after the prefix all candidates share, which ``score_item`` moved into
         the prompt; the end-of-turn token included). By ``score_impl``'s passes
         (``_candidate_logps_expand`` or ``_candidate_logps_packed``, equal up to float
-        rounding), under ``compute()``."""
+        rounding), under ``compute()``. Equal decisions are scored once (``_distinct``) and
+        share that score's tensor: gradients through it add up as if each had its own."""
+        firsts, inverse = _distinct(items)
+        if len(firsts) == len(items):
+            return self._distinct_logps(items, module, impl)
+        once = self._distinct_logps([items[i] for i in firsts], module, impl)
+        return [once[j] for j in inverse]
+
+    def _distinct_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
+                        module: nn.Module | None = None, impl: str | None = None) -> list[torch.Tensor]:
+        """``candidate_logps`` of decisions that are all distinct: one pass over them all."""
         module = module if module is not None else self.module
         with self.compute():
             impl = impl or self.score_impl_for(loss=False)
@@ -320,15 +371,20 @@ class ScoringMixin:
     def _act_score(self, contexts: Sequence[Context], rng: np.random.Generator, temperature: float) -> list[Decision]:
         self.module.eval()
         made = [self.score_item_trimmed(c) for c in contexts]
-        scores: list[torch.Tensor] = []
+        # equal decisions (a group's first prompts, revisited states) are scored once, and the
+        # distinct ones in passes of similar width (``_score_groups``)
+        firsts, inverse = _distinct([(p, r) for _, p, r, _ in made])
+        distinct = [made[i] for i in firsts]
+        once: list[torch.Tensor | None] = [None] * len(distinct)
         impl = self.score_impl_for(loss=False)
-        for group in self._score_groups([(len(p), [len(c) for c in r]) for _, p, r, _ in made],
+        for group in self._score_groups([(len(p), [len(c) for c in r]) for _, p, r, _ in distinct],
                                         self.micro_batch_size, impl):
-            chunk = [made[i] for i in group]
-            scores.extend(s.double().cpu() for s in self.candidate_logps([(p, r) for _, p, r, _ in chunk],
-                                                                          impl=impl))
+            logps = self._distinct_logps([(distinct[i][1], distinct[i][2]) for i in group], impl=impl)
+            for i, s in zip(group, logps, strict=True):
+                once[i] = s.double().cpu()
+        scores = [once[j] for j in inverse]
         out = []
-        for (cands, prompt, resp, trimmed), s in zip(made, scores):
+        for (cands, prompt, resp, trimmed), s in zip(made, scores, strict=True):
             if temperature > 0:
                 p = torch.softmax(s / temperature, dim=0).numpy()
                 # inverse-CDF draw with the rollout's generator, as the scorer policy does

@@ -154,8 +154,9 @@ class Policy(abc.ABC):
         return lambda positions: self.prepare([data[i] for i in positions])
 
     def micro_batches(self, data: Sequence[dict[str, Any]], limit: int) -> list[list[int]]:
-        """Split recorded decisions into the index groups one forward pass takes: consecutive
-        runs of at most ``limit`` (a policy whose cost varies per decision bounds it too)."""
+        """Split recorded decisions into the index groups one forward pass takes, every
+        decision in exactly one: here consecutive runs of at most ``limit`` (a policy whose cost
+        varies per decision bounds it too, and may group them in another order)."""
         return [list(range(i, min(i + limit, len(data)))) for i in range(0, len(data), limit)]
 
     @abc.abstractmethod

@@ -447,10 +447,14 @@ class Trainer:
         if self.policy.exact_rollout_logp:
             old_one = torch.tensor([float(s.extra["logp"]) for s in steps], dtype=torch.float32)
         else:
+            slots: list[torch.Tensor | None] = [None] * n
             with torch.no_grad():
+                # a policy's passes need not take the decisions in order (the lm's go by width)
                 for group in self.policy.micro_batches(data, micro):
                     st = self.policy.evaluate(self.policy.prepare([data[i] for i in group]))
-                    old_tok.extend(st.logp[j][st.mask[j] > 0] for j in range(st.logp.shape[0]))
+                    for j, i in enumerate(group):
+                        slots[i] = st.logp[j][st.mask[j] > 0]
+            old_tok = [t for t in slots if t is not None]  # every decision is in one group
         sums = {"loss/pg": 0.0, "loss/kl": 0.0, "loss/entropy": 0.0, "loss/clipfrac": 0.0,
                 "loss/grad_norm": 0.0, "loss/critic": 0.0}
         updates = 0
