@@ -15,7 +15,8 @@
 #      (STUDY=lm_screen bash scripts/run_lm_competent.sh watch|pack).
 # Carry .whl. ENVS (default both) narrows the envs, e.g. ENVS=household once shop's screen is done;
 # STEPS (default the study's 40) lets the runs go on, e.g. to the ranking's 150; CHECKS (default
-# "attn profile") names the parts of scripts/lm_kernel_check_device.sh to run, "" for none.
+# "attn profile") names the parts of scripts/lm_kernel_check_device.sh to run, "" for none, and
+# "passes" adds benchmarks/lm_passes.py on the GPU before the screen starts (0b).
 # ROWS2 (with ENVS2, STEPS2) starts a second grid beside the first, e.g. household's 40-step
 # screen beside shop's 150-step runs.
 # START_READS (e.g. "1 2 3 4") validates each SFT start again at those sampling seeds
@@ -42,6 +43,17 @@ if [ $pf -ne 0 ]; then
   EXTRA="${EXTRA:-} policy.lm.sdpa_kernel=math"
 fi
 export EXTRA
+CHECKS=${CHECKS-attn profile}
+
+# 0b. CHECKS with "passes": benchmarks/lm_passes.py on the GPU while it is free (score mode's
+#     passes in width order against the order they came, household and shop, the study's model
+#     size; about a minute)                                              -> $OUT/lm_passes.txt
+case " $CHECKS " in *" passes "*)
+  PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false timeout 300 \
+    python3 benchmarks/lm_passes.py --device cuda --size small --time-decisions 256 --repeats 3 \
+    > "$OUT/lm_passes.txt" 2>&1
+  grep -v "Loading weights" "$OUT/lm_passes.txt" | tail -n 20 ;;
+esac
 
 # 1. the screen, detached
 WEAK="sft_weak_shop sft_weak_household $(for lr in 1e-5 3e-5 1e-4 3e-4; do printf 'grpo_weak_lr%s_kl0 grpo_weak_lr%s_kl0.01 ' $lr $lr; done)"
@@ -68,7 +80,6 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'cudnn
 echo "screen started: $SECONDS s"
 
 # 2. the cuDNN NaN lead (scripts/lm_kernel_check_device.sh's attn part, on the screen's model)
-CHECKS=${CHECKS-attn profile}
 case " $CHECKS " in *" attn "*) MODELS=$RES/models PARTS=attn OUT=$OUT bash scripts/lm_kernel_check_device.sh $((DEADLINE - SECONDS)) ;; esac
 
 # 3. watch; the step profile once the GPU is free

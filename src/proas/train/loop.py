@@ -454,7 +454,7 @@ class Trainer:
                     st = self.policy.evaluate(self.policy.prepare([data[i] for i in group]))
                     for j, i in enumerate(group):
                         slots[i] = st.logp[j][st.mask[j] > 0]
-            old_tok = [t for t in slots if t is not None]  # every decision is in one group
+            old_tok = slots  # type: ignore[assignment]  # micro_batches puts every decision in one group
         sums = {"loss/pg": 0.0, "loss/kl": 0.0, "loss/entropy": 0.0, "loss/clipfrac": 0.0,
                 "loss/grad_norm": 0.0, "loss/critic": 0.0}
         updates = 0
