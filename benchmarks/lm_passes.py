@@ -256,4 +256,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from proas.errors import ProasError
+
+    try:
+        sys.exit(main())
+    except (ProasError, subprocess.CalledProcessError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
