@@ -60,9 +60,9 @@ def _env(src: Path) -> dict[str, str]:
     return env
 
 
-def _models(root: Path, envs: list[str], quick: bool) -> dict[str, str]:
+def _models(root: Path, envs: list[str], quick: bool, size: str = "small") -> dict[str, str]:
     """Each env's model directory: a tokenizer trained on the env's text and a from-scratch
-    model (``small``; ``tiny`` for ``--quick``), made once with this code."""
+    model (``size``; ``tiny`` for ``--quick``), made once with this code."""
     out = {}
     for env in envs:
         model = root / "models" / env
@@ -71,7 +71,7 @@ def _models(root: Path, envs: list[str], quick: bool) -> dict[str, str]:
             tok = root / "tok" / env
             for cmd in (["lm", "tokenizer", "--env", env, "--vocab", "512" if quick else "4096", "--max-tasks",
                          "20" if quick else "200", "--span", span, "--out", str(tok)],
-                        ["lm", "new-model", "--tokenizer", str(tok), "--size", "tiny" if quick else "small",
+                        ["lm", "new-model", "--tokenizer", str(tok), "--size", "tiny" if quick else size,
                          "--out", str(model)]):
                 subprocess.run([sys.executable, "-m", "proas", *cmd], env=_env(SRC), check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="RL steps per run")
     ap.add_argument("--envs", nargs="+", default=["household", "shop"])
     ap.add_argument("--household-max-steps", type=int, default=0, help="household episode limit (0: the env's)")
+    ap.add_argument("--size", default="small", help="the runs' from-scratch architecture (the lm study's: small)")
     ap.add_argument("--mps", action="store_true", help="a third grid under the CUDA MPS daemon")
     ap.add_argument("--window", type=float, default=0, help="stop each grid after this many seconds and compare "
                     "throughput (RL steps logged per second) instead of wall time (0: run every run to the end)")
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="lm_grid_"))
     try:
-        models = _models(work, args.envs, args.quick)
+        models = _models(work, args.envs, args.quick, args.size)
         print(f"lm grid: {args.runs} run(s) x {args.envs}, {args.steps} steps each"
               f"{f', cut at {args.window:.0f} s' if args.window else ''}; reference {ref}", flush=True)
         base = _grid("reference", ref, work / "ref", models, args)
