@@ -64,11 +64,12 @@ def _models(root: Path, envs: list[str], quick: bool, size: str = "small") -> di
     """Each env's model directory: a tokenizer trained on the env's text and a from-scratch
     model (``size``; ``tiny`` for ``--quick``), made once with this code."""
     out = {}
+    kind = "quick" if quick else size  # a --work directory keeps each kind apart
     for env in envs:
-        model = root / "models" / env
+        model = root / "models" / f"{env}-{kind}"
         if not (model / "config.json").exists():
             span = "word" if env == "household" else "line"
-            tok = root / "tok" / env
+            tok = root / "tok" / f"{env}-{'quick' if quick else 'study'}"
             for cmd in (["lm", "tokenizer", "--env", env, "--vocab", "512" if quick else "4096", "--max-tasks",
                          "20" if quick else "200", "--span", span, "--out", str(tok)],
                         ["lm", "new-model", "--tokenizer", str(tok), "--size", "tiny" if quick else size,

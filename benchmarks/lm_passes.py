@@ -8,8 +8,10 @@ decisions in order of width, and ``candidate_logps`` and acting score equal deci
 
 1. **Work.** One step's rollout of ``--tasks`` x ``--group`` episodes on the env's training
    tasks, with the lm policy's own prompts and candidates (the env's study tokenizer,
-   ``proas lm tokenizer``), acting uniformly at random as an untrained model nearly does (the
-   model is not run, so this part is fast on any machine). For acting (each turn's decisions
+   ``proas lm tokenizer``), acting uniformly at random (the model is not run, so this part is
+   fast on any machine). The shapes follow the policy: an untrained model under
+   ``score_norm=sum`` favours short candidates, and a trained one revisits its states, which
+   leaves more equal decisions to score once than uniform play does. For acting (each turn's decisions
    of all live episodes, ``--act-impl``) and for the update (minibatches of
    ``algo.minibatch_size`` in a random order as the trainer's, ``packed`` passes) it prints, old
    rule and new: the passes, the token positions they compute (rows x width: what the linear

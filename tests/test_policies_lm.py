@@ -1,5 +1,6 @@
 """The lm policy on CPU with a tiny random Qwen2 model and a tokenizer built locally."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -595,53 +596,83 @@ def test_equal_decisions_are_scored_once_with_their_own_scores_and_gradients(imp
         assert torch.allclose(x, y, atol=1e-5)
 
 
-def test_acting_on_repeated_contexts_scores_each_once_and_acts_on_each():
-    p = scored(score_impl="packed")
-    contexts = [ctx(step=3), ctx(step=0), ctx(step=3), ctx(step=1), ctx(step=0)]
+def _ctx_with(step, admissible, invalid=()):
+    history = [(f"obs {k}", f"go to desk {k}") for k in range(step)]
+    return Context("household", "put some key on bed", "You arrive at desk 1.", history, list(admissible),
+                   list(invalid), step)
+
+
+#: contexts of several widths and candidate lists, some repeated; the last two share their prompt
+#: (the same admissible actions) but not their candidates (other invalid ones)
+MIXED = [_ctx_with(3, ["go to bed 1", "take key 1 from desk 1", "help"]),
+         _ctx_with(0, ["help", "go to bed 1"]),
+         _ctx_with(3, ["go to bed 1", "take key 1 from desk 1", "help"]),
+         _ctx_with(1, ["open drawer 2", "look", "inventory", "go to desk 9"]),
+         _ctx_with(0, ["help", "go to bed 1"]),
+         _ctx_with(5, ["take key 1 from desk 1", "help", "go to bed 1"]),
+         _ctx_with(2, ["look", "go to bed 1"], ["go to sofa 1"]),
+         _ctx_with(2, ["look", "go to bed 1"], ["take pen 3 from bed 1", "go to sofa 1"])]
+
+
+@pytest.mark.parametrize("impl", ["packed", "expand", "shared"])
+def test_acting_on_repeated_contexts_scores_each_once_and_acts_on_each(impl):
+    # per-token means and a hot softmax, so that the candidates' scores differ by more than
+    # their lengths and the draws vary: a score sent to the wrong decision shows
+    p = scored(score_impl=impl, score_norm="mean")
+    p.temperature = 5.0
+    p.micro_batch_size = 3
     rows = []
     hook = p.module.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
-    many = p.act(contexts, np.random.default_rng(3), temperature=1.0)
+    p.act(MIXED, np.random.default_rng(7), temperature=1.0)
     hook.remove()
-    assert sum(rows) == 3  # three distinct decisions
-    one = [p.act([c], np.random.default_rng(0), temperature=0.0)[0] for c in contexts]
-    # each decision's log-prob is its own context's, whatever pass and place it had
-    greedy = p.act(contexts, np.random.default_rng(3), temperature=0.0)
-    assert [d.action for d in greedy] == [d.action for d in one]
-    assert [d.logp for d in greedy] == pytest.approx([d.logp for d in one], abs=1e-5)
-    assert [d.data["prompt"] for d in many] == [d.data["prompt"] for d in one]
-    # the sampled draws use the rollout's generator once per decision, in order
-    alone = [p.act([c], rng, temperature=1.0)[0] for rng in [np.random.default_rng(3)] for c in contexts]
-    assert [d.action for d in many] == [d.action for d in alone]
+    prompts = {"packed": 0, "expand": 1, "shared": 1}[impl]  # passes per group before the candidates'
+    assert sum(rows[k] for k in range(0, len(rows), 1 + prompts)) == 6  # six distinct decisions of eight
+    for temp in (0.0, 1.0, 5.0):
+        many = p.act(MIXED, np.random.default_rng(7), temperature=temp)
+        rng = np.random.default_rng(7)  # one draw per decision, in order, from the same generator
+        alone = [p.act([c], rng, temperature=temp)[0] for c in MIXED]
+        assert [d.action for d in many] == [d.action for d in alone]
+        assert [d.logp for d in many] == pytest.approx([d.logp for d in alone], abs=1e-5)
+        assert [d.data["cands"] for d in many] == [d.data["cands"] for d in alone]
+    assert len({d.logp for d in many}) > 4 and len({d.action for d in many}) > 2  # the check has teeth
 
 
-def test_an_update_in_width_ordered_passes_equals_one_in_passes_taken_in_order(tmp_path, monkeypatch):
+def test_an_update_in_width_ordered_passes_equals_one_in_passes_taken_in_order(tmp_path):
     from proas.policies.base import Policy
     from proas.train.loop import Trainer
 
     toy = TOY_SCORE + ["policy.lm.lr=1e-2", "algo.kl_coef=0.01", "policy.lm.micro_batch_size=3",
-                       "algo.minibatch_size=8"]
+                       "algo.minibatch_size=8", "algo.ppo_epochs=2"]
 
-    def run(name):
+    def run(name, old_rule):
         t = Trainer(build_config(toy), tmp_path / name)
         grads = []  # each optimiser step's gradients (AdamW's step would turn rounding into signs)
         t.optimizer.register_step_pre_hook(
             lambda opt, args, kwargs: grads.append([q.grad.clone() for q in t.policy.parameters()
                                                     if q.grad is not None]))
+        update = t._update
+
+        def with_advantages(trajs, res):
+            # the toy's untrained step has no success, so every advantage is 0 and the policy
+            # gradient would be silent: give each decision its own advantage
+            res = dataclasses.replace(res, advantage=np.random.default_rng(1).normal(size=len(res.final)),
+                                      penalty=None)
+            return update(trajs, res)
+
+        t._update = with_advantages
+        if old_rule:  # the rule before width order: consecutive passes, every decision scored
+            t.policy.micro_batches = lambda data, limit: Policy.micro_batches(t.policy, data, limit)
+            t.policy.candidate_logps = t.policy._distinct_logps
         return t.train_step(), grads
 
-    rec_a, grads_a = run("a")
-    groups = []
-    orig = LMPolicy.micro_batches
-    monkeypatch.setattr(LMPolicy, "micro_batches", lambda self, data, limit: groups.append(orig(self, data, limit))
-                        or Policy.micro_batches(self, data, limit))
-    rec_b, grads_b = run("b")
-    # the width order did regroup the decisions, and the update came out the same
-    assert any(g != Policy.micro_batches(None, [0] * sum(map(len, g)), 3) for g in groups)
+    rec_a, grads_a = run("a", old_rule=False)
+    rec_b, grads_b = run("b", old_rule=True)
     for k in ("train/sr", "train/steps", "loss/updates"):
         assert rec_a[k] == rec_b[k]
+    assert rec_a["loss/pg"] != 0.0
     for k in ("loss/pg", "loss/kl", "loss/entropy", "loss/grad_norm"):
         assert rec_a[k] == pytest.approx(rec_b[k], rel=1e-4, abs=1e-6)
-    assert len(grads_a) == len(grads_b) == rec_a["loss/updates"] >= 2
+    assert len(grads_a) == len(grads_b) == rec_a["loss/updates"] >= 4
     for ga, gb in zip(grads_a, grads_b, strict=True):
         scale = max(float(g.abs().max()) for g in ga)
         assert scale > 0
