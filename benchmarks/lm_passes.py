@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="household, 2 x 2 episodes of 10 steps, 16 timed "
                     "decisions: a smoke run for CI")
+    ap.add_argument("overrides", nargs="*", help="config overrides key=value (e.g. policy.lm.score_tokens_per_pass=N, "
+                    "which both rules obey)")
     args = ap.parse_args(argv)
     if args.quick:
         args.envs, args.tasks, args.group, args.max_steps = ["household"], 2, 2, 10
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"seed={args.seed}", "policy.lm.score_impl=packed"]
             if args.max_steps:
                 over.append(f"env.max_steps={args.max_steps}")
+            over += args.overrides
             cfg = build_config(over)
             trainer = Trainer(cfg, Path(tmp) / f"run_{env}")
             policy = trainer.policy

@@ -48,11 +48,14 @@ CHECKS=${CHECKS-attn profile}
 # 0b. CHECKS with "passes": benchmarks/lm_passes.py on the GPU while it is free (score mode's
 #     passes in width order against the order they came, household and shop, the study's model
 #     size; about a minute)                                              -> $OUT/lm_passes.txt
+#     and again with a quarter of the default pass budget (fewer padded tokens, more passes)
 case " $CHECKS " in *" passes "*)
-  PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false timeout 300 \
-    python3 benchmarks/lm_passes.py --device cuda --size small --time-decisions 256 --repeats 3 \
-    > "$OUT/lm_passes.txt" 2>&1
-  grep -v "Loading weights" "$OUT/lm_passes.txt" | tail -n 20 ;;
+  for budget in 262144 65536; do
+    PYTHONPATH=$WORK/site:$PWD/.whl/pkgs:$PWD/src OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false timeout 200 \
+      python3 benchmarks/lm_passes.py --device cuda --size small --time-decisions 256 --repeats 3 \
+      policy.lm.score_tokens_per_pass=$budget 2>&1 | grep -v "Loading weights" >> "$OUT/lm_passes.txt"
+  done
+  tail -n 24 "$OUT/lm_passes.txt" ;;
 esac
 
 # 1. the screen, detached
