@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"prompt tokens mean {plen.mean():.0f}, p90 {np.percentile(plen, 90):.0f}, max {plen.max()}; "
                   f"candidates mean {ncand.mean():.1f}; distinct decisions "
                   f"{sum(len(_distinct([(d['prompt'], d['cands']) for d in ds])[0]) for ds in turns.values())} "
-                  "(per turn)")
+                  f"(per turn); at most {budget} tokens a pass")
 
             rows = []
             for impl in args.act_impl:
