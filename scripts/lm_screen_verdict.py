@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=0, metavar="N",
                     help="also print each RL run's training SR and seconds a step by N-step block")
     args = ap.parse_args(argv)
+    if args.block < 0:
+        print(f"error: --block {args.block}: give a number of steps, or 0 for no blocks", file=sys.stderr)
+        return 2
     if args.results.is_file() and args.results.suffix == ".csv":
         try:
             with args.results.open(newline="") as fh:

@@ -368,6 +368,8 @@ def test_lm_screen_verdict_diagnostics_read_the_per_step_metrics(tmp_path):
     assert "| shop | grpo_mid_lr1e-4_kl0.01 | 1-10 | 10.0 | 5.5 |" in again.stdout
     assert "| shop | grpo_mid_lr1e-4_kl0.01 | 21-30 | 50.0 | 25.5 |" in again.stdout
     assert "By 10-step block" not in out.stdout  # only when asked
+    neg = _run(sys.executable, str(SCRIPTS / "lm_screen_verdict.py"), str(tmp_path / "steps.csv"), "--block", "-5")
+    assert neg.returncode == 2 and "--block -5" in neg.stderr and not neg.stdout
     diag = list(__import__("csv").DictReader((tmp_path / "diag.csv").read_text().splitlines()))
     assert diag[0]["kl_max10_steps"] == "11-20" and float(diag[0]["groups_with_success"]) == 75.0
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
