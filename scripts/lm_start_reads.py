@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait", type=float, default=0.0,
                     help="keep reading until no SFT run is unfinished, for at most this many seconds")
     args = ap.parse_args(argv)
+    if min(args.seeds) < 0 or not args.wait >= 0:
+        print(f"error: --seeds {' '.join(map(str, args.seeds))} --wait {args.wait:g}: seeds and seconds are "
+              "numbers from 0", file=sys.stderr)
+        return 2
     if not args.results.is_dir():
         print(f"error: {args.results} is not a directory", file=sys.stderr)
         return 2

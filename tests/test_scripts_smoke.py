@@ -417,6 +417,9 @@ def test_lm_start_reads_validates_each_finished_sft_start_at_each_seed_once(tmp_
     (res / "start_reads.jsonl").write_text(before + "[1]\n")
     bad = _run(sys.executable, str(SCRIPTS / "lm_start_reads.py"), str(res), "--seeds", "3")
     assert bad.returncode == 2 and "not a JSON object" in bad.stderr and "Traceback" not in bad.stderr
+    for args in (["--seeds", "-1"], ["--seeds", "3", "--wait", "-3"], ["--seeds", "3", "--wait", "nan"]):
+        refused = _run(sys.executable, str(SCRIPTS / "lm_start_reads.py"), str(res), *args)
+        assert refused.returncode == 2 and "numbers from 0" in refused.stderr, args
 
 
 def test_lm_screen_verdict_reads_the_bar_against_the_mean_of_the_starts_readings(tmp_path):
