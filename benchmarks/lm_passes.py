@@ -51,20 +51,9 @@ SPAN = {"household": "word", "shop": "line"}  # the lm study's tokenizers (scrip
 def consecutive_groups(shapes, limit: int, impl: str, budget: int) -> list[list[int]]:
     """The grouping rule before width order (commit 611c9fc): consecutive decisions, at most
     ``limit`` per pass and at most ``budget`` tokens (rows x width)."""
-    groups: list[list[int]] = []
-    cur: list[int] = []
-    rows = width = 0
-    for i, (plen, cands) in enumerate(shapes):
-        dr, dw = (1, plen + sum(cands)) if impl in ("packed", "shared") else (len(cands), plen + max(cands))
-        r, w = rows + dr, max(width, dw)
-        if cur and (len(cur) >= limit or r * w > budget):
-            groups.append(cur)
-            cur, r, w = [], dr, dw
-        cur.append(i)
-        rows, width = r, w
-    if cur:
-        groups.append(cur)
-    return groups
+    from proas.lm.scoring import pack_passes, pass_dims
+
+    return pack_passes(pass_dims(shapes, impl), range(len(shapes)), limit, budget)
 
 
 def pass_work(shapes, impl: str) -> tuple[int, int]:

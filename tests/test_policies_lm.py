@@ -561,10 +561,10 @@ def test_score_passes_hold_decisions_of_similar_width_and_equal_ones_together():
         return sum(len(g) * max(sum(shapes[i][1]) + shapes[i][0] for i in g) ** 2 for g in gs)
 
     assert (padded(groups), padded([[0, 1], [2, 3]])) == (2 * 20**2 + 2 * 100**2, 2 * 100**2 + 2 * 90**2)
-    # equal widths keep their order, unless keys say which decisions are equal: those go together
+    # equal widths keep their order, unless classes say which decisions are equal: those go together
     same = [(9, [1])] * 4
     assert p._score_groups(same, limit=2, impl="packed") == [[0, 1], [2, 3]]
-    assert p._score_groups(same, limit=2, impl="packed", keys=["a", "b", "a", "b"]) == [[0, 2], [1, 3]]
+    assert p._score_groups(same, limit=2, impl="packed", classes=[0, 1, 0, 1]) == [[0, 2], [1, 3]]
 
 
 @pytest.mark.parametrize("impl", ["expand", "packed", "shared"])

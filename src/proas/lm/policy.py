@@ -26,7 +26,7 @@ from proas.lm.model import (
 from proas.lm.optim import OptimisationMixin
 from proas.lm.options import DECODERS, LR_SCHEDULES, MODES, SCORE_IMPLS, SCORE_NORMS, attn_problem, hold_sdpa_kernel
 from proas.lm.prompt import _CHAT_TEMPLATE, PromptMixin
-from proas.lm.scoring import ScoringMixin, decision_key
+from proas.lm.scoring import ScoringMixin, _distinct
 from proas.policies.base import Context, Decision, Policy
 
 
@@ -197,4 +197,4 @@ class LMPolicy(PromptMixin, GenerationMixin, ScoringMixin, OptimisationMixin, Ch
         # equal decisions side by side, so that a pass scores each once (``candidate_logps``)
         return self._score_groups([(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in data], limit,
                                   self.score_impl_for(loss=True),
-                                  keys=[decision_key(d["prompt"], d["cands"]) for d in data])
+                                  classes=_distinct([(d["prompt"], d["cands"]) for d in data])[1])

@@ -3,7 +3,7 @@ scores, and the candidate softmax that acting samples and the losses read."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -27,11 +27,6 @@ def _ragged(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.n
     return values, row, offset, lengths
 
 
-def decision_key(prompt: Sequence[int], cands: Sequence[Sequence[int]]) -> tuple:
-    """A hashable key of a decision's prompt and candidate ids: equal keys, equal scores."""
-    return (tuple(prompt), tuple(map(tuple, cands)))
-
-
 def _distinct(items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) -> tuple[list[int], list[int]]:
     """``(firsts, inverse)`` of a list of decisions ``(prompt ids, candidate ids)``: the
     positions of the distinct decisions' first occurrences, and for every decision the index in
@@ -42,13 +37,46 @@ def _distinct(items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) ->
     firsts: list[int] = []
     inverse: list[int] = []
     for i, (prompt, cands) in enumerate(items):
-        key = decision_key(prompt, cands)
+        key = (tuple(prompt), tuple(map(tuple, cands)))  # equal keys, equal scores
         j = index.get(key)
         if j is None:
             j = index[key] = len(firsts)
             firsts.append(i)
         inverse.append(j)
     return firsts, inverse
+
+
+def pass_dims(shapes: Sequence[tuple[int, Sequence[int]]], impl: str) -> list[tuple[int, int]]:
+    """``(rows, width)`` each decision (``(prompt length, candidate lengths)``) adds to a score
+    pass. ``expand``: a row per candidate, holding the prompt plus the longest candidate (the
+    cached tokens). ``packed`` and ``shared``: a row per decision, the prompt plus all its
+    candidates."""
+    if impl in ("packed", "shared"):
+        return [(1, plen + sum(cands)) for plen, cands in shapes]
+    return [(len(cands), plen + max(cands, default=0)) for plen, cands in shapes]
+
+
+def pack_passes(dims: Sequence[tuple[int, int]], order: Iterable[int], limit: int, budget: int) -> list[list[int]]:
+    """The decisions of ``dims`` (``pass_dims``), taken in ``order``, cut into passes of at most
+    ``limit`` decisions and at most ``budget`` tokens, rows x the pass's widest width. The
+    budget bounds the token states (KV cache, activations) and so memory. The pass's mask adds
+    rows x width x width scalars, one tensor for all layers: less than the token states, whose
+    size is rows x width x hidden x layers, while width stays under hidden x layers. A decision
+    over the budget alone still gets a pass of its own."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    rows = width = 0
+    for i in order:
+        dr, dw = dims[i]
+        r, w = rows + dr, max(width, dw)
+        if cur and (len(cur) >= limit or r * w > budget):
+            groups.append(cur)
+            cur, r, w = [], dr, dw
+        cur.append(i)
+        rows, width = r, w
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 class ScoringMixin:
@@ -88,51 +116,24 @@ class ScoringMixin:
         return "expand" if not loss and self.device.type == "cuda" else "packed"
 
     def _score_groups(self, shapes: Sequence[tuple[int, list[int]]], limit: int, impl: str,
-                      keys: Sequence[Any] | None = None) -> list[list[int]]:
+                      classes: Sequence[int] | None = None) -> list[list[int]]:
         """Groups of decisions (``(prompt length, candidate lengths)`` each), one per forward
-        pass, with at most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens, rows
-        x width of the pass: positions into ``shapes``, every one in exactly one group.
-        ``expand``: a row per candidate, holding the group's widest prompt plus its longest
-        candidate (the cached tokens). ``packed`` and ``shared``: a row per decision, as wide as
-        the group's longest prompt plus all its candidates; the budget bounds the token states
-        (KV cache, activations) and so, like ``expand``'s, memory. The pass's mask adds rows x
-        width x width scalars, one tensor for all layers: less than the token states, whose
-        size is rows x width x hidden x layers, while width stays under hidden x layers. A
-        decision over the budget alone still gets a pass of its own.
+        pass, with at most ``limit`` decisions and at most ``score_tokens_per_pass`` tokens
+        (``pass_dims``, ``pack_passes``): positions into ``shapes``, every one in exactly one
+        group.
 
         The decisions are taken in order of their width (a stable sort: equal widths keep their
-        order, and with ``keys`` equal keys come together), so a pass holds decisions of
-        similar width: every row of a pass is padded to its widest, and the attention's cost
-        grows with the square of that width. A pass's results do not depend on the other rows
-        in it (up to float rounding), so the grouping changes no score and no loss: the loss
-        of a minibatch is the row-weighted sum of its passes' losses."""
-        def shape(plen: int, cands: list[int]) -> tuple[int, int]:
-            if impl in ("packed", "shared"):
-                return 1, plen + sum(cands)
-            return len(cands), plen + max(cands, default=0)
-
-        dims = [shape(plen, cands) for plen, cands in shapes]
-        if keys is None:
+        order, and with ``classes``, ``_distinct``'s inverse, equal decisions come together), so
+        a pass holds decisions of similar width: every row of a pass is padded to its widest,
+        and the attention's cost grows with the square of that width. A pass's results do not
+        depend on the other rows in it (up to float rounding), so the grouping changes no score
+        and no loss: the loss of a minibatch is the row-weighted sum of its passes' losses."""
+        dims = pass_dims(shapes, impl)
+        if classes is None:
             order = sorted(range(len(dims)), key=lambda i: dims[i][1])
         else:
-            first: dict[Any, int] = {}
-            for i, k in enumerate(keys):
-                first.setdefault(k, i)
-            order = sorted(range(len(dims)), key=lambda i: (dims[i][1], first[keys[i]]))
-        groups: list[list[int]] = []
-        cur: list[int] = []
-        rows = width = 0
-        for i in order:
-            dr, dw = dims[i]
-            r, w = rows + dr, max(width, dw)
-            if cur and (len(cur) >= limit or r * w > self.score_tokens_per_pass):
-                groups.append(cur)
-                cur, r, w = [], dr, dw
-            cur.append(i)
-            rows, width = r, w
-        if cur:
-            groups.append(cur)
-        return groups
+            order = sorted(range(len(dims)), key=lambda i: (dims[i][1], classes[i]))
+        return pack_passes(dims, order, limit, self.score_tokens_per_pass)
 
     def _response_ids(self, action: str) -> list[int]:
         """The token ids of ``action``'s scored response plus the end-of-turn token, memoised:
