@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from proas.lm.model import _AdapterOff, _last_logits
+from proas.lm.scoring import _distinct
 from proas.policies.base import TokenStats
 
 #: weights without weight decay, by name (the Hugging Face Trainer's ``get_decay_parameter_names``)
@@ -62,9 +63,11 @@ class OptimisationMixin:
 
     def prepare(self, data: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Prompt+response ids (prompts left-padded, responses right-padded), their positions and
-        the response tokens (score mode: the prompts, candidates and choices)."""
+        the response tokens (score mode: the prompts, candidates and choices, and which of them
+        are equal, ``_distinct``: once here for the loss's and the reference's passes alike)."""
         if self.mode == "score":
-            return {"items": [(list(d["prompt"]), [list(c) for c in d["cands"]]) for d in data],
+            items = [(list(d["prompt"]), [list(c) for c in d["cands"]]) for d in data]
+            return {"items": items, "distinct": _distinct(items),
                     "choice": torch.tensor([d["choice"] for d in data], dtype=torch.long)}
         # prompts left-padded to end at one column, responses right-padded after it: every
         # row's response logits are then the same last columns, and only those are computed

@@ -148,7 +148,8 @@ class ScoringMixin:
         return ids
 
     def candidate_logps(self, items: Sequence[tuple[list[int], list[list[int]]]],
-                        module: nn.Module | None = None, impl: str | None = None) -> list[torch.Tensor]:
+                        module: nn.Module | None = None, impl: str | None = None,
+                        distinct: tuple[list[int], list[int]] | None = None) -> list[torch.Tensor]:
         """The scores of each decision's candidate token sequences after its prompt, one
         ``(n_candidates,)`` tensor per decision, differentiable through ``module``: the sum of
         the tokens' log-probs, or with ``score_norm="mean"`` their mean over the candidate's own
@@ -156,8 +157,9 @@ class ScoringMixin:
         the prompt; the end-of-turn token included). By ``score_impl``'s passes
         (``_candidate_logps_expand`` or ``_candidate_logps_packed``, equal up to float
         rounding), under ``compute()``. Equal decisions are scored once (``_distinct``) and
-        share that score's tensor: gradients through it add up as if each had its own."""
-        firsts, inverse = _distinct(items)
+        share that score's tensor: gradients through it add up as if each had its own.
+        ``distinct``: ``_distinct(items)`` when the caller has it already."""
+        firsts, inverse = distinct if distinct is not None else _distinct(items)
         if len(firsts) == len(items):
             return self._distinct_logps(items, module, impl)
         once = self._distinct_logps([items[i] for i in firsts], module, impl)
@@ -398,7 +400,8 @@ class ScoringMixin:
         return out
 
     def _evaluate_score(self, batch: dict[str, Any], module: nn.Module) -> TokenStats:
-        sums = self.candidate_logps(batch["items"], module, impl=self.score_impl_for(loss=True))
+        sums = self.candidate_logps(batch["items"], module, impl=self.score_impl_for(loss=True),
+                                    distinct=batch.get("distinct"))
         width = max(len(s) for s in sums)
         scores = torch.full((len(sums), width), float("-inf"), device=sums[0].device)
         for i, s in enumerate(sums):
