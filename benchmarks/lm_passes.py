@@ -82,6 +82,11 @@ def work(groups, shapes, impl: str) -> list[int]:
     return [len(groups), tok, area]
 
 
+def shapes_of(data) -> list[tuple[int, list[int]]]:
+    """``(prompt length, candidate lengths)`` of recorded decisions."""
+    return [(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in data]
+
+
 def step_tflop(arch: dict, acting: list, update: list) -> float:
     """A lower bound of one RL step's arithmetic on the architecture ``arch`` (TFLOP): 2 FLOP
     per weight of the layers' matrices per token position, 4 x hidden per layer per attended
@@ -174,22 +179,23 @@ def main(argv: list[str] | None = None) -> int:
                 for k, s in enumerate(t.steps):
                     turns.setdefault(k, []).append(s.extra["policy"])
             data = [s.extra["policy"] for t in trajs for s in t.steps]
+            # each turn's distinct decisions (acting scores each once), as positions in the turn
+            firsts = {k: _distinct([(d["prompt"], d["cands"]) for d in ds])[0] for k, ds in turns.items()}
             plen = np.array([len(d["prompt"]) for d in data])
             ncand = np.array([len(d["cands"]) for d in data])
             print(f"\n{env}: {len(data)} decisions in {len(turns)} turns (rollout {roll_s:.1f} s without the model); "
                   f"prompt tokens mean {plen.mean():.0f}, p90 {np.percentile(plen, 90):.0f}, max {plen.max()}; "
                   f"candidates mean {ncand.mean():.1f}; distinct decisions "
-                  f"{sum(len(_distinct([(d['prompt'], d['cands']) for d in ds])[0]) for ds in turns.values())} "
+                  f"{sum(map(len, firsts.values()))} "
                   f"(per turn); at most {budget} tokens a pass")
 
             rows = []
             for impl in args.act_impl:
                 old, new = np.zeros(3), np.zeros(3)
-                for ds in turns.values():  # acting: each turn's decisions, in slot order
-                    shapes = [(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in ds]
+                for k, ds in turns.items():  # acting: each turn's decisions, in slot order
+                    shapes = shapes_of(ds)
                     old += work(consecutive_groups(shapes, args.micro, impl, budget), shapes, impl)
-                    firsts, _ = _distinct([(d["prompt"], d["cands"]) for d in ds])
-                    dshapes = [shapes[i] for i in firsts]
+                    dshapes = [shapes[i] for i in firsts[k]]
                     new += work(policy._score_groups(dshapes, args.micro, impl), dshapes, impl)
                 rows.append((f"acting ({impl})", old, new))
             old, new = np.zeros(3), np.zeros(3)
@@ -199,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             for start in range(0, len(data), mb):  # the update: the trainer's minibatches
                 batch = [data[i] for i in order[start: start + mb]]
                 first_batch = first_batch or batch
-                shapes = [(len(d["prompt"]), [len(c) for c in d["cands"]]) for d in batch]
+                shapes = shapes_of(batch)
                 old += work(consecutive_groups(shapes, args.micro, "packed", budget), shapes, "packed")
                 for g in policy.micro_batches(batch, args.micro):
-                    firsts, _ = _distinct([(batch[i]["prompt"], batch[i]["cands"]) for i in g])
-                    new += work([[g[i] for i in firsts]], shapes, "packed")
+                    once, _ = _distinct([(batch[i]["prompt"], batch[i]["cands"]) for i in g])
+                    new += work([[g[i] for i in once]], shapes, "packed")
             rows.append(("update (packed)", old, new))
             arch = SCRATCH_SIZES[args.flops_size]
             print(f"  {'passes of':18s} {'passes old → new':>20s} {'token positions (M) old → new':>34s} "
@@ -212,17 +218,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name:18s} {o[0]:8.0f} → {n[0]:6.0f} {o[1] / 1e6:12.2f} → {n[1] / 1e6:6.2f} "
                       f"({o[1] / n[1]:.2f}x) {o[2] / 1e9:12.2f} → {n[2] / 1e9:6.2f} ({o[2] / n[2]:.2f}x)")
 
-            act = rows[0]
-            t_old, t_new = step_tflop(arch, act[1], old), step_tflop(arch, act[2], new)
+            _, act_old, act_new = rows[0]
+            t_old, t_new = step_tflop(arch, act_old, old), step_tflop(arch, act_new, new)
             print(f"  arithmetic of the step on the {args.flops_size} architecture (lower bound; acting "
-                  f"{act[0].split('(')[1].rstrip(')')}): {t_old:.0f} → {t_new:.0f} TFLOP; 150 such steps of 8 runs "
+                  f"{args.act_impl[0]}): {t_old:.0f} → {t_new:.0f} TFLOP; 150 such steps of 8 runs "
                   f"in 6 minutes would take {t_new * 1200 / 360:.0f} TFLOP/s")
             if args.time_decisions <= 0:
                 continue
             batch = first_batch[: args.time_decisions]
             items = [(d["prompt"], d["cands"]) for d in batch]
             choice = [int(d["choice"]) for d in batch]
-            shapes = [(len(p), [len(c) for c in cs]) for p, cs in items]
+            shapes = shapes_of(batch)
             groupings = {"old": consecutive_groups(shapes, args.micro, "packed", budget),
                          "new": policy.micro_batches(batch, args.micro)}
             score = {"old": policy._distinct_logps, "new": policy.candidate_logps}
